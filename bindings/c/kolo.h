@@ -1,0 +1,220 @@
+/* kolo.h - the C API of kolo, the one stable boundary of the library (C99).
+ *
+ * Contract for every function below:
+ *  - Returns a kolo_status_t (KOLO_OK == 0) unless documented otherwise; never aborts the
+ *    process. On failure, kolo_last_error() returns a message for this thread (valid until the
+ *    next kolo call on the same thread).
+ *  - Thread safety: every function may be called from any thread after kolo_init.
+ *  - Ownership: tensors passed to an op are borrowed; the caller keeps their memory alive and
+ *    unmodified until the op's handle completes. Handles are integers owned by the runtime until
+ *    kolo_handle_release; a released, unknown or forged handle gives KOLO_ERR_INVALID_ARGUMENT.
+ *  - Blocking: the *_async functions validate their arguments on the calling thread and return
+ *    at once; kolo_handle_wait blocks up to its timeout; kolo_init blocks until every rank has
+ *    joined the rendezvous (KOLO_START_TIMEOUT), collective set management blocks until the
+ *    change is agreed by every rank.
+ *  - Names: each op carries a name, unique among this rank's ops in flight, identical across
+ *    ranks for the same logical op (1..1024 bytes of UTF-8, no NUL). NULL or "" for a non-grouped
+ *    op is accepted only where noted (barrier, join).
+ */
+#ifndef KOLO_H_
+#define KOLO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(KOLO_BUILDING_LIBRARY)
+#define KOLO_API __attribute__((visibility("default")))
+#else
+#define KOLO_API
+#endif
+
+/* ---- status codes (mirror kolo::ErrorCode) ---------------------------------------------- */
+typedef enum {
+  KOLO_OK = 0,
+  KOLO_ERR_INVALID_ARGUMENT = 1,
+  KOLO_ERR_MISMATCH = 2,
+  KOLO_ERR_DUPLICATE_NAME = 3,
+  KOLO_ERR_TIMEOUT = 4,
+  KOLO_ERR_PEER_LOST = 5,
+  KOLO_ERR_ABORTED = 6,
+  KOLO_ERR_SHUTDOWN = 7,
+  KOLO_ERR_NOT_INITIALIZED = 8,
+  KOLO_ERR_UNSUPPORTED = 9,
+  KOLO_ERR_STALLED = 10,
+  KOLO_ERR_INTERNAL = 11,
+  KOLO_ERR_IO = 12,
+  KOLO_ERR_JOINED = 13
+} kolo_status_t;
+
+/* ---- data types and reduction ops (mirror kolo::DataType / kolo::ReduceOp) -------------- */
+typedef enum {
+  KOLO_UINT8 = 0,
+  KOLO_INT8 = 1,
+  KOLO_UINT16 = 2,
+  KOLO_INT16 = 3,
+  KOLO_INT32 = 4,
+  KOLO_INT64 = 5,
+  KOLO_FLOAT16 = 6,
+  KOLO_BFLOAT16 = 7,
+  KOLO_FLOAT32 = 8,
+  KOLO_FLOAT64 = 9,
+  KOLO_BOOL = 10
+} kolo_dtype_t;
+
+typedef enum {
+  KOLO_SUM = 0,
+  KOLO_AVERAGE = 1,
+  KOLO_MIN = 2,
+  KOLO_MAX = 3,
+  KOLO_PRODUCT = 4
+} kolo_reduce_op_t;
+
+#define KOLO_MAX_DIMS 16
+#define KOLO_CPU_DEVICE (-1)
+#define KOLO_GLOBAL_PROCESS_SET 0
+
+/* A dense, contiguous (row-major) tensor. Not owned by kolo. */
+typedef struct {
+  void* data;            /* may be NULL only when the tensor has zero elements */
+  kolo_dtype_t dtype;
+  int32_t ndim;          /* 0..KOLO_MAX_DIMS; 0 = scalar */
+  const int64_t* shape;  /* ndim entries, each >= 0 */
+  int32_t device;        /* KOLO_CPU_DEVICE or a CUDA device ordinal */
+  void* stream;          /* CUDA: the producer's cudaStream_t (NULL = default stream) */
+} kolo_tensor_t;
+
+typedef int64_t kolo_handle_t; /* > 0 when valid */
+
+/* Called exactly once, from a kolo thread, when the op completes (or at once from the calling
+ * thread when it already had). Must not block; may call kolo_handle_* functions. */
+typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
+
+/* Output allocator for ops whose output size is known only after negotiation (allgather,
+ * alltoall, reducescatter). Called once from the kolo thread with the output's shape; returns
+ * memory of at least bytes bytes that stays valid until the caller releases it, or NULL to fail
+ * the op with KOLO_ERR_INVALID_ARGUMENT. Pass NULL as allocator to let the handle own the
+ * output (read it with kolo_handle_output; freed by kolo_handle_release). */
+typedef void* (*kolo_alloc_fn)(void* user, size_t bytes, int32_t ndim, const int64_t* shape);
+
+/* ---- lifecycle ------------------------------------------------------------------------------ */
+KOLO_API int kolo_init(void);          /* again after shutdown works; twice: KOLO_OK, no-op */
+KOLO_API int kolo_shutdown(void);      /* idempotent; pending ops fail with the cause */
+KOLO_API int kolo_is_initialized(void);/* 1 or 0 */
+KOLO_API const char* kolo_last_error(void);
+KOLO_API const char* kolo_status_string(int status); /* "PEER_LOST", ... */
+KOLO_API const char* kolo_version(void);
+
+/* ---- topology (-1 before init) ---------------------------------------------------------------- */
+KOLO_API int kolo_rank(void);
+KOLO_API int kolo_size(void);
+KOLO_API int kolo_local_rank(void);
+KOLO_API int kolo_local_size(void);
+KOLO_API int kolo_cross_rank(void);
+KOLO_API int kolo_cross_size(void);
+
+/* ---- what was built / what is in use (1 or 0) --------------------------------------------- */
+KOLO_API int kolo_mpi_built(void);
+KOLO_API int kolo_gloo_built(void);
+KOLO_API int kolo_nccl_built(void);
+KOLO_API int kolo_cuda_built(void);
+KOLO_API int kolo_mpi_enabled(void);  /* the running job uses MPI */
+KOLO_API int kolo_gloo_enabled(void); /* the running job uses Gloo */
+KOLO_API int kolo_nccl_enabled(void); /* NCCL is available for CUDA tensors */
+KOLO_API const char* kolo_transport_name(void); /* "mpi", "gloo", "loopback"; "" before init */
+
+/* ---- collectives (all asynchronous; see the contract at the top) --------------------------- */
+/* output == NULL or output->data == input->data: in place. Otherwise output must match input's
+ * dtype, shape and device. prescale multiplies the input before, postscale the result after
+ * the reduction; AVERAGE divides by the set size after postscale. */
+KOLO_API int kolo_allreduce_async(const char* name, const kolo_tensor_t* input,
+                                  const kolo_tensor_t* output, kolo_reduce_op_t op,
+                                  double prescale, double postscale, int32_t process_set,
+                                  kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
+
+/* n tensors negotiated and completed as one op (one handle); tensor i is named "name.i"
+ * internally. outputs may be NULL (all in place). */
+KOLO_API int kolo_grouped_allreduce_async(const char* name, int32_t n,
+                                          const kolo_tensor_t* inputs,
+                                          const kolo_tensor_t* outputs, kolo_reduce_op_t op,
+                                          double prescale, double postscale,
+                                          int32_t process_set, kolo_callback_t cb,
+                                          void* cb_user, kolo_handle_t* handle);
+
+/* Concatenates every rank's input along dimension 0 (dim 0 may differ per rank; the other
+ * dimensions must match). */
+KOLO_API int kolo_allgather_async(const char* name, const kolo_tensor_t* input,
+                                  kolo_alloc_fn alloc, void* alloc_user, int32_t process_set,
+                                  kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
+
+/* In place: root's tensor is copied into every rank's tensor (same dtype and shape). root is a
+ * rank of the process set (its index in the set's sorted rank list). */
+KOLO_API int kolo_broadcast_async(const char* name, const kolo_tensor_t* tensor, int32_t root,
+                                  int32_t process_set, kolo_callback_t cb, void* cb_user,
+                                  kolo_handle_t* handle);
+
+/* splits[i] rows of dim 0 go to set rank i (n_splits == set size, sum == dim 0); splits == NULL
+ * divides dim 0 evenly (it must be divisible). kolo_handle_received_splits gives the rows
+ * received from each rank. */
+KOLO_API int kolo_alltoall_async(const char* name, const kolo_tensor_t* input,
+                                 const int32_t* splits, int32_t n_splits, kolo_alloc_fn alloc,
+                                 void* alloc_user, int32_t process_set, kolo_callback_t cb,
+                                 void* cb_user, kolo_handle_t* handle);
+
+/* Reduces across ranks, then rank r keeps rows [offset_r, offset_r + rows_r) of dim 0, where the
+ * first (dim0 % size) ranks get one extra row. */
+KOLO_API int kolo_reducescatter_async(const char* name, const kolo_tensor_t* input,
+                                      kolo_reduce_op_t op, double prescale, double postscale,
+                                      kolo_alloc_fn alloc, void* alloc_user, int32_t process_set,
+                                      kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
+
+/* Completes when every rank of the set has called it. */
+KOLO_API int kolo_barrier_async(int32_t process_set, kolo_callback_t cb, void* cb_user,
+                                kolo_handle_t* handle);
+
+/* This rank has no more data: until every rank joined, it takes part in others' allreduces
+ * with zeros. Completes when all ranks joined; kolo_handle_join_result gives the last rank to
+ * join (the same on every rank). */
+KOLO_API int kolo_join_async(kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
+
+/* ---- handles ------------------------------------------------------------------------------------ */
+KOLO_API int kolo_handle_poll(kolo_handle_t h, int* done);
+/* timeout_seconds < 0 waits without limit (the runtime's own timeouts still apply).
+ * Returns the op's status, or KOLO_ERR_TIMEOUT if the op had not completed in time (the op
+ * goes on; wait again or release). */
+KOLO_API int kolo_handle_wait(kolo_handle_t h, double timeout_seconds);
+/* The op's status once done (KOLO_ERR_TIMEOUT while still running is NOT returned here:
+ * *status = -1 while running). error_text stays valid until release. */
+KOLO_API int kolo_handle_status(kolo_handle_t h, int* status, const char** error_text);
+/* Owned output (allocator was NULL): data pointer and shape (up to KOLO_MAX_DIMS entries). */
+KOLO_API int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int64_t* shape);
+/* alltoall: rows received from each rank (n = set size). */
+KOLO_API int kolo_handle_received_splits(kolo_handle_t h, int32_t* splits, int32_t n);
+KOLO_API int kolo_handle_join_result(kolo_handle_t h, int32_t* last_joined_rank);
+/* Forgets the handle (and frees its owned output). Releasing a running op is allowed: the op
+ * completes in the background and its result is dropped. */
+KOLO_API int kolo_handle_release(kolo_handle_t h);
+
+/* ---- process sets ---------------------------------------------------------------------------- */
+/* Collective over ALL ranks (every rank passes the same sorted list). id 0 is the global set;
+ * new ids are deterministic (1, 2, ... in creation order, never reused). */
+KOLO_API int kolo_add_process_set(const int32_t* ranks, int32_t n, int32_t* id);
+KOLO_API int kolo_remove_process_set(int32_t id);
+/* Size of the set, this rank's index in it (-1 if not a member). */
+KOLO_API int kolo_process_set_size(int32_t id, int32_t* size);
+KOLO_API int kolo_process_set_rank(int32_t id, int32_t* rank);
+/* Writes up to cap ranks; *n = set size. */
+KOLO_API int kolo_process_set_ranks(int32_t id, int32_t* ranks, int32_t cap, int32_t* n);
+
+/* ---- timeline --------------------------------------------------------------------------------- */
+KOLO_API int kolo_start_timeline(const char* path, int mark_cycles);
+KOLO_API int kolo_stop_timeline(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOLO_H_ */

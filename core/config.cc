@@ -1,0 +1,231 @@
+#include "core/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace kolo {
+
+const char* toString(TransportKind k) {
+  switch (k) {
+    case TransportKind::kAuto: return "auto";
+    case TransportKind::kLoopback: return "loopback";
+    case TransportKind::kMpi: return "mpi";
+    case TransportKind::kGloo: return "gloo";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Looks up KOLO_<name>, then each fallback (HOROVOD_<name> first).
+class EnvReader {
+ public:
+  explicit EnvReader(const std::function<const char*(const char*)>& getenv) : getenv_(getenv) {}
+
+  // Returns the raw value and the variable it came from, or nullptr.
+  const char* find(const std::string& name, std::string* from,
+                   std::initializer_list<const char*> extra = {}) const {
+    std::vector<std::string> names = {"KOLO_" + name, "HOROVOD_" + name};
+    for (const char* e : extra) names.push_back(e);
+    for (const auto& n : names) {
+      const char* v = getenv_(n.c_str());
+      if (v != nullptr && *v != '\0') {
+        *from = n;
+        return v;
+      }
+    }
+    return nullptr;
+  }
+
+  Status getInt(const std::string& name, int64_t lo, int64_t hi, int64_t* out,
+                std::initializer_list<const char*> extra = {}) const {
+    std::string from;
+    const char* v = find(name, &from, extra);
+    if (v == nullptr) return Status::ok();
+    errno = 0;
+    char* end = nullptr;
+    long long x = std::strtoll(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
+      return bad(from, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    *out = x;
+    return Status::ok();
+  }
+
+  Status getInt(const std::string& name, int lo, int hi, int* out,
+                std::initializer_list<const char*> extra = {}) const {
+    int64_t x = *out;
+    KOLO_RETURN_IF_ERROR(getInt(name, static_cast<int64_t>(lo), static_cast<int64_t>(hi), &x, extra));
+    *out = static_cast<int>(x);
+    return Status::ok();
+  }
+
+  Status getDouble(const std::string& name, double lo, double hi, double* out) const {
+    std::string from;
+    const char* v = find(name, &from);
+    if (v == nullptr) return Status::ok();
+    errno = 0;
+    char* end = nullptr;
+    double x = std::strtod(v, &end);
+    if (errno != 0 || end == v || *end != '\0' || !std::isfinite(x) || x < lo || x > hi) {
+      std::ostringstream range;
+      range << "a number in [" << lo << ", " << hi << "]";
+      return bad(from, v, range.str());
+    }
+    *out = x;
+    return Status::ok();
+  }
+
+  Status getBool(const std::string& name, bool* out) const {
+    std::string from;
+    const char* v = find(name, &from);
+    if (v == nullptr) return Status::ok();
+    std::string s(v);
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (s == "1" || s == "true" || s == "yes" || s == "on") {
+      *out = true;
+    } else if (s == "0" || s == "false" || s == "no" || s == "off") {
+      *out = false;
+    } else {
+      return bad(from, v, "a boolean (1/0, true/false, yes/no, on/off)");
+    }
+    return Status::ok();
+  }
+
+  void getString(const std::string& name, std::string* out,
+                 std::initializer_list<const char*> extra = {}) const {
+    std::string from;
+    if (const char* v = find(name, &from, extra)) *out = v;
+  }
+
+  Status getChoice(const std::string& name, std::initializer_list<const char*> choices,
+                   std::string* out, std::initializer_list<const char*> extra = {}) const {
+    std::string from;
+    const char* v = find(name, &from, extra);
+    if (v == nullptr) return Status::ok();
+    std::string s(v);
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string list;
+    for (const char* c : choices) {
+      if (s == c) {
+        *out = s;
+        return Status::ok();
+      }
+      list += list.empty() ? c : std::string("|") + c;
+    }
+    return bad(from, v, "one of " + list);
+  }
+
+ private:
+  static Status bad(const std::string& var, const char* value, const std::string& expected) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "invalid " + var + "='" + value + "': expected " + expected);
+  }
+  const std::function<const char*(const char*)>& getenv_;
+};
+
+Status readAlgorithm(const EnvReader& env, const std::string& op, ops::Algorithm* out) {
+  std::string text = ops::toString(*out);
+  KOLO_RETURN_IF_ERROR(env.getChoice(op + "_ALGORITHM", {"auto", "ring", "native"}, &text));
+  ops::parseAlgorithm(text, out);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Config::fromEnvironment(Config* out,
+                               const std::function<const char*(const char*)>& getenvFn) {
+  std::function<const char*(const char*)> get =
+      getenvFn ? getenvFn : [](const char* n) -> const char* { return std::getenv(n); };
+  EnvReader env(get);
+  Config c;
+
+  std::string transport = "auto";
+  KOLO_RETURN_IF_ERROR(
+      env.getChoice("CONTROLLER", {"auto", "mpi", "gloo", "loopback"}, &transport));
+  c.transport = transport == "mpi"        ? TransportKind::kMpi
+                : transport == "gloo"     ? TransportKind::kGloo
+                : transport == "loopback" ? TransportKind::kLoopback
+                                          : TransportKind::kAuto;
+  constexpr int kMaxRanks = 1 << 20;
+  KOLO_RETURN_IF_ERROR(env.getInt("RANK", 0, kMaxRanks, &c.rank));
+  KOLO_RETURN_IF_ERROR(env.getInt("SIZE", 1, kMaxRanks, &c.size));
+  KOLO_RETURN_IF_ERROR(env.getInt("LOCAL_RANK", 0, kMaxRanks, &c.localRank));
+  KOLO_RETURN_IF_ERROR(env.getInt("LOCAL_SIZE", 1, kMaxRanks, &c.localSize));
+  KOLO_RETURN_IF_ERROR(env.getInt("CROSS_RANK", 0, kMaxRanks, &c.crossRank));
+  KOLO_RETURN_IF_ERROR(env.getInt("CROSS_SIZE", 1, kMaxRanks, &c.crossSize));
+  if (c.rank >= 0 && c.size > 0 && c.rank >= c.size) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_RANK=" + std::to_string(c.rank) + " is not below KOLO_SIZE=" +
+                      std::to_string(c.size));
+  }
+  env.getString("HOSTNAME", &c.hostname);
+  env.getString("RENDEZVOUS_ADDR", &c.rendezvousAddr, {"HOROVOD_GLOO_RENDEZVOUS_ADDR"});
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("RENDEZVOUS_PORT", 1, 65535, &c.rendezvousPort, {"HOROVOD_GLOO_RENDEZVOUS_PORT"}));
+  env.getString("RENDEZVOUS_DIR", &c.rendezvousDir);
+  env.getString("GLOO_IFACE", &c.glooIface);
+  KOLO_RETURN_IF_ERROR(env.getDouble("START_TIMEOUT", 1, 86400, &c.startTimeoutSeconds));
+
+  KOLO_RETURN_IF_ERROR(env.getInt("FUSION_THRESHOLD", int64_t{0}, int64_t{1} << 40,
+                                  &c.fusionThresholdBytes));
+  KOLO_RETURN_IF_ERROR(env.getDouble("CYCLE_TIME", 0, 60000, &c.cycleTimeMs));
+  KOLO_RETURN_IF_ERROR(env.getInt("CACHE_CAPACITY", 0, 1 << 20, &c.cacheCapacity));
+  bool stallDisable = false;
+  KOLO_RETURN_IF_ERROR(env.getBool("STALL_CHECK_DISABLE", &stallDisable));
+  c.stallCheck = !stallDisable;
+  KOLO_RETURN_IF_ERROR(env.getDouble("STALL_CHECK_TIME_SECONDS", 0.001, 1e7, &c.stallCheckSeconds));
+  KOLO_RETURN_IF_ERROR(
+      env.getDouble("STALL_SHUTDOWN_TIME_SECONDS", 0, 1e7, &c.stallShutdownSeconds));
+  KOLO_RETURN_IF_ERROR(env.getDouble("TIMEOUT_SECONDS", 0.1, 1e7, &c.timeoutSeconds));
+  KOLO_RETURN_IF_ERROR(env.getDouble("HEARTBEAT_SECONDS", 0.001, 3600, &c.heartbeatSeconds));
+  KOLO_RETURN_IF_ERROR(env.getBool("HIERARCHICAL_ALLREDUCE", &c.hierarchicalAllreduce));
+
+  KOLO_RETURN_IF_ERROR(readAlgorithm(env, "ALLREDUCE", &c.algorithms.allreduce));
+  KOLO_RETURN_IF_ERROR(readAlgorithm(env, "ALLGATHER", &c.algorithms.allgather));
+  KOLO_RETURN_IF_ERROR(readAlgorithm(env, "BROADCAST", &c.algorithms.broadcast));
+  KOLO_RETURN_IF_ERROR(readAlgorithm(env, "ALLTOALL", &c.algorithms.alltoall));
+  KOLO_RETURN_IF_ERROR(readAlgorithm(env, "REDUCESCATTER", &c.algorithms.reducescatter));
+  int64_t segment = static_cast<int64_t>(c.algorithms.segmentBytes);
+  KOLO_RETURN_IF_ERROR(env.getInt("SEGMENT_BYTES", int64_t{4096}, int64_t{1} << 30, &segment));
+  c.algorithms.segmentBytes = static_cast<size_t>(segment);
+
+  env.getString("TIMELINE", &c.timelinePath);
+  KOLO_RETURN_IF_ERROR(env.getBool("TIMELINE_MARK_CYCLES", &c.timelineMarkCycles));
+  KOLO_RETURN_IF_ERROR(env.getBool("TIMELINE_ALL_RANKS", &c.timelineAllRanks));
+  KOLO_RETURN_IF_ERROR(env.getChoice(
+      "LOG_LEVEL", {"trace", "debug", "info", "warning", "warn", "error", "fatal", "off"},
+      &c.logLevel));
+  *out = c;
+  return Status::ok();
+}
+
+std::string Config::toString() const {
+  std::ostringstream o;
+  o << "KOLO_CONTROLLER=" << kolo::toString(transport) << "\n"
+    << "KOLO_RANK=" << rank << "\nKOLO_SIZE=" << size << "\nKOLO_LOCAL_RANK=" << localRank
+    << "\nKOLO_LOCAL_SIZE=" << localSize << "\nKOLO_CROSS_RANK=" << crossRank
+    << "\nKOLO_CROSS_SIZE=" << crossSize << "\nKOLO_HOSTNAME=" << hostname
+    << "\nKOLO_RENDEZVOUS_ADDR=" << rendezvousAddr << "\nKOLO_RENDEZVOUS_PORT=" << rendezvousPort
+    << "\nKOLO_RENDEZVOUS_DIR=" << rendezvousDir << "\nKOLO_GLOO_IFACE=" << glooIface
+    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds
+    << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
+    << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
+    << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
+    << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
+    << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
+    << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << hierarchicalAllreduce
+    << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
+    << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)
+    << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)
+    << "\nKOLO_ALLTOALL_ALGORITHM=" << ops::toString(algorithms.alltoall)
+    << "\nKOLO_REDUCESCATTER_ALGORITHM=" << ops::toString(algorithms.reducescatter)
+    << "\nKOLO_SEGMENT_BYTES=" << algorithms.segmentBytes << "\nKOLO_TIMELINE=" << timelinePath
+    << "\nKOLO_TIMELINE_MARK_CYCLES=" << timelineMarkCycles
+    << "\nKOLO_TIMELINE_ALL_RANKS=" << timelineAllRanks << "\nKOLO_LOG_LEVEL=" << logLevel << "\n";
+  return o.str();
+}
+
+}  // namespace kolo

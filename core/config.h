@@ -1,0 +1,59 @@
+// Config: every KOLO_* knob, read once from the environment, validated and printable.
+// Each KOLO_X is also accepted as HOROVOD_X (KOLO_ wins when both are set), so Horovod job
+// scripts keep working. A bad value is an init error naming the variable and the value.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+#include "ops/collectives.h"
+
+namespace kolo {
+
+enum class TransportKind { kAuto = 0, kLoopback = 1, kMpi = 2, kGloo = 3 };
+const char* toString(TransportKind k);
+
+struct Config {
+  // --- who am I (set by kolorun, mpirun or srun; -1 = unknown) --------------------------------
+  TransportKind transport = TransportKind::kAuto;  // KOLO_CONTROLLER=auto|mpi|gloo
+  int rank = -1, size = -1;                        // KOLO_RANK, KOLO_SIZE
+  int localRank = -1, localSize = -1;              // KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE
+  int crossRank = -1, crossSize = -1;              // KOLO_CROSS_RANK, KOLO_CROSS_SIZE
+  std::string hostname;                            // KOLO_HOSTNAME (default: gethostname)
+  std::string rendezvousAddr;                      // KOLO_RENDEZVOUS_ADDR (TCP store)
+  int rendezvousPort = 0;                          // KOLO_RENDEZVOUS_PORT
+  std::string rendezvousDir;                       // KOLO_RENDEZVOUS_DIR (file store)
+  std::string glooIface;                           // KOLO_GLOO_IFACE (network interface)
+  double startTimeoutSeconds = 120;                // KOLO_START_TIMEOUT
+
+  // --- the coordinator ---------------------------------------------------------------------
+  int64_t fusionThresholdBytes = 128ll << 20;  // KOLO_FUSION_THRESHOLD (0 = no fusion)
+  double cycleTimeMs = 1.0;                    // KOLO_CYCLE_TIME
+  int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
+  bool stallCheck = true;                      // KOLO_STALL_CHECK_DISABLE=1 turns it off
+  double stallCheckSeconds = 60;               // KOLO_STALL_CHECK_TIME_SECONDS
+  double stallShutdownSeconds = 0;             // KOLO_STALL_SHUTDOWN_TIME_SECONDS (0 = off)
+  double timeoutSeconds = 30;                  // KOLO_TIMEOUT_SECONDS: a silent peer is lost
+  double heartbeatSeconds = 1.0;               // KOLO_HEARTBEAT_SECONDS: idle round cadence
+  bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE
+
+  // --- algorithms ---------------------------------------------------------------------------
+  ops::AlgorithmConfig algorithms;  // KOLO_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,
+                                    //   REDUCESCATTER}_ALGORITHM, KOLO_SEGMENT_BYTES
+
+  // --- timeline and logging -------------------------------------------------------------------
+  std::string timelinePath;         // KOLO_TIMELINE
+  bool timelineMarkCycles = false;  // KOLO_TIMELINE_MARK_CYCLES
+  bool timelineAllRanks = false;    // KOLO_TIMELINE_ALL_RANKS
+  std::string logLevel = "warning"; // KOLO_LOG_LEVEL: trace|debug|info|warning|error|off
+
+  // Reads every knob through `getenv` (defaults to ::getenv). Unknown KOLO_* names are ignored.
+  static Status fromEnvironment(Config* out,
+                                const std::function<const char*(const char*)>& getenv = {});
+  // One "KOLO_X=value" line per knob (logged at debug level on rank 0).
+  std::string toString() const;
+};
+
+}  // namespace kolo

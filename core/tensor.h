@@ -1,0 +1,39 @@
+// TensorView: a non-owning view of a dense, contiguous tensor. The caller keeps the memory alive
+// until the op that uses it completes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace kolo {
+
+constexpr int kCpuDevice = -1;
+
+struct TensorView {
+  void* data = nullptr;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;  // empty = scalar (one element)
+  int device = kCpuDevice;     // -1 = host memory, >= 0 = CUDA device ordinal
+  void* stream = nullptr;      // CUDA stream the producer used (GPU only), may be null
+
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  size_t byteSize() const { return static_cast<size_t>(numElements()) * sizeOf(dtype); }
+  // Elements in one slice along the first dimension (product of shape[1:]).
+  int64_t rowElements() const {
+    int64_t n = 1;
+    for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+    return n;
+  }
+};
+
+// "[17, 3]"
+std::string shapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace kolo

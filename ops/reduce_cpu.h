@@ -1,0 +1,38 @@
+// Element-wise reductions and scaling on host memory, for every DataType x ReduceOp.
+//
+// Semantics (shared by the ring algorithms, fusion and the tests' reference):
+//  - kSum and kAverage both add (the division of AVERAGE happens later as a postscale).
+//  - kMin/kMax: a NaN in either input gives NaN (NaN propagates, as in torch). kProduct
+//    multiplies. Integer arithmetic wraps modulo 2^bits.
+//  - bool: sum/max = logical OR, min/product = logical AND; kBitAnd = bitwise AND (ints, bool).
+//  - float16/bfloat16 are converted to float, combined, and rounded back to nearest-even.
+//  - Scaling: floats multiply in their own precision (fp16/bf16 via float); integers multiply in
+//    double and round to nearest (ties away from zero), saturating at the type's range. bool is
+//    unchanged by scaling.
+// Thread safety: pure functions. Hot loops are written so GCC emits SIMD at the default -O3
+// used for this file (no -march=native); bench/ checks the throughput.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/types.h"
+
+namespace kolo::ops {
+
+// dst[i] = op(dst[i], src[i]) for i in [0, count). dst and src may not overlap partially.
+void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
+
+// dst[i] = op(a[i], b[i]); dst may alias a or b.
+void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dtype, ReduceOp op);
+
+// data[i] *= factor. No-op when factor == 1.0.
+void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
+
+// Conversions used by reductions and by Compression.fp16-style helpers.
+float halfToFloat(uint16_t h);
+uint16_t floatToHalf(float f);  // round to nearest even, handles inf/NaN/subnormals
+float bfloat16ToFloat(uint16_t b);
+uint16_t floatToBfloat16(float f);  // round to nearest even, NaN stays NaN
+
+}  // namespace kolo::ops

@@ -1,0 +1,11 @@
+# KOLO_SANITIZE=address|undefined|thread (address may be combined: "address,undefined").
+if(KOLO_SANITIZE)
+  string(REPLACE "," ";" kolo_sanitizers "${KOLO_SANITIZE}")
+  foreach(s IN LISTS kolo_sanitizers)
+    if(NOT s MATCHES "^(address|undefined|thread)$")
+      message(FATAL_ERROR "KOLO_SANITIZE: unknown sanitizer '${s}' (address|undefined|thread)")
+    endif()
+  endforeach()
+  add_compile_options(-fsanitize=${KOLO_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=${KOLO_SANITIZE})
+endif()
