@@ -1,0 +1,47 @@
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "core/types.h"
+
+using namespace kolo;
+
+TEST_CASE("every dtype has a size and a name") {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    auto t = static_cast<DataType>(i);
+    CHECK(sizeOf(t) > 0);
+    CHECK(std::string(toString(t)) != "unknown-dtype");
+  }
+  CHECK(sizeOf(DataType::kBFloat16) == 2);
+  CHECK(sizeOf(DataType::kInt64) == 8);
+}
+
+TEST_CASE("status carries code and message") {
+  Status s(ErrorCode::kPeerLost, "rank 2 closed its connection");
+  CHECK_FALSE(s.isOk());
+  CHECK(s.toString() == "PEER_LOST: rank 2 closed its connection");
+  CHECK(Status::ok().toString() == "OK");
+}
+
+TEST_CASE("config reads KOLO_ and HOROVOD_ names and rejects bad values") {
+  std::map<std::string, std::string> env = {{"HOROVOD_FUSION_THRESHOLD", "1024"},
+                                            {"KOLO_CYCLE_TIME", "2.5"},
+                                            {"HOROVOD_CYCLE_TIME", "9"},
+                                            {"KOLO_ALLREDUCE_ALGORITHM", "ring"}};
+  auto get = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  Config c;
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.fusionThresholdBytes == 1024);
+  CHECK(c.cycleTimeMs == 2.5);
+  CHECK(c.algorithms.allreduce == ops::Algorithm::kRing);
+
+  env["KOLO_CACHE_CAPACITY"] = "lots";
+  Status s = Config::fromEnvironment(&c, get);
+  CHECK(s.code() == ErrorCode::kInvalidArgument);
+  CHECK(s.message().find("KOLO_CACHE_CAPACITY='lots'") != std::string::npos);
+}
