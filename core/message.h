@@ -1,0 +1,96 @@
+// Request / Response: what ranks tell the coordinator rank about the ops they want to run, and
+// what the coordinator rank answers. Plus the binary codec that carries them over the transport.
+//
+// Ownership: plain value types. Thread safety: none needed (values); the codec functions are pure
+// and may be called from any thread.
+//
+// Wire format (version 1): little-endian, fixed width. Every list starts with a 4-byte magic
+// ("KOLQ" for a RequestList, "KOLR" for a ResponseList) and a version byte. Integers and enums are
+// int32 (counts and string lengths uint32), doubles are IEEE-754 bit patterns in 8 bytes, bools one
+// byte (0 or 1), strings and vectors a uint32 count followed by the elements. Decoding checks
+// every count against the bytes that remain (so a hostile length never triggers a big
+// allocation), every enum against its known values, and rejects trailing bytes. It checks
+// structure only: value ranges (negative dims, ranks outside a set) are the Negotiator's job.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/types.h"
+
+namespace kolo {
+
+// The fixed name of every join request and of the join response.
+inline constexpr const char* kJoinName = "__join";
+
+struct Request {
+  int32_t rank = 0;  // global rank of the sender
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;
+  ReduceOp reduceOp = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t root = 0;     // broadcast: set rank of the root
+  int32_t device = -1;  // -1 CPU, >= 0 CUDA ordinal
+  int32_t processSet = 0;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each set rank (exactly set-size entries,
+                                // summing to shape[0]); kProcessSet: the rank list
+  int32_t groupId = -1, groupSize = 0;  // grouped allreduce: members share groupId (per rank
+                                        // counter); groupSize = number of members
+};
+
+struct RequestList {
+  int32_t rank = 0;
+  bool shutdown = false;
+  std::vector<Request> requests;
+};
+
+struct Response {
+  enum class Kind : int32_t { kOk = 0, kError = 1 };
+  Kind kind = Kind::kOk;
+  OpType type = OpType::kAllreduce;
+  std::string name;
+  DataType dtype = DataType::kFloat32;
+  std::vector<int64_t> shape;  // the first rank's shape (allgather/alltoall: dims 1.. matter)
+  ReduceOp reduceOp = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+  int32_t root = 0;
+  int32_t device = -1;  // the lowest submitting rank's device; only its kind is agreed on
+  int32_t processSet = 0;
+  std::vector<int64_t> rankDim0;     // allgather: dim 0 of every set rank, in set-rank order
+  std::vector<int64_t> splitMatrix;  // alltoall: setSize x setSize, row = sender's splits
+  std::vector<int32_t> joinedRanks;  // allreduce/barrier during a join: global ranks that did
+                                     // not submit and contribute zeros, ascending
+  int32_t lastJoinedRank = -1;       // join
+  ErrorCode errorCode = ErrorCode::kOk;
+  std::string error;
+  // Grouped ops: every response of one released group carries the same id (assigned by the
+  // Negotiator, identical on every rank because it travels in the response); -1 = not grouped.
+  // The FusionPlanner keeps a group in one batch when it fits.
+  int32_t group = -1;
+};
+
+struct ResponseList {
+  bool shutdown = false;
+  std::string shutdownReason;
+  std::vector<Response> responses;
+};
+
+const char* toString(Response::Kind kind);  // "ok", "error"
+
+// Encoding never fails. The vectors are self-contained (no pointers into the input).
+std::vector<uint8_t> encode(const RequestList& list);
+std::vector<uint8_t> encode(const ResponseList& list);
+
+// Decode a whole buffer. On failure returns kInternal "malformed request list from rank R: ..."
+// (R = fromRank when >= 0, else the rank field if it was already read) and leaves *out untouched.
+// Never reads outside [data, data + n); data may be null when n == 0.
+Status decode(const uint8_t* data, size_t n, RequestList* out, int32_t fromRank = -1);
+// Same for a response list; fromRank names the sender in the message ("the coordinator" if < 0).
+Status decode(const uint8_t* data, size_t n, ResponseList* out, int32_t fromRank = -1);
+
+}  // namespace kolo
