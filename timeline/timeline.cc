@@ -1,0 +1,557 @@
+// Why it is built this way (Horovod's timeline is the reference; these are its faults avoided):
+// - Horovod's writer thread polls a lock-free queue in a loop; ours sleeps on a condition
+//   variable. Producers notify only on the edges that matter (first event after idle, a full
+//   batch, a flush request), so a busy coordinator does not pay a futex wake per event.
+// - A crash used to leave "[{...},{...}," behind. We keep the closing bytes on disk after every
+//   write and overwrite them with the next write (pwrite at a remembered offset), data and new
+//   closing in one system call: whenever the process dies, the file ends in a valid closing.
+// - Output is compact (one short event per line, no pretty printing) so long runs stay openable.
+// - Every rank can write its own file: pid = rank, so files from several ranks can be merged.
+#include "timeline/timeline.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "kolo/build_config.h"
+#include "timeline/json_writer.h"
+
+namespace kolo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kFlushInterval = std::chrono::milliseconds(100);  // max age of unwritten events
+constexpr size_t kFlushEvents = 1000;                            // or this many unwritten events
+constexpr auto kIdleWait = std::chrono::seconds(1);              // idle sleep, re-armed
+constexpr auto kFlushDeadline = std::chrono::seconds(10);
+
+int64_t steadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+std::string upperOpName(OpType op) {
+  std::string s = toString(op);
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Writes all of `data` at `offset`, retrying short writes and EINTR. Returns 0 or an errno.
+int pwriteAll(int fd, const std::string& data, off_t offset) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
+                         offset + static_cast<off_t>(done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+enum class EventKind : uint8_t {
+  kNegotiateStart,
+  kRankReady,
+  kNegotiateEnd,
+  kOpStart,
+  kActivityStart,
+  kActivityEnd,
+  kOpEnd,
+  kCycleStart,
+};
+
+// What the writer thread owns for one file, from start() to stop().
+struct TimelineSession {
+  std::string path;
+  int fd = -1;
+  int rank = 0;
+  int64_t baseSteadyNs = 0;
+  int64_t startUnixUs = 0;
+  std::unordered_map<std::string, int64_t> tids;  // tensor name -> row
+  int64_t nextTid = 1;
+  std::string out;           // formatted events not yet in the file
+  size_t unwritten = 0;      // events in `out`
+  Clock::time_point oldestUnwritten;
+  off_t dataEnd = 0;         // file offset where the closing starts (= next event goes)
+  size_t closingOnDisk = 0;  // bytes after dataEnd in the file
+  Status error;              // first write error; further writes are skipped
+};
+
+}  // namespace
+
+struct Timeline::Event {
+  EventKind kind = EventKind::kCycleStart;
+  OpType op = OpType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  int32_t rank = 0;
+  int64_t steadyNs = 0;
+  std::string name;
+  std::string activity;
+  std::vector<int64_t> shape;
+};
+
+struct Timeline::Impl {
+  using Session = TimelineSession;
+  enum class WriterState { kBusy, kIdle, kBatching };
+
+  explicit Impl(size_t cap)
+      : capacity(std::max<size_t>(cap, 1)),
+        notifyAt(std::min(kFlushEvents, std::max<size_t>(capacity / 2, 1))) {}
+
+  const size_t capacity;
+  const size_t notifyAt;  // queue length that wakes a batching writer
+
+  std::mutex lifeMu;  // serializes start/stop; guards session and writer
+  std::unique_ptr<Session> session;
+  std::thread writer;
+
+  mutable std::mutex mu;  // guards everything below
+  std::condition_variable writerCv;
+  std::condition_variable flushCv;
+  std::vector<Event> pending;
+  bool accepting = false;
+  bool stopping = false;
+  bool writerRunning = false;
+  WriterState writerState = WriterState::kBusy;
+  uint64_t flushRequested = 0;
+  uint64_t flushDone = 0;
+  uint64_t wakeups = 0;
+  uint64_t dropped = 0;
+  Status writeError;
+
+  void stopLocked(std::atomic<bool>* active);
+  void writerLoop(Session* s);
+  void format(Session* s, const Event& e);
+  void rowOf(Session* s, const std::string& name, int64_t* tid);
+  void writeOut(Session* s, bool stopped);
+  std::string header(const Session& s) const;
+  std::string closing(const Session& s, bool stopped);
+};
+
+// ---- JSON emission ---------------------------------------------------------------------------
+
+std::string Timeline::Impl::header(const Session& s) const {
+  std::string iso = formatIso8601Utc(s.startUnixUs);
+  std::string h = "{\"traceEvents\":[\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":";
+  appendJsonInt(h, s.rank);
+  h += ",\"args\":{\"name\":\"kolo rank ";
+  appendJsonInt(h, s.rank);
+  h += "\",\"start_time\":";
+  appendJsonString(h, iso);
+  h += ",\"start_time_unix_us\":";
+  appendJsonInt(h, s.startUnixUs);
+  h += "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":";
+  appendJsonInt(h, s.rank);
+  h += ",\"args\":{\"sort_index\":";
+  appendJsonInt(h, s.rank);
+  h += "}},\n{\"name\":\"process_labels\",\"ph\":\"M\",\"pid\":";
+  appendJsonInt(h, s.rank);
+  h += ",\"args\":{\"labels\":";
+  appendJsonString(h, "started " + iso);
+  h += "}}";
+  return h;
+}
+
+// The closing keeps a constant shape: "running"/"stopped" have equal length and the dropped count
+// only grows, so a new closing never ends before the old one (writeOut pads if it ever would).
+std::string Timeline::Impl::closing(const Session& s, bool stopped) {
+  uint64_t droppedNow;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    droppedNow = dropped;
+  }
+  std::string c = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
+  c += KOLO_VERSION_STRING;
+  c += "\",\"rank\":";
+  appendJsonInt(c, s.rank);
+  c += ",\"start_time\":";
+  appendJsonString(c, formatIso8601Utc(s.startUnixUs));
+  c += ",\"start_time_unix_us\":";
+  appendJsonInt(c, s.startUnixUs);
+  c += ",\"dropped_events\":";
+  appendJsonInt(c, static_cast<int64_t>(droppedNow));
+  c += stopped ? ",\"state\":\"stopped\"}}\n" : ",\"state\":\"running\"}}\n";
+  return c;
+}
+
+void Timeline::Impl::rowOf(Session* s, const std::string& name, int64_t* tid) {
+  auto it = s->tids.find(name);
+  if (it != s->tids.end()) {
+    *tid = it->second;
+    return;
+  }
+  *tid = s->nextTid++;
+  s->tids.emplace(name, *tid);
+  // Label the row with the tensor name and keep rows in order of first appearance.
+  std::string& o = s->out;
+  o += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":";
+  appendJsonInt(o, s->rank);
+  o += ",\"tid\":";
+  appendJsonInt(o, *tid);
+  o += ",\"args\":{\"name\":";
+  appendJsonString(o, name);
+  o += "}},\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":";
+  appendJsonInt(o, s->rank);
+  o += ",\"tid\":";
+  appendJsonInt(o, *tid);
+  o += ",\"args\":{\"sort_index\":";
+  appendJsonInt(o, *tid);
+  o += "}}";
+}
+
+void Timeline::Impl::format(Session* s, const Event& e) {
+  int64_t tid = 0;
+  if (e.kind != EventKind::kCycleStart) rowOf(s, e.name, &tid);
+  std::string& o = s->out;
+  o += ",\n{\"name\":";
+  switch (e.kind) {
+    case EventKind::kNegotiateStart:
+      appendJsonString(o, "NEGOTIATE_" + upperOpName(e.op));
+      o += ",\"ph\":\"B\"";
+      break;
+    case EventKind::kOpStart:
+      appendJsonString(o, upperOpName(e.op));
+      o += ",\"ph\":\"B\"";
+      break;
+    case EventKind::kActivityStart:
+      appendJsonString(o, e.activity);
+      o += ",\"ph\":\"B\"";
+      break;
+    case EventKind::kRankReady:
+      o.push_back('"');
+      appendJsonInt(o, e.rank);
+      o += "\",\"ph\":\"X\",\"dur\":0";
+      break;
+    case EventKind::kNegotiateEnd:
+    case EventKind::kActivityEnd:
+    case EventKind::kOpEnd:
+      o += "\"\",\"ph\":\"E\"";
+      break;
+    case EventKind::kCycleStart:
+      o += "\"CYCLE_START\",\"ph\":\"i\",\"s\":\"p\"";
+      break;
+  }
+  o += ",\"ts\":";
+  appendJsonMicros(o, e.steadyNs - s->baseSteadyNs);
+  o += ",\"pid\":";
+  appendJsonInt(o, s->rank);
+  o += ",\"tid\":";
+  appendJsonInt(o, tid);
+  if (e.kind == EventKind::kRankReady) {
+    o += ",\"args\":{\"rank\":";
+    appendJsonInt(o, e.rank);
+    o += "}";
+  } else if (e.kind == EventKind::kOpEnd) {
+    o += ",\"args\":{\"dtype\":";
+    appendJsonString(o, toString(e.dtype));
+    o += ",\"shape\":";
+    appendJsonIntArray(o, e.shape);
+    o += "}";
+  }
+  o += "}";
+}
+
+void Timeline::Impl::writeOut(Session* s, bool stopped) {
+  if (s->error.isOk()) {
+    std::string tail = closing(*s, stopped);
+    size_t have = s->out.size() + tail.size();
+    if (have < s->closingOnDisk) tail.insert(tail.size() - 1, s->closingOnDisk - have, ' ');
+    std::string buf;
+    buf.reserve(s->out.size() + tail.size());
+    buf += s->out;
+    buf += tail;
+    if (int err = pwriteAll(s->fd, buf, s->dataEnd); err != 0) {
+      s->error = Status(ErrorCode::kIo, "timeline: cannot write '" + s->path +
+                                            "': " + std::strerror(err));
+      std::lock_guard<std::mutex> lock(mu);
+      writeError = s->error;
+    } else {
+      s->dataEnd += static_cast<off_t>(s->out.size());
+      s->closingOnDisk = tail.size();
+    }
+  }
+  s->out.clear();
+  s->unwritten = 0;
+}
+
+// ---- the writer thread ----------------------------------------------------------------------
+
+void Timeline::Impl::writerLoop(Session* s) {
+  std::vector<Event> batch;
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    auto workToDo = [&] { return stopping || !pending.empty() || flushRequested != flushDone; };
+    if (!workToDo()) {
+      if (s->unwritten == 0) {
+        writerState = WriterState::kIdle;
+        writerCv.wait_for(lock, kIdleWait, workToDo);
+      } else {
+        writerState = WriterState::kBatching;
+        writerCv.wait_until(lock, s->oldestUnwritten + kFlushInterval, workToDo);
+      }
+      writerState = WriterState::kBusy;
+      ++wakeups;
+    }
+    batch.swap(pending);
+    const uint64_t flushTarget = flushRequested;
+    const bool stop = stopping;
+    const bool flushWanted = flushTarget != flushDone;
+    lock.unlock();
+
+    try {
+      if (!batch.empty() && s->unwritten == 0) s->oldestUnwritten = Clock::now();
+      for (const Event& e : batch) format(s, e);
+      s->unwritten += batch.size();
+      batch.clear();
+      if (stop || flushWanted || s->unwritten >= kFlushEvents ||
+          (s->unwritten > 0 && Clock::now() >= s->oldestUnwritten + kFlushInterval)) {
+        writeOut(s, stop);
+      }
+    } catch (const std::exception& ex) {  // bad_alloc while formatting: lose this batch only
+      batch.clear();
+      s->out.clear();
+      s->unwritten = 0;
+      std::lock_guard<std::mutex> errLock(mu);
+      if (writeError.isOk()) {
+        writeError = Status(ErrorCode::kInternal, std::string("timeline writer: ") + ex.what());
+      }
+    }
+
+    lock.lock();
+    if (flushTarget > flushDone) {
+      flushDone = flushTarget;
+      flushCv.notify_all();
+    }
+    if (stop) break;
+  }
+  writerRunning = false;
+  flushDone = flushRequested;
+  flushCv.notify_all();
+}
+
+// Requires lifeMu. The writer drains the queue and writes the "stopped" closing before it exits.
+void Timeline::Impl::stopLocked(std::atomic<bool>* active) {
+  if (!session) return;
+  active->store(false, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    accepting = false;
+    stopping = true;
+    writerCv.notify_one();
+  }
+  writer.join();
+  ::close(session->fd);
+  session.reset();
+  std::lock_guard<std::mutex> lock(mu);
+  stopping = false;
+  pending.clear();
+}
+
+// ---- public API -----------------------------------------------------------------------------
+
+Timeline::Timeline() : Timeline(kDefaultQueueCapacity) {}
+
+Timeline::Timeline(size_t queueCapacity) : impl_(std::make_unique<Impl>(queueCapacity)) {}
+
+Timeline::~Timeline() { stop(); }
+
+Status Timeline::start(const std::string& path, bool markCycles, int rank) {
+  std::lock_guard<std::mutex> life(impl_->lifeMu);
+  if (impl_->session) {
+    if (impl_->session->path == path) return Status::ok();
+  }
+  impl_->stopLocked(&active_);
+
+  auto s = std::make_unique<TimelineSession>();
+  s->path = path;
+  s->rank = rank;
+  s->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (s->fd < 0) {
+    return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
+  }
+  s->baseSteadyNs = steadyNowNs();
+  s->startUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->dropped = 0;
+    impl_->wakeups = 0;
+    impl_->flushRequested = 0;
+    impl_->flushDone = 0;
+    impl_->writeError = Status::ok();
+  }
+  s->out = impl_->header(*s);
+  impl_->writeOut(s.get(), false);  // the file is a valid, empty trace from here on
+  if (!s->error.isOk()) {
+    ::close(s->fd);
+    return s->error;
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->accepting = true;
+    impl_->stopping = false;
+    impl_->writerRunning = true;
+    impl_->writerState = Impl::WriterState::kBusy;
+  }
+  TimelineSession* raw = s.get();
+  try {
+    impl_->writer = std::thread([this, raw] { impl_->writerLoop(raw); });
+  } catch (const std::system_error& e) {
+    ::close(s->fd);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->accepting = false;
+    impl_->writerRunning = false;
+    return Status(ErrorCode::kInternal, std::string("timeline: cannot start writer: ") + e.what());
+  }
+  pthread_setname_np(impl_->writer.native_handle(), "kolo-timeline");
+  impl_->session = std::move(s);
+  markCycles_.store(markCycles, std::memory_order_relaxed);
+  active_.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+void Timeline::stop() {
+  std::lock_guard<std::mutex> life(impl_->lifeMu);
+  impl_->stopLocked(&active_);
+}
+
+void Timeline::push(Event&& event) {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mu);
+  if (!im.accepting) return;
+  if (im.pending.size() >= im.capacity) {
+    ++im.dropped;
+    return;
+  }
+  im.pending.push_back(std::move(event));
+  // Wake the writer on edges only: first event after idle, or a batch worth writing.
+  if (im.writerState == Impl::WriterState::kIdle ||
+      (im.writerState == Impl::WriterState::kBatching && im.pending.size() >= im.notifyAt)) {
+    im.writerState = Impl::WriterState::kBusy;
+    im.writerCv.notify_one();
+  }
+}
+
+void Timeline::negotiateStart(const std::string& name, OpType op) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kNegotiateStart;
+  e.name = name;
+  e.op = op;
+  push(std::move(e));
+}
+
+void Timeline::negotiateRankReady(const std::string& name, int rank) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kRankReady;
+  e.name = name;
+  e.rank = rank;
+  push(std::move(e));
+}
+
+void Timeline::negotiateEnd(const std::string& name) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kNegotiateEnd;
+  e.name = name;
+  push(std::move(e));
+}
+
+void Timeline::opStart(const std::string& name, OpType op) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kOpStart;
+  e.name = name;
+  e.op = op;
+  push(std::move(e));
+}
+
+void Timeline::activityStart(const std::string& name, const std::string& activity) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kActivityStart;
+  e.name = name;
+  e.activity = activity;
+  push(std::move(e));
+}
+
+void Timeline::activityEnd(const std::string& name) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kActivityEnd;
+  e.name = name;
+  push(std::move(e));
+}
+
+void Timeline::opEnd(const std::string& name, DataType dtype, const std::vector<int64_t>& shape) {
+  if (!active()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kOpEnd;
+  e.name = name;
+  e.dtype = dtype;
+  e.shape = shape;
+  push(std::move(e));
+}
+
+void Timeline::markCycleStart() {
+  if (!active() || !markCycles()) return;
+  Event e;
+  e.steadyNs = steadyNowNs();
+  e.kind = EventKind::kCycleStart;
+  push(std::move(e));
+}
+
+uint64_t Timeline::droppedEvents() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->dropped;
+}
+
+void Timeline::flush() {
+  if (!active()) return;
+  Impl& im = *impl_;
+  std::unique_lock<std::mutex> lock(im.mu);
+  if (!im.accepting || !im.writerRunning) return;
+  const uint64_t ticket = ++im.flushRequested;
+  im.writerState = Impl::WriterState::kBusy;
+  im.writerCv.notify_one();
+  im.flushCv.wait_for(lock, kFlushDeadline,
+                      [&] { return im.flushDone >= ticket || !im.writerRunning; });
+}
+
+Status Timeline::writeStatus() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->writeError;
+}
+
+uint64_t Timeline::writerWakeups() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->wakeups;
+}
+
+}  // namespace kolo
