@@ -1,0 +1,87 @@
+// Private to the store implementations (store.cc, file_store.cc, tcp_store.cc,
+// tcp_store_server.cc): the TCP wire protocol's constants (documented in core/store.h), the
+// little-endian codecs, the counter encoding every store shares, and deadline arithmetic.
+//
+// Counters: add() keeps a key's value as exactly 8 bytes, the little-endian two's complement
+// int64 that the protocol's ADD reply carries, so get() of a counter returns the same bytes from
+// every implementation (memory, file, TCP server, the launcher's Python server). add() on a key
+// that holds anything other than 8 bytes fails rather than reinterpreting it.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kolo {
+namespace store_wire {
+
+using Clock = std::chrono::steady_clock;
+
+enum : uint8_t { kCmdSet = 1, kCmdGet = 2, kCmdAdd = 3, kCmdWait = 4, kCmdCheck = 5, kCmdDel = 6 };
+enum : uint8_t { kReplyOk = 0, kReplyTimeout = 1, kReplyError = 2 };
+
+constexpr size_t kRequestHeader = 1 + 4;  // u8 cmd, u32 keyLen; then key, u64 valLen, value
+constexpr size_t kReplyHeader = 1 + 8;    // u8 status, u64 len; then payload
+constexpr uint32_t kMaxKeyBytes = 1u << 20;
+constexpr uint64_t kMaxValueBytes = 1ull << 32;
+
+inline const char* cmdName(uint8_t cmd) {
+  static const char* const kNames[] = {"?", "SET", "GET", "ADD", "WAIT", "CHECK", "DEL"};
+  return cmd <= kCmdDel ? kNames[cmd] : "?";
+}
+
+inline void putLe(std::vector<uint8_t>* b, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+inline uint64_t getLe(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline std::vector<uint8_t> encodeCounter(int64_t v) {
+  std::vector<uint8_t> b;
+  putLe(&b, static_cast<uint64_t>(v), 8);
+  return b;
+}
+
+// False when the bytes are not a counter (not exactly 8 bytes).
+inline bool decodeCounter(const std::vector<uint8_t>& bytes, int64_t* v) {
+  if (bytes.size() != 8) return false;
+  *v = static_cast<int64_t>(getLe(bytes.data(), 8));
+  return true;
+}
+
+// Wrapping addition (what every implementation does; no signed-overflow UB).
+inline int64_t addWrapping(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
+// Timeouts are clamped to [0, what the wire's u32 milliseconds can say], so "check once" is a
+// negative or zero timeout and huge ones cannot overflow the clock.
+inline std::chrono::milliseconds clampTimeout(std::chrono::milliseconds t) {
+  return std::clamp(t, std::chrono::milliseconds(0), std::chrono::milliseconds(UINT32_MAX));
+}
+
+inline Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
+  return Clock::now() + clampTimeout(timeout);
+}
+
+// Milliseconds until the deadline rounded up, for poll(): when poll times out, it has passed.
+inline int msUntil(Clock::time_point deadline) {
+  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
+}
+
+inline std::string timeoutMessage(std::chrono::milliseconds timeout, const std::string& key,
+                                  const std::string& where) {
+  return "timed out after " + std::to_string(timeout.count()) + " ms waiting for store key '" +
+         key + "' (" + where + ")";
+}
+
+}  // namespace store_wire
+}  // namespace kolo
