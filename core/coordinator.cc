@@ -1,0 +1,413 @@
+#include "core/coordinator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/fusion_planner.h"
+#include "ops/collectives.h"
+#include "ops/execute.h"
+#include "timeline/timeline.h"
+
+namespace kolo {
+namespace {
+
+// Control-plane tags, far from the algorithms' small tags.
+constexpr uint32_t kTagLength = 0x4b000001;
+constexpr uint32_t kTagPayload = 0x4b000002;
+constexpr size_t kFlagNothingNew = 0;  // 1: nothing this rank must negotiate in full
+constexpr size_t kFlagIdle = 1;        // 1: nothing pending on this rank
+constexpr size_t kFlagCount = 2;
+
+bool isTransportFailure(ErrorCode c) {
+  return c == ErrorCode::kPeerLost || c == ErrorCode::kTimeout || c == ErrorCode::kAborted ||
+         c == ErrorCode::kIo;
+}
+
+bool isCacheable(const Response& r) {
+  switch (r.type) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+    case OpType::kBroadcast:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      return r.kind == Response::Kind::kOk && r.joinedRanks.empty();
+    default:
+      return false;
+  }
+}
+
+std::chrono::nanoseconds seconds(double s) {
+  return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
+}
+
+}  // namespace
+
+Coordinator::Coordinator(Deps deps)
+    : d_(std::move(deps)),
+      negotiator_(d_.size),
+      cache_(static_cast<size_t>(d_.config.cacheCapacity)) {}
+
+Coordinator::~Coordinator() { shutdown(); }
+
+void Coordinator::start() {
+  running_ = true;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Coordinator::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdownMu_);
+  if (!thread_.joinable()) return;
+  shutdownRequested_ = true;
+  d_.queue->notify();
+  thread_.join();
+}
+
+Status Coordinator::terminalStatus() const {
+  std::lock_guard<std::mutex> lock(statusMu_);
+  return terminal_;
+}
+
+void Coordinator::loop() {
+  Status cause;
+  while (true) {
+    Status s = round();
+    if (!s.isOk()) {
+      cause = s;
+      break;
+    }
+    // Pacing (see the header): immediate on new work, cycle time while anyone is busy,
+    // heartbeat when the whole job is idle.
+    double wait = globalIdle_ && d_.queue->size() == 0 ? d_.config.heartbeatSeconds
+                                                        : d_.config.cycleTimeMs / 1000.0;
+    d_.queue->waitForWork(Clock::now() + seconds(wait),
+                          [this] { return shutdownRequested_.load(); });
+  }
+  finish(cause);
+}
+
+void Coordinator::finish(const Status& cause) {
+  {
+    std::lock_guard<std::mutex> lock(statusMu_);
+    terminal_ = cause;
+  }
+  running_ = false;
+  if (cause.code() == ErrorCode::kShutdown) {
+    d_.log->debug("coordinator stopped: {}", cause.message());
+  } else {
+    d_.log->error("runtime aborted: {}", cause.toString());
+    d_.global->abort(cause);
+  }
+  for (auto& e : d_.queue->removeAll()) {
+    if (d_.timeline) d_.timeline->negotiateEnd(e->request.name);
+    e->handle->complete(cause);
+  }
+}
+
+Status Coordinator::round() {
+  if (d_.timeline && d_.timeline->markCycles()) d_.timeline->markCycleStart();
+  for (const auto& name : d_.queue->takeNew()) {
+    if (d_.timeline) {
+      if (TensorEntry* e = d_.queue->find(name)) d_.timeline->negotiateStart(name, e->request.type);
+    }
+  }
+
+  std::vector<uint8_t> view;
+  KOLO_RETURN_IF_ERROR(exchangeCacheView(&view));
+  globalIdle_ = view[kFlagIdle] == 1;
+
+  // Slots set on every rank are ready without negotiation, in slot order (same everywhere).
+  std::vector<Response> ready;
+  std::set<std::string> cacheReady;
+  for (uint32_t bit : cache_.bitsInUse()) {
+    if (view[kFlagCount + bit] == 1) {
+      ready.push_back(cache_.response(bit));
+      cacheReady.insert(ready.back().name);
+      cache_.touch(bit);  // the same touches in the same order on every rank
+    }
+  }
+
+  bool shutdownNow = false;
+  std::string shutdownReason;
+  if (view[kFlagNothingNew] == 0) {
+    ResponseList list;
+    KOLO_RETURN_IF_ERROR(negotiateFull(cacheReady, &list));
+    updateCache(list.responses);
+    for (auto& r : list.responses) ready.push_back(std::move(r));
+    shutdownNow = list.shutdown;
+    shutdownReason = list.shutdownReason;
+  }
+
+  Status exec = executeAll(ready);
+  if (!exec.isOk()) return exec;
+  if (shutdownNow) return Status(ErrorCode::kShutdown, shutdownReason);
+  return Status::ok();
+}
+
+Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
+  const auto now = Clock::now();
+  const auto announceAfter = seconds(d_.config.heartbeatSeconds);
+  view->assign(kFlagCount + cache_.capacity(), 0);
+  bool nothingNew = !shutdownRequested_;
+  bool idle = !shutdownRequested_;
+  bool joined = false;
+  d_.queue->forEach([&](TensorEntry& e) {
+    idle = false;
+    if (e.request.type == OpType::kJoin) joined = true;
+    uint32_t bit = 0;
+    auto hit = cache_.lookup(e.request, &bit);
+    if (hit == ResponseCache::Lookup::kHit) (*view)[kFlagCount + bit] = 1;
+    if (!e.announced && (hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
+      nothingNew = false;
+    }
+  });
+  if (joined) {
+    // A joined rank takes part through full negotiation only (it has no entries to match).
+    nothingNew = false;
+    std::fill(view->begin() + kFlagCount, view->end(), 0);
+  } else {
+    // Slots of sets this rank is not in must not hold the others back.
+    for (uint32_t bit : cache_.bitsInUse()) {
+      ProcessSet set;
+      int32_t id = cache_.response(bit).processSet;
+      if (!d_.sets->get(id, &set) || set.myIndex < 0) (*view)[kFlagCount + bit] = 1;
+    }
+  }
+  // Rank 0 forces a full round when stalled ops must be failed on every rank.
+  if (d_.rank == 0 && d_.config.stallCheck && d_.config.stallShutdownSeconds > 0 &&
+      !negotiator_.stalled(now, d_.config.stallShutdownSeconds).empty()) {
+    nothingNew = false;
+  }
+  (*view)[kFlagNothingNew] = nothingNew ? 1 : 0;
+  (*view)[kFlagIdle] = idle ? 1 : 0;
+  return ops::allreduce(*d_.global, d_.config.algorithms, view->data(), view->size(),
+                        DataType::kUInt8, ReduceOp::kMin);
+}
+
+Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, ResponseList* out) {
+  RequestList mine;
+  mine.rank = d_.rank;
+  mine.shutdown = shutdownRequested_;
+  d_.queue->forEach([&](TensorEntry& e) {
+    if (e.announced || cacheReady.count(e.request.name)) return;
+    e.announced = true;
+    mine.requests.push_back(e.request);
+  });
+  std::vector<std::vector<uint8_t>> all;
+  KOLO_RETURN_IF_ERROR(gatherAtRoot(encode(mine), &all));
+
+  std::vector<uint8_t> answer;
+  if (d_.rank == 0) {
+    const auto now = Clock::now();
+    ResponseList list;
+    for (const auto& name : cacheReady) negotiator_.erase(name);
+    std::vector<int> shutdownRanks;
+    for (size_t r = 0; r < all.size(); ++r) {
+      RequestList theirs;
+      Status s = decode(all[r].data(), all[r].size(), &theirs);
+      if (!s.isOk()) {
+        return Status(ErrorCode::kInternal,
+                      "rank " + std::to_string(r) + " sent a malformed request list: " +
+                          s.message());
+      }
+      if (theirs.shutdown) shutdownRanks.push_back(static_cast<int>(r));
+      for (const auto& req : theirs.requests) {
+        negotiator_.add(req, now);
+        if (d_.timeline) d_.timeline->negotiateRankReady(req.name, static_cast<int>(r));
+      }
+    }
+    list.responses = negotiator_.takeReady(now);
+    if (d_.config.stallCheck) {
+      for (const auto& st : negotiator_.stalled(now, d_.config.stallCheckSeconds)) {
+        auto& last = stallWarned_[st.name];
+        if (now - last < seconds(d_.config.stallCheckSeconds)) continue;
+        last = now;
+        std::string missing;
+        for (int32_t m : st.missingRanks) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+        d_.log->warn(
+            "stall: {} '{}' (process set {}) has waited {:.0f} s; ranks still missing: {}. "
+            "One or more ranks did not submit it (different code paths or a stuck rank?)",
+            toString(st.type), st.name, st.processSet, st.waitedSeconds, missing);
+      }
+      if (d_.config.stallShutdownSeconds > 0) {
+        for (auto& r : negotiator_.failStalled(now, d_.config.stallShutdownSeconds)) {
+          list.responses.push_back(std::move(r));
+        }
+      }
+    }
+    for (const auto& r : list.responses) stallWarned_.erase(r.name);
+    if (!shutdownRanks.empty()) {
+      list.shutdown = true;
+      std::string who;
+      for (int r : shutdownRanks) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      list.shutdownReason = "kolo was shut down (by rank " + who + ")";
+    }
+    answer = encode(list);
+  }
+  KOLO_RETURN_IF_ERROR(broadcastFromRoot(&answer));
+  if (d_.rank != 0) {
+    Status s = decode(answer.data(), answer.size(), out);
+    if (!s.isOk()) {
+      return Status(ErrorCode::kInternal, "malformed response list from rank 0: " + s.message());
+    }
+  } else {
+    KOLO_RETURN_IF_ERROR(decode(answer.data(), answer.size(), out));
+  }
+  return Status::ok();
+}
+
+Status Coordinator::gatherAtRoot(const std::vector<uint8_t>& mine,
+                                 std::vector<std::vector<uint8_t>>* all) {
+  Transport& t = *d_.global;
+  uint64_t len = mine.size();
+  if (d_.rank != 0) {
+    KOLO_RETURN_IF_ERROR(t.exchange({sendOp(0, kTagLength, &len, sizeof(len))}));
+    return t.exchange({sendOp(0, kTagPayload, mine.data(), mine.size())});
+  }
+  all->assign(d_.size, {});
+  (*all)[0] = mine;
+  std::vector<uint64_t> lens(d_.size, 0);
+  std::vector<P2POp> ops;
+  for (int r = 1; r < d_.size; ++r) ops.push_back(recvOp(r, kTagLength, &lens[r], sizeof(uint64_t)));
+  KOLO_RETURN_IF_ERROR(t.exchange(ops));
+  ops.clear();
+  for (int r = 1; r < d_.size; ++r) {
+    if (lens[r] > (uint64_t{1} << 32)) {
+      return Status(ErrorCode::kInternal,
+                    "rank " + std::to_string(r) + " announced a " + std::to_string(lens[r]) +
+                        "-byte request list");
+    }
+    (*all)[r].resize(lens[r]);
+    ops.push_back(recvOp(r, kTagPayload, (*all)[r].data(), lens[r]));
+  }
+  return t.exchange(ops);
+}
+
+Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
+  uint64_t len = bytes->size();
+  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, d_.config.algorithms, &len, sizeof(len), 0));
+  if (len > (uint64_t{1} << 32)) {
+    return Status(ErrorCode::kInternal, "rank 0 announced a " + std::to_string(len) +
+                                            "-byte response list");
+  }
+  bytes->resize(len);
+  return ops::broadcast(*d_.global, d_.config.algorithms, bytes->data(), len, 0);
+}
+
+void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
+  if (cache_.capacity() == 0) return;
+  for (const auto& r : fromNegotiation) {
+    if (!isCacheable(r)) {
+      cache_.erase(r.name);
+      continue;
+    }
+    // Every rank makes the same put() calls in the same order, so slots agree everywhere. The
+    // stored request is this rank's own (for lookups); ranks without one store the response's.
+    TensorEntry* e = d_.queue->find(r.name);
+    Request req;
+    if (e != nullptr) {
+      req = e->request;
+    } else {
+      req.type = r.type;
+      req.name = r.name;
+      req.dtype = r.dtype;
+      req.shape = r.shape;
+      req.reduceOp = r.reduceOp;
+      req.prescale = r.prescale;
+      req.postscale = r.postscale;
+      req.root = r.root;
+      req.device = r.device;
+      req.processSet = r.processSet;
+    }
+    cache_.put(r, req);
+  }
+}
+
+void Coordinator::completeEntry(const std::string& name, const Status& s) {
+  auto entry = d_.queue->remove(name);
+  if (!entry) return;
+  if (d_.timeline) {
+    d_.timeline->negotiateEnd(name);
+  }
+  entry->handle->complete(s);
+}
+
+Status Coordinator::executeAll(const std::vector<Response>& ready) {
+  if (ready.empty()) return Status::ok();
+  auto batches = planFusion(ready, d_.config.fusionThresholdBytes, d_.size);
+  for (const auto& batch : batches) {
+    const Response& first = ready[batch.indices.front()];
+    ProcessSet set;
+    bool known = d_.sets->get(first.processSet, &set);
+
+    if (first.kind == Response::Kind::kError) {
+      for (size_t i : batch.indices) {
+        completeEntry(ready[i].name, Status(ready[i].errorCode, ready[i].error));
+      }
+      continue;
+    }
+    switch (first.type) {
+      case OpType::kJoin: {
+        if (TensorEntry* e = d_.queue->find(first.name)) e->handle->lastJoinedRank = first.lastJoinedRank;
+        completeEntry(first.name, Status::ok());
+        continue;
+      }
+      case OpType::kBarrier:
+        completeEntry(first.name, Status::ok());
+        continue;
+      case OpType::kProcessSet: {
+        Status s;
+        int32_t id = -1;
+        std::vector<int32_t> ranks(first.shape.begin(), first.shape.end());
+        if (first.name.rfind("__process_set.add", 0) == 0) {
+          s = d_.sets->add(ranks, &id);
+        } else {
+          id = ranks.empty() ? -1 : ranks[0];
+          s = d_.sets->remove(id);
+          if (s.isOk()) {
+            for (uint32_t bit : cache_.bitsInUse()) {
+              if (cache_.response(bit).processSet == id) cache_.erase(cache_.response(bit).name);
+            }
+          }
+        }
+        if (!s.isOk() && isTransportFailure(s.code())) return s;
+        if (TensorEntry* e = d_.queue->find(first.name)) e->handle->processSetId = id;
+        completeEntry(first.name, s);
+        continue;
+      }
+      default:
+        break;
+    }
+    if (!known) {
+      for (size_t i : batch.indices) {
+        completeEntry(ready[i].name,
+                      Status(ErrorCode::kInvalidArgument,
+                             "process set " + std::to_string(first.processSet) + " is unknown"));
+      }
+      continue;
+    }
+    if (set.myIndex < 0) continue;  // not a member: the others run it without us
+
+    std::vector<const Response*> rs;
+    std::vector<TensorEntry*> es;
+    for (size_t i : batch.indices) {
+      rs.push_back(&ready[i]);
+      es.push_back(d_.queue->find(ready[i].name));
+      if (d_.timeline && es.back() != nullptr) {
+        d_.timeline->negotiateEnd(ready[i].name);
+        d_.timeline->opStart(ready[i].name, ready[i].type);
+      }
+    }
+    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline};
+    Status s = ops::execute(ctx, rs, es);
+    for (size_t k = 0; k < rs.size(); ++k) {
+      if (es[k] == nullptr) continue;
+      if (d_.timeline) d_.timeline->opEnd(rs[k]->name, rs[k]->dtype, rs[k]->shape);
+      auto entry = d_.queue->remove(rs[k]->name);
+      if (entry) entry->handle->complete(s);
+    }
+    if (!s.isOk() && isTransportFailure(s.code())) return s;
+  }
+  return Status::ok();
+}
+
+}  // namespace kolo

@@ -1,0 +1,89 @@
+// Coordinator: the background thread of a Runtime. Each round it
+//   1. drains this rank's new ops and computes its view: a byte per response-cache slot (1 =
+//      "pending here, cached"), plus "nothing new to negotiate" and "idle" flags;
+//   2. runs one MIN-allreduce of that vector over the global transport (a bitwise AND): slots
+//      that are 1 everywhere are ready with no request messages (the cache round);
+//   3. only if some rank has something uncached (or joined, or is shutting down, or rank 0
+//      must fail stalled ops), every rank sends its new requests to rank 0, whose Negotiator
+//      validates them and answers the same ordered response list to every rank;
+//   4. plans fusion over the ready responses and executes the batches, completing handles.
+// Every rank runs the same rounds in lockstep, so all ranks execute the same response list.
+// Pacing: a round starts at once when an op is enqueued; while any rank has work pending the
+// next round follows after at most KOLO_CYCLE_TIME; when every rank is idle the thread sleeps on
+// a condition variable and only a heartbeat round (KOLO_HEARTBEAT_SECONDS) runs, so an idle
+// runtime costs nothing and a silent peer is still noticed (KOLO_TIMEOUT_SECONDS).
+// Failure: any transport error aborts the runtime; every pending op fails with the first cause
+// (naming the lost rank), later submissions fail at once with it.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "core/config.h"
+#include "core/fusion_buffer.h"
+#include "core/log.h"
+#include "core/negotiator.h"
+#include "core/process_set.h"
+#include "core/response_cache.h"
+#include "core/tensor_queue.h"
+#include "transport/transport.h"
+
+namespace kolo {
+
+class Timeline;
+
+class Coordinator {
+ public:
+  struct Deps {
+    Config config;
+    int rank = 0, size = 1;
+    Transport* global = nullptr;      // not owned
+    ProcessSetTable* sets = nullptr;  // not owned
+    TensorQueue* queue = nullptr;     // not owned
+    Timeline* timeline = nullptr;     // not owned, may be null
+    Logger log;
+  };
+
+  explicit Coordinator(Deps deps);
+  ~Coordinator();  // stops the thread (as shutdown(kShutdown))
+
+  void start();
+  // Asks every rank to stop after the current round and waits for this thread to end (bounded
+  // by the transport timeout). Pending ops fail with a kShutdown error naming who shut down.
+  // Idempotent; safe from any thread except the coordinator itself (callbacks must not call it).
+  void shutdown();
+  // ok while running; afterwards the reason new ops must fail (abort cause or shutdown).
+  Status terminalStatus() const;
+  bool running() const { return running_.load(); }
+
+ private:
+  void loop();
+  Status round();
+  Status exchangeCacheView(std::vector<uint8_t>* view);
+  Status negotiateFull(const std::set<std::string>& cacheReady, ResponseList* out);
+  Status gatherAtRoot(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
+  Status broadcastFromRoot(std::vector<uint8_t>* bytes);
+  void updateCache(const std::vector<Response>& fromNegotiation);
+  Status executeAll(const std::vector<Response>& ready);
+  void completeEntry(const std::string& name, const Status& s);
+  void finish(const Status& cause);
+
+  Deps d_;
+  Negotiator negotiator_;  // used on rank 0 only
+  ResponseCache cache_;
+  FusionBuffer fusion_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> shutdownRequested_{false};
+  bool globalIdle_ = true;  // last round: every rank idle
+  std::map<std::string, Clock::time_point> stallWarned_;  // rank 0: last warning per name
+  mutable std::mutex statusMu_;
+  Status terminal_;
+  std::mutex shutdownMu_;
+};
+
+}  // namespace kolo

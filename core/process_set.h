@@ -1,0 +1,49 @@
+// ProcessSetTable: the process sets this rank knows. Set 0 is every rank. Ids are assigned in
+// creation order (1, 2, ...) and never reused, so they agree on every rank: additions and
+// removals happen on the coordinator thread in the order of the agreed response list.
+// Thread safety: all methods lock; transports are used by the coordinator thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace kolo {
+
+struct ProcessSet {
+  int32_t id = 0;
+  std::vector<int32_t> ranks;  // global ranks, ascending
+  int32_t myIndex = -1;        // this rank's position in `ranks`, -1 if not a member
+  Transport* transport = nullptr;  // the set's transport on members (owned by the table)
+};
+
+class ProcessSetTable {
+ public:
+  // The global set over `global` (not owned; the Runtime owns it).
+  ProcessSetTable(Transport* global, int worldRank, int worldSize);
+
+  // Creates the next set (collective over every rank of the global transport).
+  Status add(const std::vector<int32_t>& ranks, int32_t* id);
+  Status remove(int32_t id);
+  // Copies the set's description; false if unknown.
+  bool get(int32_t id, ProcessSet* out) const;
+  bool contains(int32_t id) const;
+  std::vector<ProcessSet> all() const;
+
+ private:
+  mutable std::mutex mu_;
+  int worldRank_;
+  int32_t nextId_ = 1;
+  std::map<int32_t, ProcessSet> sets_;
+  std::map<int32_t, std::unique_ptr<Transport>> owned_;
+  Transport* global_;
+};
+
+// Validates a rank list for a new set: non-empty, ascending, unique, each in [0, worldSize).
+Status validateProcessSetRanks(const std::vector<int32_t>& ranks, int worldSize);
+
+}  // namespace kolo

@@ -1,0 +1,483 @@
+#include "core/runtime.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/collectives.h"
+#include "transport/loopback/loopback_transport.h"
+#include "transport/registry.h"
+
+namespace kolo {
+namespace {
+
+constexpr size_t kMaxNameBytes = 1024;
+constexpr size_t kMaxDims = 16;
+
+std::string localHostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// Gathers every rank's host name over the transport itself (MPI, loopback).
+Status gatherHostnames(Transport& t, const std::string& mine, std::vector<std::string>* hosts) {
+  const int n = t.size();
+  constexpr size_t kSlot = 256;
+  std::vector<char> send(kSlot, 0), recv(kSlot * n, 0);
+  std::memcpy(send.data(), mine.data(), std::min(mine.size(), kSlot - 1));
+  ops::AlgorithmConfig ring;
+  ring.allgather = ops::Algorithm::kRing;
+  KOLO_RETURN_IF_ERROR(
+      ops::allgatherv(t, ring, send.data(), kSlot, recv.data(), std::vector<size_t>(n, kSlot)));
+  hosts->clear();
+  for (int r = 0; r < n; ++r) hosts->emplace_back(recv.data() + r * kSlot);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status Runtime::create(const Config& config, int generation, std::unique_ptr<Runtime>* out) {
+  Config cfg = config;
+  KOLO_RETURN_IF_ERROR(detectLaunchEnvironment(&cfg));
+  if (cfg.hostname.empty()) cfg.hostname = localHostname();
+  if (cfg.size < 0) {  // started without a launcher: a job of one
+    cfg.size = 1;
+    cfg.rank = 0;
+  }
+  if (cfg.rank < 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_SIZE=" + std::to_string(cfg.size) + " is set but KOLO_RANK is not");
+  }
+  if (cfg.heartbeatSeconds * 2 > cfg.timeoutSeconds) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_HEARTBEAT_SECONDS must be at most half of KOLO_TIMEOUT_SECONDS");
+  }
+
+  std::unique_ptr<Transport> transport;
+  std::vector<std::string> hosts;
+  const auto startTimeout = millis(cfg.startTimeoutSeconds);
+  if (cfg.size == 1 && cfg.transport != TransportKind::kMpi && cfg.transport != TransportKind::kGloo) {
+    std::vector<std::unique_ptr<Transport>> group;
+    KOLO_RETURN_IF_ERROR(createLoopbackGroup(1, &group));
+    transport = std::move(group[0]);
+    hosts = {cfg.hostname};
+  } else {
+    std::shared_ptr<Store> store;
+    if (!cfg.rendezvousAddr.empty()) {
+      if (cfg.rendezvousPort <= 0) {
+        return Status(ErrorCode::kInvalidArgument,
+                      "KOLO_RENDEZVOUS_ADDR is set but KOLO_RENDEZVOUS_PORT is not");
+      }
+      KOLO_RETURN_IF_ERROR(
+          makeTcpStore(cfg.rendezvousAddr, cfg.rendezvousPort, startTimeout, &store));
+    } else if (!cfg.rendezvousDir.empty()) {
+      KOLO_RETURN_IF_ERROR(makeFileStore(cfg.rendezvousDir, &store));
+    }
+    if (store && generation > 0) {
+      store = makePrefixStore(store, "gen" + std::to_string(generation) + "/");
+    }
+    if (store) {
+      // Publishing "host/<rank>" also tells kolorun this rank connected.
+      KOLO_RETURN_IF_ERROR(
+          exchangeHostnames(*store, cfg.rank, cfg.size, cfg.hostname, startTimeout, &hosts));
+    }
+    KOLO_RETURN_IF_ERROR(createTransport(cfg, store, cfg.rank, cfg.size, &transport));
+    if (hosts.empty()) KOLO_RETURN_IF_ERROR(gatherHostnames(*transport, cfg.hostname, &hosts));
+  }
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->config_ = cfg;
+  KOLO_RETURN_IF_ERROR(rt->start(std::move(transport), hosts));
+  *out = std::move(rt);
+  return Status::ok();
+}
+
+Status Runtime::createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
+                                    const std::vector<std::string>& hosts,
+                                    std::unique_ptr<Runtime>* out) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->config_ = config;
+  rt->config_.rank = transport->rank();
+  rt->config_.size = transport->size();
+  std::vector<std::string> h = hosts;
+  if (h.empty()) h.assign(transport->size(), "localhost");
+  KOLO_RETURN_IF_ERROR(rt->start(std::move(transport), h));
+  *out = std::move(rt);
+  return Status::ok();
+}
+
+Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<std::string>& hosts) {
+  transport_ = std::move(transport);
+  transport_->setTimeout(millis(config_.timeoutSeconds));
+  KOLO_RETURN_IF_ERROR(computeTopology(hosts, transport_->rank(), &topo_));
+  log_ = makeLogger(topo_.rank, config_.logLevel);
+  if (topo_.rank == 0) log_->debug("configuration:\n{}", config_.toString());
+  sets_ = std::make_unique<ProcessSetTable>(transport_.get(), topo_.rank, topo_.size);
+  if (!config_.timelinePath.empty()) {
+    KOLO_RETURN_IF_ERROR(startTimeline(config_.timelinePath, config_.timelineMarkCycles));
+  }
+  Coordinator::Deps deps;
+  deps.config = config_;
+  deps.rank = topo_.rank;
+  deps.size = topo_.size;
+  deps.global = transport_.get();
+  deps.sets = sets_.get();
+  deps.queue = &queue_;
+  deps.timeline = &timeline_;
+  deps.log = log_;
+  coordinator_ = std::make_unique<Coordinator>(std::move(deps));
+  coordinator_->start();
+  return Status::ok();
+}
+
+Runtime::~Runtime() { shutdown().ignore(); }
+
+Status Runtime::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    if (shutDown_) return Status::ok();
+    shutDown_ = true;
+  }
+  if (coordinator_) coordinator_->shutdown();
+  timeline_.stop();
+  return Status::ok();
+}
+
+Status Runtime::startTimeline(const std::string& path, bool markCycles) {
+  if (path.empty()) return Status(ErrorCode::kInvalidArgument, "timeline path is empty");
+  if (config_.timelineAllRanks) {
+    std::string p = path;
+    auto dot = p.rfind('.');
+    auto slash = p.rfind('/');
+    std::string tag = "." + std::to_string(topo_.rank);
+    if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) {
+      p.insert(dot, tag);
+    } else {
+      p += tag;
+    }
+    return timeline_.start(p, markCycles, topo_.rank);
+  }
+  if (topo_.rank != 0) return Status::ok();
+  return timeline_.start(path, markCycles, topo_.rank);
+}
+
+void Runtime::stopTimeline() { timeline_.stop(); }
+
+// ---- validation ----------------------------------------------------------------------------
+
+std::string Runtime::where(const char* op, const std::string& name) const {
+  return std::string(op) + " '" + name + "' on rank " + std::to_string(topo_.rank) + ": ";
+}
+
+Status Runtime::usable() const {
+  if (!coordinator_) return Status(ErrorCode::kNotInitialized, "kolo is not initialized");
+  Status t = coordinator_->terminalStatus();
+  if (!t.isOk()) {
+    if (t.code() == ErrorCode::kShutdown) return t;
+    return Status(ErrorCode::kAborted, "the runtime aborted earlier: " + t.toString());
+  }
+  return Status::ok();
+}
+
+Status Runtime::validate(const char* op, const std::string& name, const TensorView& t,
+                         int32_t processSet, ProcessSet* set) const {
+  KOLO_RETURN_IF_ERROR(usable());
+  auto bad = [&](const std::string& what) {
+    return Status(ErrorCode::kInvalidArgument, where(op, name) + what);
+  };
+  if (name.empty()) return bad("the name is empty");
+  if (name.size() > kMaxNameBytes) {
+    return bad("the name is " + std::to_string(name.size()) + " bytes long (at most " +
+               std::to_string(kMaxNameBytes) + ")");
+  }
+  if (name.find('\0') != std::string::npos) return bad("the name contains a NUL byte");
+  if (!isValid(t.dtype)) return bad("unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
+  if (t.shape.size() > kMaxDims) {
+    return bad("the tensor has " + std::to_string(t.shape.size()) + " dimensions (at most 16)");
+  }
+  int64_t n = 1;
+  const int64_t limit = std::numeric_limits<int64_t>::max() / 8;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    int64_t d = t.shape[i];
+    if (d < 0) return bad("dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
+    if (d != 0 && n > limit / d) return bad("the shape " + shapeToString(t.shape) + " overflows");
+    n *= d;
+  }
+  if (n > 0 && t.data == nullptr) return bad("the tensor data pointer is NULL");
+  if (t.device != kCpuDevice) {
+    return Status(ErrorCode::kUnsupported,
+                  where(op, name) + "device " + std::to_string(t.device) +
+                      " tensors need the NCCL/CUDA path, which this build does not include");
+  }
+  if (!sets_->get(processSet, set)) {
+    return bad("process set " + std::to_string(processSet) + " does not exist");
+  }
+  if (set->myIndex < 0) {
+    return bad("this rank is not a member of process set " + std::to_string(processSet));
+  }
+  return Status::ok();
+}
+
+std::unique_ptr<TensorEntry> Runtime::makeEntry(OpType type, const std::string& name,
+                                                const TensorView& t, int32_t processSet) const {
+  auto e = std::make_unique<TensorEntry>();
+  e->request.rank = topo_.rank;
+  e->request.type = type;
+  e->request.name = name;
+  e->request.dtype = t.dtype;
+  e->request.shape = t.shape;
+  e->request.device = t.device;
+  e->request.processSet = processSet;
+  e->input = t;
+  e->handle = std::make_shared<HandleState>();
+  return e;
+}
+
+Status Runtime::enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle) {
+  HandlePtr h = e->handle;
+  KOLO_RETURN_IF_ERROR(queue_.add(std::move(e)));
+  *handle = h;
+  return Status::ok();
+}
+
+namespace {
+Status checkScales(const std::string& where, ReduceOp op, double prescale, double postscale) {
+  if (!isValidUserOp(op)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where + "unknown reduce op " + std::to_string(static_cast<int>(op)));
+  }
+  if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
+    return Status(ErrorCode::kInvalidArgument, where + "scale factors must be finite");
+  }
+  return Status::ok();
+}
+}  // namespace
+
+// ---- ops -----------------------------------------------------------------------------------
+
+Status Runtime::allreduce(const std::string& name, const TensorView& input,
+                          const TensorView* output, ReduceOp op, double prescale,
+                          double postscale, int32_t processSet, HandlePtr* handle) {
+  std::vector<TensorView> outs;
+  if (output) outs.push_back(*output);
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
+  KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
+  auto e = makeEntry(OpType::kAllreduce, name, input, processSet);
+  if (output && output->data != nullptr && output->data != input.data) {
+    if (output->dtype != input.dtype || output->shape != input.shape ||
+        output->device != input.device) {
+      return Status(ErrorCode::kInvalidArgument,
+                    where("allreduce", name) + "the output (" + toString(output->dtype) + " " +
+                        shapeToString(output->shape) + ") does not match the input (" +
+                        toString(input.dtype) + " " + shapeToString(input.shape) + ")");
+    }
+    e->output = *output;
+  }
+  e->request.reduceOp = op;
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::groupedAllreduce(const std::string& name, const std::vector<TensorView>& inputs,
+                                 const std::vector<TensorView>* outputs, ReduceOp op,
+                                 double prescale, double postscale, int32_t processSet,
+                                 HandlePtr* handle) {
+  if (inputs.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("grouped_allreduce", name) + "the group has no tensors");
+  }
+  if (outputs && outputs->size() != inputs.size()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("grouped_allreduce", name) + "outputs and inputs differ in count");
+  }
+  int64_t groupId;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    groupId = groupCount_++;
+  }
+  auto shared = std::make_shared<HandleState>();
+  shared->expectParts(static_cast<int>(inputs.size()));
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    HandlePtr part;
+    std::string member = name + "." + std::to_string(i);
+    // Validate each member exactly like a single allreduce (without enqueueing it).
+    ProcessSet set;
+    KOLO_RETURN_IF_ERROR(validate("grouped_allreduce", member, inputs[i], processSet, &set));
+    KOLO_RETURN_IF_ERROR(checkScales(where("grouped_allreduce", member), op, prescale, postscale));
+    auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);
+    if (outputs && (*outputs)[i].data != nullptr && (*outputs)[i].data != inputs[i].data) {
+      const TensorView& o = (*outputs)[i];
+      if (o.dtype != inputs[i].dtype || o.shape != inputs[i].shape) {
+        return Status(ErrorCode::kInvalidArgument,
+                      where("grouped_allreduce", member) + "the output does not match the input");
+      }
+      e->output = o;
+    }
+    e->request.reduceOp = op;
+    e->request.prescale = prescale;
+    e->request.postscale = postscale;
+    e->request.groupId = static_cast<int32_t>(groupId);
+    e->request.groupSize = static_cast<int32_t>(inputs.size());
+    e->handle = shared;
+    entries.push_back(std::move(e));
+  }
+  KOLO_RETURN_IF_ERROR(queue_.addGroup(std::move(entries)));
+  *handle = shared;
+  return Status::ok();
+}
+
+Status Runtime::allgather(const std::string& name, const TensorView& input, OutputAllocator alloc,
+                          int32_t processSet, HandlePtr* handle) {
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("allgather", name, input, processSet, &set));
+  if (input.shape.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("allgather", name) + "a scalar (0-dimensional) tensor cannot be gathered "
+                                             "along dimension 0; reshape it to [1]");
+  }
+  auto e = makeEntry(OpType::kAllgather, name, input, processSet);
+  e->allocate = std::move(alloc);
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::broadcast(const std::string& name, const TensorView& tensor, int32_t root,
+                          int32_t processSet, HandlePtr* handle) {
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("broadcast", name, tensor, processSet, &set));
+  if (root < 0 || root >= static_cast<int32_t>(set.ranks.size())) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("broadcast", name) + "root " + std::to_string(root) + " is outside [0, " +
+                      std::to_string(set.ranks.size()) + ")");
+  }
+  auto e = makeEntry(OpType::kBroadcast, name, tensor, processSet);
+  e->request.root = root;
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::alltoall(const std::string& name, const TensorView& input,
+                         const std::vector<int64_t>& splits, OutputAllocator alloc,
+                         int32_t processSet, HandlePtr* handle) {
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("alltoall", name, input, processSet, &set));
+  const auto n = static_cast<int64_t>(set.ranks.size());
+  if (input.shape.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("alltoall", name) + "a scalar (0-dimensional) tensor cannot be split");
+  }
+  std::vector<int64_t> s = splits;
+  if (s.empty()) {
+    if (input.shape[0] % n != 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    where("alltoall", name) + "dimension 0 (" + std::to_string(input.shape[0]) +
+                        ") is not divisible by the " + std::to_string(n) +
+                        " ranks; pass splits");
+    }
+    s.assign(n, input.shape[0] / n);
+  }
+  if (static_cast<int64_t>(s.size()) != n) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("alltoall", name) + "got " + std::to_string(s.size()) +
+                      " splits for a set of " + std::to_string(n) + " ranks");
+  }
+  int64_t sum = 0;
+  for (int64_t x : s) {
+    if (x < 0) return Status(ErrorCode::kInvalidArgument, where("alltoall", name) + "a split is negative");
+    sum += x;
+  }
+  if (sum != input.shape[0]) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("alltoall", name) + "splits sum to " + std::to_string(sum) +
+                      " but dimension 0 is " + std::to_string(input.shape[0]));
+  }
+  auto e = makeEntry(OpType::kAlltoall, name, input, processSet);
+  e->request.splits = s;
+  e->allocate = std::move(alloc);
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::reducescatter(const std::string& name, const TensorView& input, ReduceOp op,
+                              double prescale, double postscale, OutputAllocator alloc,
+                              int32_t processSet, HandlePtr* handle) {
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("reducescatter", name, input, processSet, &set));
+  KOLO_RETURN_IF_ERROR(checkScales(where("reducescatter", name), op, prescale, postscale));
+  if (input.shape.empty()) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("reducescatter", name) + "a scalar (0-dimensional) tensor cannot be "
+                                                 "scattered along dimension 0");
+  }
+  auto e = makeEntry(OpType::kReducescatter, name, input, processSet);
+  e->request.reduceOp = op;
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  e->allocate = std::move(alloc);
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::barrier(int32_t processSet, HandlePtr* handle) {
+  int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    k = barrierCount_++;
+  }
+  std::string name = "__barrier." + std::to_string(processSet) + "." + std::to_string(k);
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  ProcessSet set;
+  KOLO_RETURN_IF_ERROR(validate("barrier", name, none, processSet, &set));
+  return enqueue(makeEntry(OpType::kBarrier, name, none, processSet), handle);
+}
+
+Status Runtime::join(HandlePtr* handle) {
+  KOLO_RETURN_IF_ERROR(usable());
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  none.shape = {0};
+  return enqueue(makeEntry(OpType::kJoin, "__join", none, 0), handle);
+}
+
+Status Runtime::addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* handle) {
+  KOLO_RETURN_IF_ERROR(usable());
+  KOLO_RETURN_IF_ERROR(validateProcessSetRanks(ranks, topo_.size));
+  int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    k = processSetOps_++;
+  }
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  auto e = makeEntry(OpType::kProcessSet, "__process_set.add." + std::to_string(k), none, 0);
+  e->request.shape.assign(ranks.begin(), ranks.end());  // the rank list travels as the "shape"
+  return enqueue(std::move(e), handle);
+}
+
+Status Runtime::removeProcessSet(int32_t id, HandlePtr* handle) {
+  KOLO_RETURN_IF_ERROR(usable());
+  if (id == 0) {
+    return Status(ErrorCode::kInvalidArgument, "the global process set (id 0) cannot be removed");
+  }
+  if (!sets_->contains(id)) {
+    return Status(ErrorCode::kInvalidArgument, "process set " + std::to_string(id) + " does not exist");
+  }
+  int64_t k;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    k = processSetOps_++;
+  }
+  TensorView none;
+  none.dtype = DataType::kUInt8;
+  auto e = makeEntry(OpType::kProcessSet, "__process_set.remove." + std::to_string(k), none, 0);
+  e->request.shape = {id};
+  return enqueue(std::move(e), handle);
+}
+
+}  // namespace kolo

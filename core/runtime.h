@@ -1,0 +1,103 @@
+// Runtime: one kolo instance in one process. Owns the Config, the rendezvous Store, the global
+// Transport, the process sets, the TensorQueue, the Timeline and the Coordinator thread.
+//
+// Submission methods validate their arguments on the calling thread (errors name the op, the
+// tensor and this rank, and nothing is enqueued), then enqueue and return a handle at once.
+// Thread safety: every public method may be called from any thread. shutdown() is idempotent
+// and bounded in time; the destructor calls it. There are no globals: the C API's singleton in
+// bindings/c is the only process-wide instance.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/coordinator.h"
+#include "core/handle.h"
+#include "core/log.h"
+#include "core/process_set.h"
+#include "core/store.h"
+#include "core/tensor_queue.h"
+#include "core/topology.h"
+#include "timeline/timeline.h"
+#include "transport/transport.h"
+
+namespace kolo {
+
+using HandlePtr = std::shared_ptr<HandleState>;
+
+class Runtime {
+ public:
+  // Full initialization from the Config: launch environment, rendezvous, transport, topology.
+  // `generation` counts earlier inits in this process (keeps rendezvous keys apart).
+  static Status create(const Config& config, int generation, std::unique_ptr<Runtime>* out);
+  // Over a transport made by the caller (thread ranks over loopback in tests). `hosts` gives
+  // every rank's host name for the topology (empty: all ranks on one host).
+  static Status createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
+                                    const std::vector<std::string>& hosts,
+                                    std::unique_ptr<Runtime>* out);
+  ~Runtime();
+
+  Status shutdown();
+
+  const Topology& topology() const { return topo_; }
+  const char* transportName() const { return transport_->name(); }
+  const Config& config() const { return config_; }
+  Timeline& timeline() { return timeline_; }
+  // Starts the timeline for this rank (rank 0 only unless KOLO_TIMELINE_ALL_RANKS: then
+  // "f.json" becomes "f.<rank>.json"). A no-op on ranks that do not write.
+  Status startTimeline(const std::string& path, bool markCycles);
+  void stopTimeline();
+
+  // ---- ops (asynchronous) ----------------------------------------------------------------
+  Status allreduce(const std::string& name, const TensorView& input, const TensorView* output,
+                   ReduceOp op, double prescale, double postscale, int32_t processSet,
+                   HandlePtr* handle);
+  Status groupedAllreduce(const std::string& name, const std::vector<TensorView>& inputs,
+                          const std::vector<TensorView>* outputs, ReduceOp op, double prescale,
+                          double postscale, int32_t processSet, HandlePtr* handle);
+  Status allgather(const std::string& name, const TensorView& input, OutputAllocator alloc,
+                   int32_t processSet, HandlePtr* handle);
+  Status broadcast(const std::string& name, const TensorView& tensor, int32_t root,
+                   int32_t processSet, HandlePtr* handle);
+  // splits empty = even split of dim 0.
+  Status alltoall(const std::string& name, const TensorView& input,
+                  const std::vector<int64_t>& splits, OutputAllocator alloc, int32_t processSet,
+                  HandlePtr* handle);
+  Status reducescatter(const std::string& name, const TensorView& input, ReduceOp op,
+                       double prescale, double postscale, OutputAllocator alloc,
+                       int32_t processSet, HandlePtr* handle);
+  Status barrier(int32_t processSet, HandlePtr* handle);
+  Status join(HandlePtr* handle);
+  // Collective over all ranks; the handle's processSetId holds the new id.
+  Status addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* handle);
+  Status removeProcessSet(int32_t id, HandlePtr* handle);
+  bool processSet(int32_t id, ProcessSet* out) const { return sets_->get(id, out); }
+
+ private:
+  Runtime() = default;
+  Status start(std::unique_ptr<Transport> transport, const std::vector<std::string>& hosts);
+  Status usable() const;
+  Status validate(const char* op, const std::string& name, const TensorView& t,
+                  int32_t processSet, ProcessSet* set) const;
+  std::unique_ptr<TensorEntry> makeEntry(OpType type, const std::string& name,
+                                         const TensorView& t, int32_t processSet) const;
+  Status enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle);
+  std::string where(const char* op, const std::string& name) const;
+
+  Config config_;
+  Topology topo_{};
+  Logger log_;
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ProcessSetTable> sets_;
+  TensorQueue queue_;
+  Timeline timeline_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::mutex countersMu_;
+  int64_t barrierCount_ = 0, processSetOps_ = 0, groupCount_ = 0;
+  bool shutDown_ = false;
+};
+
+}  // namespace kolo

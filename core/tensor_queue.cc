@@ -1,0 +1,104 @@
+#include "core/tensor_queue.h"
+
+#include <algorithm>
+
+namespace kolo {
+
+namespace {
+Status duplicate(const std::string& name) {
+  return Status(ErrorCode::kDuplicateName,
+                "an op named '" + name +
+                    "' is already in flight on this rank; wait for it or use another name");
+}
+}  // namespace
+
+Status TensorQueue::add(std::unique_ptr<TensorEntry> entry) {
+  std::vector<std::unique_ptr<TensorEntry>> one;
+  one.push_back(std::move(entry));
+  return addGroup(std::move(one));
+}
+
+Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string& name = entries[i]->request.name;
+      if (entries_.count(name)) return duplicate(name);
+      for (size_t j = 0; j < i; ++j) {
+        if (entries[j]->request.name == name) return duplicate(name);
+      }
+    }
+    for (auto& e : entries) {
+      std::string name = e->request.name;
+      e->enqueued = Clock::now();
+      order_.push_back(name);
+      fresh_.push_back(name);
+      entries_.emplace(name, std::move(e));
+    }
+    woken_ = true;
+  }
+  cv_.notify_one();
+  return Status::ok();
+}
+
+bool TensorQueue::waitForWork(Deadline deadline, const std::function<bool()>& shouldWake) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_until(lock, deadline, [&] { return woken_ || !fresh_.empty() || shouldWake(); });
+  woken_ = false;
+  return !fresh_.empty();
+}
+
+void TensorQueue::notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    woken_ = true;
+  }
+  cv_.notify_one();
+}
+
+std::vector<std::string> TensorQueue::takeNew() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  out.swap(fresh_);
+  return out;
+}
+
+TensorEntry* TensorQueue::find(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : it->second.get();
+}
+
+std::unique_ptr<TensorEntry> TensorQueue::remove(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(name);
+  if (it == entries_.end()) return nullptr;
+  auto entry = std::move(it->second);
+  entries_.erase(it);
+  auto pos = std::find(order_.begin(), order_.end(), name);
+  if (pos != order_.end()) order_.erase(pos);
+  fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), name), fresh_.end());
+  return entry;
+}
+
+std::vector<std::unique_ptr<TensorEntry>> TensorQueue::removeAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::unique_ptr<TensorEntry>> out;
+  for (const auto& name : order_) out.push_back(std::move(entries_[name]));
+  entries_.clear();
+  order_.clear();
+  fresh_.clear();
+  return out;
+}
+
+size_t TensorQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+void TensorQueue::forEach(const std::function<void(TensorEntry&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& name : order_) fn(*entries_.at(name));
+}
+
+}  // namespace kolo

@@ -1,0 +1,70 @@
+// TensorQueue: this rank's ops in flight, keyed by name.
+//
+// Callers (any thread) add entries; the coordinator thread drains the new ones each round,
+// looks entries up by name when a response names them, and removes them once executed.
+// A second add with a name already in flight fails at once with kDuplicateName; the first op
+// is untouched. Thread safety: all methods lock an internal mutex; entry pointers returned to
+// the coordinator stay valid until the coordinator itself removes the entry.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/handle.h"
+#include "core/message.h"
+#include "core/tensor.h"
+
+namespace kolo {
+
+// Allocates an op's output once its shape is known (allgather, alltoall, reducescatter).
+// Returns nullptr to fail the op. Called on the coordinator thread.
+using OutputAllocator = std::function<void*(size_t bytes, const std::vector<int64_t>& shape)>;
+
+struct TensorEntry {
+  Request request;  // what this rank asks for (name, type, dtype, shape, op, ...)
+  TensorView input;
+  TensorView output;  // allreduce out of place; data == input.data (or null) means in place
+  OutputAllocator allocate;  // empty = the handle owns the output
+  std::shared_ptr<HandleState> handle;
+  Clock::time_point enqueued;
+  bool announced = false;  // sent to the coordinator rank in a full round
+};
+
+class TensorQueue {
+ public:
+  // Takes the entry; kDuplicateName when its name is in flight. Wakes the coordinator.
+  Status add(std::unique_ptr<TensorEntry> entry);
+  // Adds all or nothing (grouped allreduce).
+  Status addGroup(std::vector<std::unique_ptr<TensorEntry>> entries);
+
+  // Coordinator side. Blocks until something was added since the last call, `shouldWake`
+  // returns true, or the deadline passes. Returns true if new entries are waiting.
+  bool waitForWork(Deadline deadline, const std::function<bool()>& shouldWake);
+  void notify();  // wakes waitForWork (shutdown, abort)
+
+  // Names of entries added since the last call, in arrival order.
+  std::vector<std::string> takeNew();
+  TensorEntry* find(const std::string& name);
+  std::unique_ptr<TensorEntry> remove(const std::string& name);
+  // Every entry in arrival order (coordinator: to fail them all on abort/shutdown).
+  std::vector<std::unique_ptr<TensorEntry>> removeAll();
+  size_t size() const;
+  // Visits entries in arrival order (coordinator thread only, under the lock).
+  void forEach(const std::function<void(TensorEntry&)>& fn);
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> entries_;
+  std::deque<std::string> order_;  // arrival order of names still in entries_
+  std::vector<std::string> fresh_;
+  bool woken_ = false;
+};
+
+}  // namespace kolo

@@ -1,0 +1,266 @@
+// execute: the data path of one batch. Why it is shaped like this:
+//  - A batch of one tensor skips the fusion buffer (the copies would cost more than they save):
+//    the collective runs in the output tensor itself.
+//  - Scaling happens once on the packed buffer, so fused and unfused ops round identically.
+//  - AVERAGE divides by the set size after the postscale (joined ranks count: they sent zeros).
+#include "ops/execute.h"
+
+#include <cstring>
+#include <numeric>
+
+#include "ops/reduce_cpu.h"
+#include "timeline/timeline.h"
+
+namespace kolo::ops {
+namespace {
+
+// Records the same timeline step for every tensor of the batch.
+class Steps {
+ public:
+  Steps(Timeline* tl, const std::vector<const Response*>& rs) : tl_(tl), rs_(rs) {}
+  void begin(const std::string& activity) const {
+    if (!on()) return;
+    for (auto* r : rs_) tl_->activityStart(r->name, activity);
+  }
+  void end() const {
+    if (!on()) return;
+    for (auto* r : rs_) tl_->activityEnd(r->name);
+  }
+
+ private:
+  bool on() const { return tl_ != nullptr && tl_->active(); }
+  Timeline* tl_;
+  const std::vector<const Response*>& rs_;
+};
+
+size_t rowBytes(const Response& r) {
+  size_t row = sizeOf(r.dtype);
+  for (size_t i = 1; i < r.shape.size(); ++i) row *= static_cast<size_t>(r.shape[i]);
+  return row;
+}
+
+size_t elementsOf(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+// Allocates an op's output through its allocator, or in its handle.
+Status allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, size_t bytes,
+                      void** out) {
+  HandleState& h = *e.handle;
+  h.outputShape = shape;
+  if (e.allocate) {
+    *out = e.allocate(bytes, shape);
+    if (*out == nullptr && bytes > 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    std::string(toString(e.request.type)) + " '" + e.request.name +
+                        "': the output allocator returned NULL for " + std::to_string(bytes) +
+                        " bytes");
+    }
+  } else {
+    h.ownedOutput.resize(bytes);
+    *out = h.ownedOutput.data();
+  }
+  h.outputData = *out;
+  return Status::ok();
+}
+
+void copyBytes(void* dst, const void* src, size_t n) {
+  if (n > 0 && dst != src) std::memcpy(dst, src, n);
+}
+
+Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& rs,
+                    const std::vector<TensorEntry*>& es, const Steps& steps) {
+  const Response& first = *rs[0];
+  const int n = static_cast<int>(ctx.set->ranks.size());
+  const double post =
+      first.postscale * (first.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const size_t elem = sizeOf(first.dtype);
+  std::vector<size_t> counts(rs.size());
+  for (size_t i = 0; i < rs.size(); ++i) counts[i] = elementsOf(rs[i]->shape);
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+
+  void* buf;
+  const bool direct = rs.size() == 1 && es[0] != nullptr;
+  if (direct) {
+    TensorEntry& e = *es[0];
+    buf = e.output.data != nullptr ? e.output.data : e.input.data;
+    copyBytes(buf, e.input.data, total * elem);
+  } else {
+    buf = ctx.fusion->reserve(total * elem);
+    if (buf == nullptr && total > 0) {
+      return Status(ErrorCode::kInternal, "cannot allocate a fusion buffer of " +
+                                              std::to_string(total * elem) + " bytes");
+    }
+    steps.begin("MEMCPY_IN_FUSION_BUFFER");
+    size_t off = 0;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      char* dst = static_cast<char*>(buf) + off * elem;
+      if (es[i] != nullptr) {
+        copyBytes(dst, es[i]->input.data, counts[i] * elem);
+      } else if (counts[i] > 0) {
+        std::memset(dst, 0, counts[i] * elem);  // a joined rank contributes zeros
+      }
+      off += counts[i];
+    }
+    steps.end();
+  }
+  scaleInPlace(buf, total, first.dtype, first.prescale);
+  std::string used;
+  Status s = ops::allreduce(*ctx.set->transport, *ctx.algorithms, buf, total, first.dtype,
+                            first.reduceOp, &used);
+  (void)used;
+  if (!s.isOk()) return s;
+  scaleInPlace(buf, total, first.dtype, post);
+  if (!direct) {
+    steps.begin("MEMCPY_OUT_FUSION_BUFFER");
+    size_t off = 0;
+    for (size_t i = 0; i < rs.size(); ++i) {
+      if (es[i] != nullptr) {
+        void* dst = es[i]->output.data != nullptr ? es[i]->output.data : es[i]->input.data;
+        copyBytes(dst, static_cast<char*>(buf) + off * elem, counts[i] * elem);
+      }
+      off += counts[i];
+    }
+    steps.end();
+  }
+  return Status::ok();
+}
+
+Status runAllgather(const ExecContext& ctx, const std::vector<const Response*>& rs,
+                    const std::vector<TensorEntry*>& es, const Steps& steps) {
+  const int n = static_cast<int>(ctx.set->ranks.size());
+  const int me = ctx.set->myIndex;
+  // Rank r's block holds every tensor's rows from r, tensor after tensor.
+  std::vector<size_t> blockBytes(n, 0);
+  for (const Response* r : rs) {
+    for (int k = 0; k < n; ++k) blockBytes[k] += static_cast<size_t>(r->rankDim0[k]) * rowBytes(*r);
+  }
+  std::vector<void*> outputs(rs.size());
+  for (size_t i = 0; i < rs.size(); ++i) {
+    std::vector<int64_t> shape = rs[i]->shape;
+    if (shape.empty()) shape.push_back(1);
+    shape[0] = std::accumulate(rs[i]->rankDim0.begin(), rs[i]->rankDim0.end(), int64_t{0});
+    KOLO_RETURN_IF_ERROR(
+        allocateOutput(*es[i], shape, static_cast<size_t>(shape[0]) * rowBytes(*rs[i]), &outputs[i]));
+  }
+  if (rs.size() == 1) {
+    return ops::allgatherv(*ctx.set->transport, *ctx.algorithms, es[0]->input.data,
+                           blockBytes[me], outputs[0], blockBytes);
+  }
+  const size_t total = std::accumulate(blockBytes.begin(), blockBytes.end(), size_t{0});
+  char* buf = static_cast<char*>(ctx.fusion->reserve(total));
+  if (buf == nullptr && total > 0) {
+    return Status(ErrorCode::kInternal, "cannot allocate a fusion buffer of " +
+                                            std::to_string(total) + " bytes");
+  }
+  std::vector<size_t> blockOffset(n, 0);
+  for (int k = 1; k < n; ++k) blockOffset[k] = blockOffset[k - 1] + blockBytes[k - 1];
+  steps.begin("MEMCPY_IN_FUSION_BUFFER");
+  size_t off = blockOffset[me];
+  for (size_t i = 0; i < rs.size(); ++i) {
+    size_t bytes = static_cast<size_t>(rs[i]->rankDim0[me]) * rowBytes(*rs[i]);
+    copyBytes(buf + off, es[i]->input.data, bytes);
+    off += bytes;
+  }
+  steps.end();
+  KOLO_RETURN_IF_ERROR(ops::allgatherv(*ctx.set->transport, *ctx.algorithms, buf + blockOffset[me],
+                                       blockBytes[me], buf, blockBytes));
+  steps.begin("MEMCPY_OUT_FUSION_BUFFER");
+  std::vector<size_t> cursor = blockOffset;  // read position inside each rank's block
+  for (size_t i = 0; i < rs.size(); ++i) {
+    char* dst = static_cast<char*>(outputs[i]);
+    for (int k = 0; k < n; ++k) {
+      size_t bytes = static_cast<size_t>(rs[i]->rankDim0[k]) * rowBytes(*rs[i]);
+      copyBytes(dst, buf + cursor[k], bytes);
+      dst += bytes;
+      cursor[k] += bytes;
+    }
+  }
+  steps.end();
+  return Status::ok();
+}
+
+Status runAlltoall(const ExecContext& ctx, const Response& r, TensorEntry& e) {
+  const int n = static_cast<int>(ctx.set->ranks.size());
+  const int me = ctx.set->myIndex;
+  const size_t row = rowBytes(r);
+  std::vector<size_t> sendBytes(n), recvBytes(n);
+  std::vector<int32_t> received(n);
+  int64_t rows = 0;
+  for (int k = 0; k < n; ++k) {
+    sendBytes[k] = static_cast<size_t>(r.splitMatrix[me * n + k]) * row;
+    received[k] = static_cast<int32_t>(r.splitMatrix[k * n + me]);
+    recvBytes[k] = static_cast<size_t>(received[k]) * row;
+    rows += received[k];
+  }
+  std::vector<int64_t> shape = e.request.shape;
+  shape[0] = rows;
+  void* out;
+  KOLO_RETURN_IF_ERROR(allocateOutput(e, shape, static_cast<size_t>(rows) * row, &out));
+  e.handle->receivedSplits = received;
+  return ops::alltoallv(*ctx.set->transport, *ctx.algorithms, e.input.data, sendBytes, out,
+                        recvBytes);
+}
+
+Status runReducescatter(const ExecContext& ctx, const Response& r, TensorEntry& e) {
+  const int n = static_cast<int>(ctx.set->ranks.size());
+  const int me = ctx.set->myIndex;
+  const size_t rowElems = rowBytes(r) / sizeOf(r.dtype);
+  const size_t dim0 = r.shape.empty() ? 1 : static_cast<size_t>(r.shape[0]);
+  std::vector<size_t> rows = evenSplit(dim0, n);
+  std::vector<size_t> counts(n);
+  for (int k = 0; k < n; ++k) counts[k] = rows[k] * rowElems;
+  const size_t total = dim0 * rowElems, elem = sizeOf(r.dtype);
+  // The input is read-only for the caller: scale a staged copy.
+  void* staged = ctx.fusion->reserve(total * elem);
+  if (staged == nullptr && total > 0) {
+    return Status(ErrorCode::kInternal, "cannot allocate a staging buffer");
+  }
+  copyBytes(staged, e.input.data, total * elem);
+  scaleInPlace(staged, total, r.dtype, r.prescale);
+  std::vector<int64_t> shape = r.shape.empty() ? std::vector<int64_t>{1} : r.shape;
+  shape[0] = static_cast<int64_t>(rows[me]);
+  void* out;
+  KOLO_RETURN_IF_ERROR(allocateOutput(e, shape, counts[me] * elem, &out));
+  KOLO_RETURN_IF_ERROR(ops::reducescatter(*ctx.set->transport, *ctx.algorithms, staged, out,
+                                          counts, r.dtype, r.reduceOp));
+  const double post = r.postscale * (r.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  scaleInPlace(out, counts[me], r.dtype, post);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
+               const std::vector<TensorEntry*>& entries) {
+  if (responses.empty()) return Status::ok();
+  Steps steps(ctx.timeline, responses);
+  const Response& first = *responses[0];
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i] == nullptr && first.type != OpType::kAllreduce) {
+      return Status(ErrorCode::kInternal, "no local op for '" + responses[i]->name + "'");
+    }
+  }
+  switch (first.type) {
+    case OpType::kAllreduce:
+      return runAllreduce(ctx, responses, entries, steps);
+    case OpType::kAllgather:
+      return runAllgather(ctx, responses, entries, steps);
+    case OpType::kBroadcast: {
+      TensorEntry& e = *entries[0];
+      return ops::broadcast(*ctx.set->transport, *ctx.algorithms, e.input.data,
+                            e.input.byteSize(), first.root);
+    }
+    case OpType::kAlltoall:
+      return runAlltoall(ctx, first, *entries[0]);
+    case OpType::kReducescatter:
+      return runReducescatter(ctx, first, *entries[0]);
+    default:
+      return Status(ErrorCode::kInternal,
+                    std::string("execute: no data path for ") + toString(first.type));
+  }
+}
+
+}  // namespace kolo::ops

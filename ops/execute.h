@@ -1,0 +1,36 @@
+// execute: runs one planned batch of agreed responses on this rank — pack into the fusion
+// buffer, run the selected collective over the set's transport, unpack, scale — and records
+// each step on the timeline. It completes no handle: the coordinator does, with the Status
+// returned here (the same for every tensor of the batch).
+//
+// `entries[i]` is this rank's op for `responses[i]`; it is null on a rank that joined (allowed
+// for allreduce only: the rank contributes zeros). Outputs whose size is known only now
+// (allgather, alltoall, reducescatter) are allocated through the entry's allocator or owned by
+// its handle; shapes and received splits are written into the handle before returning.
+#pragma once
+
+#include <vector>
+
+#include "core/fusion_buffer.h"
+#include "core/message.h"
+#include "core/process_set.h"
+#include "core/tensor_queue.h"
+#include "ops/collectives.h"
+
+namespace kolo {
+class Timeline;
+}
+
+namespace kolo::ops {
+
+struct ExecContext {
+  const ProcessSet* set;        // the batch's process set; this rank is a member
+  const AlgorithmConfig* algorithms;
+  FusionBuffer* fusion;
+  Timeline* timeline;           // may be null
+};
+
+Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
+               const std::vector<TensorEntry*>& entries);
+
+}  // namespace kolo::ops
