@@ -1,0 +1,523 @@
+#include "core/negotiator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+
+#include "core/tensor.h"
+
+namespace kolo {
+namespace {
+
+// Shortest text that reads back as the same double, so "0.5" and "1" rather than "0.500000".
+std::string formatDouble(double v) {
+  char buf[40];
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string deviceName(int32_t device) {
+  return device < 0 ? "cpu" : "cuda:" + std::to_string(device);
+}
+
+std::string rankList(const std::vector<int32_t>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string prefix(OpType type, const std::string& name) {
+  return std::string(toString(type)) + " '" + name + "'";
+}
+
+bool sameScale(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+bool isDataOp(OpType t) {
+  return t == OpType::kAllreduce || t == OpType::kAllgather || t == OpType::kBroadcast ||
+         t == OpType::kAlltoall || t == OpType::kReducescatter;
+}
+bool usesReduction(OpType t) { return t == OpType::kAllreduce || t == OpType::kReducescatter; }
+bool splitsFirstDim(OpType t) { return t == OpType::kAllgather || t == OpType::kAlltoall; }
+
+bool sameShape(OpType t, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  if (!splitsFirstDim(t)) return a == b;
+  return a.size() == b.size() &&
+         std::equal(a.begin() + (a.empty() ? 0 : 1), a.end(), b.begin() + (b.empty() ? 0 : 1));
+}
+
+Response errorResponse(const Request& ref, const std::string& name, ErrorCode code,
+                       std::string message) {
+  Response r;
+  r.kind = Response::Kind::kError;
+  r.type = ref.type;
+  r.name = name;
+  r.dtype = ref.dtype;
+  r.shape = ref.shape;
+  r.reduceOp = ref.reduceOp;
+  r.prescale = ref.prescale;
+  r.postscale = ref.postscale;
+  r.root = ref.root;
+  r.device = ref.device;
+  r.processSet = ref.processSet;
+  r.errorCode = code;
+  r.error = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+Negotiator::Negotiator(int worldSize) : worldSize_(std::max(worldSize, 0)), joined_(worldSize_) {
+  std::vector<int32_t> all(worldSize_);
+  for (int i = 0; i < worldSize_; ++i) all[i] = i;
+  processSets_[0] = std::move(all);
+}
+
+void Negotiator::addProcessSet(int32_t id, std::vector<int32_t> globalRanks) {
+  if (id == 0) return;
+  globalRanks.erase(std::remove_if(globalRanks.begin(), globalRanks.end(),
+                                   [&](int32_t r) { return r < 0 || r >= worldSize_; }),
+                    globalRanks.end());
+  std::sort(globalRanks.begin(), globalRanks.end());
+  globalRanks.erase(std::unique(globalRanks.begin(), globalRanks.end()), globalRanks.end());
+  processSets_[id] = std::move(globalRanks);
+  // A replaced set may have fewer members, completing names that waited for the old ones.
+  checkCompletions();
+}
+
+void Negotiator::removeProcessSet(int32_t id) {
+  if (id == 0 || processSets_.erase(id) == 0) return;
+  std::vector<std::pair<uint64_t, std::string>> doomed;
+  for (const auto& [name, e] : table_) {
+    if (!e.complete && e.processSet == id) doomed.emplace_back(e.arrivalSeq, name);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  for (const auto& d : doomed) {
+    const Entry& e = table_.at(d.second);
+    immediate_[nextSeq_++] = errorResponse(
+        e.requests.begin()->second, d.second, ErrorCode::kInvalidArgument,
+        prefix(e.type, d.second) + ": process set " + std::to_string(id) + " was removed");
+    removeEntry(d.second, false);
+  }
+}
+
+const std::vector<int32_t>& Negotiator::membersOf(const Entry& e) const {
+  static const std::vector<int32_t> kNone;  // immutable; for a set removed under a ready entry
+  auto it = processSets_.find(e.processSet);
+  return it == processSets_.end() ? kNone : it->second;
+}
+
+void Negotiator::add(const Request& r, Clock::time_point now) {
+  if (r.rank < 0 || r.rank >= worldSize_) return;
+  if (static_cast<int32_t>(r.type) < 0 || r.type > OpType::kProcessSet) return;
+
+  if (r.type == OpType::kJoin) {
+    if (joined_[r.rank]) return;
+    joined_[r.rank] = true;
+    ++joinedCount_;
+    lastJoined_ = r.rank;
+    checkCompletions();
+    if (joinedCount_ == worldSize_) {
+      Response done;
+      done.type = OpType::kJoin;
+      done.name = kJoinName;
+      done.lastJoinedRank = lastJoined_;
+      immediate_[nextSeq_++] = std::move(done);
+      std::fill(joined_.begin(), joined_.end(), false);
+      joinedCount_ = 0;
+      lastJoined_ = -1;
+    }
+    return;
+  }
+
+  auto it = table_.find(r.name);
+  if (it != table_.end() && (it->second.complete || it->second.requests.count(r.rank))) return;
+
+  // Process-set ops are collectives over the world; their processSet field names the set being
+  // added or removed and is only compared across ranks.
+  int32_t setId = r.type == OpType::kProcessSet ? 0 : r.processSet;
+  auto set = processSets_.find(setId);
+  if (set == processSets_.end() ||
+      !std::binary_search(set->second.begin(), set->second.end(), r.rank)) {
+    std::string why = set == processSets_.end()
+                          ? "rank " + std::to_string(r.rank) + " sent unknown process set " +
+                                std::to_string(setId)
+                          : "rank " + std::to_string(r.rank) + " is not a member of process set " +
+                                std::to_string(setId);
+    immediate_[nextSeq_++] =
+        errorResponse(r, r.name, ErrorCode::kInvalidArgument, prefix(r.type, r.name) + ": " + why);
+    if (it != table_.end()) removeEntry(r.name, false);
+    return;
+  }
+
+  if (it == table_.end()) {
+    Entry e;
+    e.processSet = setId;
+    e.type = r.type;
+    e.arrivalSeq = nextSeq_++;
+    e.firstArrival = now;
+    it = table_.emplace(r.name, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  e.requests[r.rank] = r;
+  if (r.groupSize > 0 && r.groupId >= 0) {
+    GroupRecord& g = groups_[{r.rank, r.groupId}];
+    if (g.size == 0) g.size = r.groupSize;
+    ++g.seen;
+    g.pending.insert(r.name);
+  }
+  if (isComplete(e)) markComplete(r.name, e);
+}
+
+bool Negotiator::isComplete(const Entry& e) const {
+  for (int32_t m : membersOf(e)) {
+    if (!joined_[m] && e.requests.count(m) == 0) return false;
+  }
+  return true;
+}
+
+void Negotiator::markComplete(const std::string& name, Entry& e) {
+  e.complete = true;
+  e.completeSeq = nextSeq_++;
+  e.response = buildResponse(name, e);
+  completeOrder_[e.completeSeq] = name;
+}
+
+void Negotiator::checkCompletions() {
+  std::vector<std::pair<uint64_t, std::string>> now;
+  for (const auto& [name, e] : table_) {
+    if (!e.complete && isComplete(e)) now.emplace_back(e.arrivalSeq, name);
+  }
+  std::sort(now.begin(), now.end());
+  for (const auto& n : now) markComplete(n.second, table_.at(n.second));
+}
+
+std::vector<int32_t> Negotiator::missingRanks(const Entry& e) const {
+  std::vector<int32_t> out;
+  for (int32_t m : membersOf(e)) {
+    if (!joined_[m] && e.requests.count(m) == 0) out.push_back(m);
+  }
+  return out;
+}
+
+std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
+                                                       const std::vector<int32_t>& members) const {
+  const int32_t refRank = e.requests.begin()->first;
+  const Request& ref = e.requests.begin()->second;
+  const OpType t = ref.type;
+  const std::string head = prefix(t, ref.name) + ": ";
+  auto sent = [&](int32_t rank) { return "rank " + std::to_string(rank) + " sent "; };
+  auto mismatch = [&](int32_t rank, const std::string& what, const std::string& a,
+                      const std::string& b) {
+    return std::make_pair(ErrorCode::kMismatch,
+                          head + sent(refRank) + what + " " + a + ", " + sent(rank) + b);
+  };
+  using Check = std::function<std::pair<ErrorCode, std::string>(int32_t, const Request&)>;
+  const std::vector<Check> checks = {
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (r.type != t) return mismatch(rank, "op", toString(t), toString(r.type));
+        return {};
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (r.processSet == ref.processSet) return {};
+        return mismatch(rank, "process set", std::to_string(ref.processSet),
+                        "process set " + std::to_string(r.processSet));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!isDataOp(t) || r.dtype == ref.dtype) return {};
+        return mismatch(rank, "dtype", toString(ref.dtype), toString(r.dtype));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!isDataOp(t) || sameShape(t, ref.shape, r.shape)) return {};
+        return mismatch(rank, "shape", shapeToString(ref.shape), shapeToString(r.shape));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!usesReduction(t) || r.reduceOp == ref.reduceOp) return {};
+        return mismatch(rank, "reduce op", toString(ref.reduceOp), toString(r.reduceOp));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!usesReduction(t) || sameScale(r.prescale, ref.prescale)) return {};
+        return mismatch(rank, "prescale", formatDouble(ref.prescale),
+                        "prescale " + formatDouble(r.prescale));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!usesReduction(t) || sameScale(r.postscale, ref.postscale)) return {};
+        return mismatch(rank, "postscale", formatDouble(ref.postscale),
+                        "postscale " + formatDouble(r.postscale));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (t != OpType::kBroadcast || r.root == ref.root) return {};
+        return mismatch(rank, "root", std::to_string(ref.root), "root " + std::to_string(r.root));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (!isDataOp(t) || (r.device < 0) == (ref.device < 0)) return {};
+        return mismatch(rank, "device", deviceName(ref.device), deviceName(r.device));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (r.groupSize == ref.groupSize) return {};
+        return mismatch(rank, "group size", std::to_string(ref.groupSize),
+                        "group size " + std::to_string(r.groupSize));
+      },
+      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
+        if (t != OpType::kProcessSet || r.splits == ref.splits) return {};
+        return mismatch(rank, "ranks", shapeToString(ref.splits), shapeToString(r.splits));
+      },
+  };
+  // Fields outer, ranks inner: the most fundamental difference wins, whoever sent it.
+  for (const Check& check : checks) {
+    for (auto it = std::next(e.requests.begin()); it != e.requests.end(); ++it) {
+      auto result = check(it->first, it->second);
+      if (!result.second.empty()) return result;
+    }
+  }
+
+  // Per-rank validity. Only the ref rank's type is known to be shared by now.
+  auto invalid = [&](const std::string& why) {
+    return std::make_pair(ErrorCode::kInvalidArgument, head + why);
+  };
+  for (const auto& [rank, r] : e.requests) {
+    if (!isDataOp(t)) break;
+    if (std::any_of(r.shape.begin(), r.shape.end(), [](int64_t d) { return d < 0; })) {
+      return invalid(sent(rank) + "shape " + shapeToString(r.shape) + " with a negative dimension");
+    }
+    bool needsDim = splitsFirstDim(t) || t == OpType::kReducescatter;
+    if (needsDim && r.shape.empty()) {
+      return invalid(sent(rank) + "a scalar; " + toString(t) + " needs at least one dimension");
+    }
+  }
+  const int64_t setSize = static_cast<int64_t>(members.size());
+  if (t == OpType::kBroadcast && (ref.root < 0 || ref.root >= setSize)) {
+    return invalid("root " + std::to_string(ref.root) + " is not a rank of process set " +
+                   std::to_string(ref.processSet) + " (" + std::to_string(setSize) + " ranks)");
+  }
+  if (t == OpType::kAlltoall) {
+    for (const auto& [rank, r] : e.requests) {
+      if (static_cast<int64_t>(r.splits.size()) != setSize) {
+        return invalid(sent(rank) + std::to_string(r.splits.size()) +
+                       " splits for a process set of " + std::to_string(setSize) + " ranks");
+      }
+      uint64_t sum = 0;
+      bool negative = false;
+      for (int64_t s : r.splits) {
+        negative |= s < 0;
+        sum += static_cast<uint64_t>(s);  // wraps only on absurd input, caught below
+      }
+      if (negative || sum != static_cast<uint64_t>(r.shape[0])) {
+        return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " summing to " +
+                       std::to_string(static_cast<int64_t>(sum)) + ", but its first dimension is " +
+                       std::to_string(r.shape[0]));
+      }
+    }
+  }
+  if (t == OpType::kProcessSet) {
+    for (int64_t member : ref.splits) {
+      if (member < 0 || member >= worldSize_) {
+        return invalid("rank list " + shapeToString(ref.splits) + " names rank " +
+                       std::to_string(member) + ", outside the world of " +
+                       std::to_string(worldSize_) + " ranks");
+      }
+    }
+  }
+  return {};
+}
+
+Response Negotiator::buildResponse(const std::string& name, const Entry& e) const {
+  const Request& ref = e.requests.begin()->second;
+  const std::vector<int32_t>& members = membersOf(e);
+  auto [code, message] = validate(e, members);
+  if (code != ErrorCode::kOk) return errorResponse(ref, name, code, std::move(message));
+
+  std::vector<int32_t> excused;  // joined members that did not submit
+  for (int32_t m : members) {
+    if (e.requests.count(m) == 0) excused.push_back(m);
+  }
+  if (!excused.empty() && ref.type != OpType::kAllreduce && ref.type != OpType::kBarrier) {
+    std::string who = excused.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < excused.size(); ++i) who += (i ? ", " : "") + std::to_string(excused[i]);
+    who += excused.size() == 1 ? " has" : " have";
+    return errorResponse(ref, name, ErrorCode::kJoined,
+                         prefix(ref.type, name) + " is not allowed while " + who + " joined");
+  }
+
+  Response r = errorResponse(ref, name, ErrorCode::kOk, "");
+  r.kind = Response::Kind::kOk;
+  r.joinedRanks = std::move(excused);
+  if (ref.type == OpType::kAllgather) {
+    for (int32_t m : members) r.rankDim0.push_back(e.requests.at(m).shape[0]);
+  } else if (ref.type == OpType::kAlltoall) {
+    r.splitMatrix.reserve(members.size() * members.size());
+    for (int32_t m : members) {
+      const auto& s = e.requests.at(m).splits;
+      r.splitMatrix.insert(r.splitMatrix.end(), s.begin(), s.end());
+    }
+  }
+  return r;
+}
+
+bool Negotiator::groupClosure(const std::string& name, bool requireReady,
+                              std::vector<std::string>* members) const {
+  std::set<std::string> seen = {name};
+  std::vector<std::string> queue = {name};
+  for (size_t i = 0; i < queue.size(); ++i) {
+    auto it = table_.find(queue[i]);
+    if (it == table_.end()) continue;
+    const Entry& e = it->second;
+    if (requireReady && !e.complete) return false;
+    // Errors are released on their own: their groups may be inconsistent (mismatched group
+    // sizes), and the other members count them as seen.
+    if (requireReady && e.response.kind == Response::Kind::kError) {
+      if (i == 0) break;
+      continue;
+    }
+    for (const auto& [rank, r] : e.requests) {
+      if (r.groupSize <= 0 || r.groupId < 0) continue;
+      auto g = groups_.find({rank, r.groupId});
+      if (g == groups_.end()) continue;
+      if (requireReady && g->second.seen < g->second.size) return false;
+      for (const std::string& other : g->second.pending) {
+        auto o = table_.find(other);
+        bool error = o != table_.end() && o->second.complete &&
+                     o->second.response.kind == Response::Kind::kError;
+        if (requireReady && error) continue;
+        if (seen.insert(other).second) queue.push_back(other);
+      }
+    }
+  }
+  *members = std::move(queue);
+  return true;
+}
+
+std::vector<Response> Negotiator::takeReady(Clock::time_point) {
+  std::vector<std::pair<uint64_t, std::string>> order(completeOrder_.begin(), completeOrder_.end());
+  std::vector<Response> out;
+  std::set<std::string> released;
+  auto imm = immediate_.begin();
+  for (const auto& [seq, name] : order) {
+    for (; imm != immediate_.end() && imm->first < seq; ++imm) out.push_back(imm->second);
+    if (released.count(name)) continue;
+    std::vector<std::string> members;
+    if (!groupClosure(name, true, &members)) continue;
+    std::sort(members.begin(), members.end(), [&](const std::string& a, const std::string& b) {
+      return table_.at(a).completeSeq < table_.at(b).completeSeq;
+    });
+    const Response& first = table_.at(members.front()).response;
+    bool grouped = first.kind == Response::Kind::kOk &&
+                   table_.at(members.front()).requests.begin()->second.groupSize > 0;
+    int32_t group = grouped ? nextGroup_++ : -1;
+    for (const std::string& m : members) {
+      out.push_back(table_.at(m).response);
+      out.back().group = group;
+      released.insert(m);
+    }
+  }
+  for (; imm != immediate_.end(); ++imm) out.push_back(imm->second);
+  immediate_.clear();
+  for (const std::string& name : released) removeEntry(name, false);
+  return out;
+}
+
+void Negotiator::removeEntry(const std::string& name, bool dropGroups) {
+  auto it = table_.find(name);
+  if (it == table_.end()) return;
+  for (const auto& [rank, r] : it->second.requests) {
+    if (r.groupSize <= 0 || r.groupId < 0) continue;
+    auto g = groups_.find({rank, r.groupId});
+    if (g == groups_.end()) continue;
+    g->second.pending.erase(name);
+    if (dropGroups || (g->second.pending.empty() && g->second.seen >= g->second.size)) {
+      groups_.erase(g);
+    }
+  }
+  if (it->second.complete) completeOrder_.erase(it->second.completeSeq);
+  table_.erase(it);
+}
+
+void Negotiator::erase(const std::string& name) { removeEntry(name, false); }
+
+std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
+                                                   double olderThanSeconds) const {
+  std::vector<std::pair<uint64_t, Stall>> found;
+  for (const auto& [name, e] : table_) {
+    double waited = std::chrono::duration<double>(now - e.firstArrival).count();
+    if (waited <= olderThanSeconds) continue;
+    std::vector<std::string> unused;
+    // A complete entry is stalled only while a group holds it back (otherwise the next
+    // takeReady releases it).
+    if (e.complete && groupClosure(name, true, &unused)) continue;
+    Stall s{name,   e.type, e.requests.begin()->second.processSet,
+            waited, {},     e.complete ? groupBlockers(name) : missingRanks(e)};
+    for (const auto& rq : e.requests) s.readyRanks.push_back(rq.first);
+    found.emplace_back(e.arrivalSeq, std::move(s));
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Stall> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
+  return out;
+}
+
+std::vector<int32_t> Negotiator::groupBlockers(const std::string& name) const {
+  std::vector<std::string> members;
+  groupClosure(name, false, &members);
+  std::set<int32_t> blockers;
+  for (const std::string& m : members) {
+    auto it = table_.find(m);
+    if (it == table_.end()) continue;
+    if (!it->second.complete) {
+      for (int32_t r : missingRanks(it->second)) blockers.insert(r);
+    }
+    for (const auto& [rank, r] : it->second.requests) {
+      if (r.groupSize <= 0 || r.groupId < 0) continue;
+      auto g = groups_.find({rank, r.groupId});
+      if (g != groups_.end() && g->second.seen < g->second.size) blockers.insert(rank);
+    }
+  }
+  return {blockers.begin(), blockers.end()};
+}
+
+std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olderThanSeconds) {
+  std::vector<Response> out;
+  for (const Stall& s : stalled(now, olderThanSeconds)) {
+    if (!table_.count(s.name)) continue;  // already failed as a group member
+    std::vector<std::string> members;
+    groupClosure(s.name, false, &members);
+    char waited[32];
+    std::snprintf(waited, sizeof waited, "%.1f", s.waitedSeconds);
+    for (const std::string& m : members) {
+      auto it = table_.find(m);
+      if (it == table_.end()) continue;
+      const Request& ref = it->second.requests.begin()->second;
+      std::string message;
+      if (m != s.name) {
+        message = prefix(ref.type, m) + " is grouped with stalled " + prefix(s.type, s.name);
+      } else if (it->second.complete) {
+        message = prefix(s.type, m) + " stalled for " + waited +
+                  " s in a group waiting for ranks " + rankList(s.missingRanks);
+      } else {
+        message = prefix(s.type, m) + " stalled for " + waited + " s: missing ranks " +
+                  rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks);
+      }
+      out.push_back(errorResponse(ref, m, ErrorCode::kStalled, std::move(message)));
+    }
+    for (const std::string& m : members) removeEntry(m, true);
+  }
+  return out;
+}
+
+bool Negotiator::hasPending() const {
+  return !table_.empty() || !immediate_.empty() || joinedCount_ > 0;
+}
+
+std::vector<int32_t> Negotiator::joinedRanks() const {
+  std::vector<int32_t> out;
+  for (int i = 0; i < worldSize_; ++i) {
+    if (joined_[i]) out.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace kolo

@@ -1,0 +1,139 @@
+// Negotiator: the coordinator rank's message table. Every rank sends the coordinator rank the
+// requests it wants to run; the Negotiator collects them per tensor name and decides, purely from
+// what arrived, which names are ready everywhere (one OK Response each) and which are broken (one
+// ERROR Response naming what differs). It does no I/O and owns no threads.
+//
+// Rules:
+// - A name is complete when every member of its process set that has not joined has submitted it.
+//   The process set is the one named by the name's first request.
+// - Validation runs once, at completion, comparing every submitting rank with the lowest one,
+//   field by field (op type, process set, dtype, shape, reduce op, prescale, postscale, root,
+//   device kind, group size, process-set rank list), so the message does not depend on arrival
+//   order. The first difference becomes one kMismatch response:
+//     allreduce 'grad/fc1': rank 0 sent shape [17, 3], rank 2 sent [17, 4]
+//   Per-rank invalid values (bad alltoall splits, broadcast root outside the set, allgather of a
+//   scalar, a negative dim) give kInvalidArgument.
+// - A rank submitting for a set that does not exist or that it is not a member of: an immediate
+//   kInvalidArgument response for that name (every rank that submitted the name gets it; ranks
+//   that submit it later start a new entry, which the stall inspector will report).
+// - Joins (OpType::kJoin, name kJoinName): a joined rank is excused from every name it has not
+//   submitted. Allreduce and barrier complete with Response::joinedRanks = the joined members
+//   that did not submit (they contribute zeros / just take part). Allgather, broadcast, alltoall,
+//   reducescatter and process-set ops that need a joined rank fail with kJoined. When every world
+//   rank has joined: one kJoin OK response (lastJoinedRank = the rank whose join arrived last),
+//   and the joined state resets. Joins are never reported as stalled: uneven data legitimately
+//   keeps ranks joined for a long time.
+// - Grouped ops (groupSize > 0): a rank's requests with the same groupId form a group. No member
+//   is released before every group it belongs to (for any submitting rank) has all groupSize
+//   members complete; then the whole group is released consecutively and its responses share a
+//   fresh Response::group id. Members completed elsewhere must be erase()d so they still count.
+// - Ready order: the order names became complete; names completed by the same event (a join)
+//   in first-arrival order; a group at the position of its earliest-completed member.
+// - A second request from a rank for a name it already has pending, requests from ranks outside
+//   [0, worldSize) and requests with an invalid op type are ignored.
+//
+// Thread safety: none; the coordinator thread owns the instance. Never blocks. No errors are
+// returned: problems become error responses.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/message.h"
+
+namespace kolo {
+
+class Negotiator {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit Negotiator(int worldSize);
+
+  // Adds or replaces process set `id` (ranks are sorted and deduplicated; ranks outside the world
+  // are dropped). Id 0 (all ranks) is added by the constructor and cannot be replaced or removed.
+  void addProcessSet(int32_t id, std::vector<int32_t> globalRanks);
+  // Removes a set; names pending on it fail with kInvalidArgument ("process set 3 was removed").
+  void removeProcessSet(int32_t id);
+  bool hasProcessSet(int32_t id) const { return processSets_.count(id) != 0; }
+
+  void add(const Request& r, Clock::time_point now);
+  // Forgets a name completed elsewhere (the response-cache path). Unknown names are ignored.
+  void erase(const std::string& name);
+  // Ready responses in deterministic order; they are removed from the table.
+  std::vector<Response> takeReady(Clock::time_point now);
+
+  struct Stall {
+    std::string name;
+    OpType type;
+    int32_t processSet;
+    double waitedSeconds;
+    std::vector<int32_t> readyRanks, missingRanks;  // global ranks, ascending
+  };
+  // Names whose first request is older than olderThanSeconds and that are still incomplete, or
+  // complete but held back by an unfinished group (missingRanks = the ranks that still owe a
+  // member), in first-arrival order.
+  std::vector<Stall> stalled(Clock::time_point now, double olderThanSeconds) const;
+  // The same names (and every name grouped with them) as kStalled error responses, removed from
+  // the table. The message lists the missing ranks.
+  std::vector<Response> failStalled(Clock::time_point now, double olderThanSeconds);
+  // True while any name is in the table (pending or ready) or some rank has joined.
+  bool hasPending() const;
+
+  int worldSize() const { return worldSize_; }
+  std::vector<int32_t> joinedRanks() const;  // ascending; empty when no join is in progress
+
+ private:
+  struct Entry {
+    int32_t processSet = 0;
+    OpType type = OpType::kAllreduce;
+    std::map<int32_t, Request> requests;  // by global rank
+    uint64_t arrivalSeq = 0;
+    Clock::time_point firstArrival;
+    bool complete = false;
+    uint64_t completeSeq = 0;
+    Response response;  // built at completion
+  };
+  struct GroupRecord {
+    int32_t size = 0;
+    int32_t seen = 0;
+    std::set<std::string> pending;
+  };
+  using GroupKey = std::pair<int32_t, int32_t>;  // (global rank, groupId)
+
+  bool isComplete(const Entry& e) const;
+  void markComplete(const std::string& name, Entry& e);
+  // Marks every incomplete entry that has become complete, in first-arrival order.
+  void checkCompletions();
+  Response buildResponse(const std::string& name, const Entry& e) const;
+  // Validation of one complete entry; an empty message means OK.
+  std::pair<ErrorCode, std::string> validate(const Entry& e,
+                                             const std::vector<int32_t>& members) const;
+  // All names linked to `name` through groups. With requireReady, false when any of them is
+  // incomplete or a group still misses members.
+  bool groupClosure(const std::string& name, bool requireReady,
+                    std::vector<std::string>* members) const;
+  void removeEntry(const std::string& name, bool dropGroups);
+  std::vector<int32_t> missingRanks(const Entry& e) const;
+  // For a name held back by its groups: the ranks that still owe a member or a submission.
+  std::vector<int32_t> groupBlockers(const std::string& name) const;
+  const std::vector<int32_t>& membersOf(const Entry& e) const;
+
+  int worldSize_;
+  std::map<int32_t, std::vector<int32_t>> processSets_;
+  std::map<std::string, Entry> table_;
+  std::map<uint64_t, std::string> completeOrder_;  // completeSeq -> name, complete entries only
+  std::map<uint64_t, Response> immediate_;         // ready responses without a table entry
+  std::map<GroupKey, GroupRecord> groups_;
+  std::vector<bool> joined_;
+  int joinedCount_ = 0;
+  int32_t lastJoined_ = -1;
+  uint64_t nextSeq_ = 0;
+  int32_t nextGroup_ = 0;
+};
+
+}  // namespace kolo

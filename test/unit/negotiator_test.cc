@@ -1,0 +1,543 @@
+#include "core/negotiator.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+
+using namespace kolo;
+using Clock = Negotiator::Clock;
+
+namespace {
+
+const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
+
+Clock::time_point at(double seconds) {
+  return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+Request req(int32_t rank, const std::string& name, OpType type = OpType::kAllreduce,
+            std::vector<int64_t> shape = {17, 3}) {
+  Request r;
+  r.rank = rank;
+  r.type = type;
+  r.name = name;
+  r.shape = std::move(shape);
+  return r;
+}
+
+std::vector<std::string> names(const std::vector<Response>& rs) {
+  std::vector<std::string> out;
+  for (const auto& r : rs) out.push_back(r.name);
+  return out;
+}
+
+// Submits `mutated` from rank 2 and the default from ranks 0 and 1, returns the one response.
+Response withRank2(Request mutated, OpType type = OpType::kAllreduce) {
+  Negotiator n(3);
+  Request base = req(0, mutated.name, type, {17, 3});
+  if (type == OpType::kAlltoall) base.splits = {6, 6, 5};
+  for (int r = 0; r < 2; ++r) {
+    base.rank = r;
+    n.add(base, t0);
+  }
+  mutated.rank = 2;
+  n.add(mutated, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  REQUIRE_FALSE(n.hasPending());
+  return out[0];
+}
+
+}  // namespace
+
+TEST_CASE("a name is ready only when every member submitted it") {
+  Negotiator n(3);
+  CHECK_FALSE(n.hasPending());
+  Request r = req(0, "grad/fc1");
+  r.dtype = DataType::kBFloat16;
+  r.reduceOp = ReduceOp::kAverage;
+  r.prescale = 0.5;
+  r.postscale = 2.0;
+  r.device = 1;
+  n.add(r, t0);
+  CHECK(n.takeReady(t0).empty());
+  CHECK(n.hasPending());
+  r.rank = 2;
+  r.device = 0;  // another ordinal is fine, only the kind is agreed on
+  n.add(r, t0);
+  n.add(r, t0);  // a duplicate from rank 2 is ignored
+  CHECK(n.takeReady(t0).empty());
+  r.rank = 1;
+  n.add(r, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  const Response& resp = out[0];
+  CHECK(resp.kind == Response::Kind::kOk);
+  CHECK(resp.errorCode == ErrorCode::kOk);
+  CHECK(resp.type == OpType::kAllreduce);
+  CHECK(resp.name == "grad/fc1");
+  CHECK(resp.dtype == DataType::kBFloat16);
+  CHECK(resp.shape == std::vector<int64_t>{17, 3});
+  CHECK(resp.reduceOp == ReduceOp::kAverage);
+  CHECK(resp.prescale == 0.5);
+  CHECK(resp.postscale == 2.0);
+  CHECK(resp.device == 1);  // the lowest rank's
+  CHECK(resp.joinedRanks.empty());
+  CHECK(resp.group == -1);
+  CHECK_FALSE(n.hasPending());
+  CHECK(n.takeReady(t0).empty());
+}
+
+TEST_CASE("mismatch messages name the op, the tensor and both values") {
+  Request m = req(2, "grad/fc1", OpType::kAllreduce, {17, 4});
+  Response r = withRank2(m);
+  CHECK(r.kind == Response::Kind::kError);
+  CHECK(r.errorCode == ErrorCode::kMismatch);
+  CHECK(r.error == "allreduce 'grad/fc1': rank 0 sent shape [17, 3], rank 2 sent [17, 4]");
+
+  m = req(2, "x");
+  m.dtype = DataType::kInt32;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent dtype float32, rank 2 sent int32");
+
+  m = req(2, "x", OpType::kAllgather);
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent op allreduce, rank 2 sent allgather");
+
+  m = req(2, "x", OpType::kBroadcast);
+  m.root = 1;
+  CHECK(withRank2(m, OpType::kBroadcast).error ==
+        "broadcast 'x': rank 0 sent root 0, rank 2 sent root 1");
+
+  m = req(2, "x");
+  m.prescale = 0.25;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent prescale 1, rank 2 sent prescale 0.25");
+  m = req(2, "x");
+  m.postscale = 0.1;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent postscale 1, rank 2 sent postscale 0.1");
+  m = req(2, "x");
+  m.reduceOp = ReduceOp::kMax;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent reduce op sum, rank 2 sent max");
+  m = req(2, "x");
+  m.device = 3;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent device cpu, rank 2 sent cuda:3");
+  m = req(2, "x");
+  m.groupId = 0;
+  m.groupSize = 2;
+  CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent group size 0, rank 2 sent group size 2");
+
+  // Fields outer, ranks inner: rank 1's dtype beats rank 2's shape, whatever the arrival order.
+  Negotiator n(3);
+  Request a = req(2, "y", OpType::kAllreduce, {9});
+  n.add(a, t0);
+  a = req(1, "y");
+  a.dtype = DataType::kFloat64;
+  n.add(a, t0);
+  n.add(req(0, "y"), t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "allreduce 'y': rank 0 sent dtype float32, rank 1 sent float64");
+}
+
+TEST_CASE("fields that do not matter for an op are not compared") {
+  Request m = req(2, "x", OpType::kBroadcast);
+  m.reduceOp = ReduceOp::kMin;  // broadcast does not reduce
+  m.prescale = 3;
+  CHECK(withRank2(m, OpType::kBroadcast).kind == Response::Kind::kOk);
+  m = req(2, "x");
+  m.root = 2;  // allreduce has no root
+  CHECK(withRank2(m).kind == Response::Kind::kOk);
+}
+
+TEST_CASE("allgather collects dim 0 and compares only the other dims") {
+  Negotiator n(3);
+  n.add(req(1, "g", OpType::kAllgather, {5, 3}), t0);
+  n.add(req(0, "g", OpType::kAllgather, {2, 3}), t0);
+  n.add(req(2, "g", OpType::kAllgather, {0, 3}), t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].shape == std::vector<int64_t>{2, 3});
+  CHECK(out[0].rankDim0 == std::vector<int64_t>{2, 5, 0});
+
+  Response r = withRank2(req(2, "g", OpType::kAllgather, {17, 4}), OpType::kAllgather);
+  CHECK(r.error == "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent [17, 4]");
+  r = withRank2(req(2, "g", OpType::kAllgather, {}), OpType::kAllgather);
+  CHECK(r.error == "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent []");
+}
+
+TEST_CASE("alltoall builds the split matrix and checks every rank's splits") {
+  Negotiator n(2);
+  Request a = req(0, "a", OpType::kAlltoall, {3, 2});
+  a.splits = {1, 2};
+  Request b = req(1, "a", OpType::kAlltoall, {4, 2});
+  b.splits = {4, 0};
+  n.add(b, t0);
+  n.add(a, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].splitMatrix == std::vector<int64_t>{1, 2, 4, 0});
+
+  Request m = req(2, "a", OpType::kAlltoall, {17, 3});
+  m.splits = {6, 6};
+  Response r = withRank2(m, OpType::kAlltoall);
+  CHECK(r.errorCode == ErrorCode::kInvalidArgument);
+  CHECK(r.error == "alltoall 'a': rank 2 sent 2 splits for a process set of 3 ranks");
+  m.splits = {6, 6, 6};
+  r = withRank2(m, OpType::kAlltoall);
+  CHECK(r.error ==
+        "alltoall 'a': rank 2 sent splits [6, 6, 6] summing to 18, but its first dimension is 17");
+  m.splits = {20, -3, 0};
+  CHECK(withRank2(m, OpType::kAlltoall).errorCode == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("per-rank invalid values are invalid-argument errors") {
+  Request m = req(2, "b", OpType::kBroadcast);
+  m.root = 3;
+  Negotiator n(3);
+  for (int r = 0; r < 3; ++r) {
+    m.rank = r;
+    n.add(m, t0);
+  }
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].errorCode == ErrorCode::kInvalidArgument);
+  CHECK(out[0].error == "broadcast 'b': root 3 is not a rank of process set 0 (3 ranks)");
+
+  Negotiator s(1);
+  s.add(req(0, "s", OpType::kReducescatter, {}), t0);
+  out = s.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error ==
+        "reducescatter 's': rank 0 sent a scalar; reducescatter needs at least "
+        "one dimension");
+  s.add(req(0, "neg", OpType::kAllreduce, {4, -2}), t0);
+  out = s.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "allreduce 'neg': rank 0 sent shape [4, -2] with a negative dimension");
+}
+
+TEST_CASE("joined ranks contribute zeros to allreduce and block other collectives") {
+  Negotiator n(3);
+  n.add(req(0, "before"), t0);
+  Request join = req(1, kJoinName, OpType::kJoin, {});
+  n.add(join, t0);
+  CHECK(n.joinedRanks() == std::vector<int32_t>{1});
+  n.add(req(2, "before"), t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].joinedRanks == std::vector<int32_t>{1});
+
+  n.add(req(0, "g", OpType::kAllgather, {2, 3}), t0);
+  n.add(req(2, "g", OpType::kAllgather, {2, 3}), t0);
+  n.add(req(0, "bar", OpType::kBarrier, {}), t0);
+  n.add(req(2, "bar", OpType::kBarrier, {}), t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 2);
+  CHECK(out[0].errorCode == ErrorCode::kJoined);
+  CHECK(out[0].error == "allgather 'g' is not allowed while rank 1 has joined");
+  CHECK(out[1].kind == Response::Kind::kOk);
+  CHECK(out[1].joinedRanks == std::vector<int32_t>{1});
+
+  join.rank = 2;
+  n.add(join, t0);
+  n.add(req(0, "bc", OpType::kBroadcast), t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "broadcast 'bc' is not allowed while ranks 1, 2 have joined");
+
+  join.rank = 1;
+  n.add(join, t0);  // already joined: ignored
+  CHECK(n.takeReady(t0).empty());
+  join.rank = 0;
+  n.add(join, t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].type == OpType::kJoin);
+  CHECK(out[0].name == kJoinName);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].lastJoinedRank == 0);
+  CHECK(n.joinedRanks().empty());
+  CHECK_FALSE(n.hasPending());
+
+  // The joined state reset: allreduce waits for everyone again.
+  n.add(req(0, "after"), t0);
+  n.add(req(1, "after"), t0);
+  CHECK(n.takeReady(t0).empty());
+  n.add(req(2, "after"), t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].joinedRanks.empty());
+}
+
+TEST_CASE("a join completes waiting names before the join response, in arrival order") {
+  Negotiator n(2);
+  n.add(req(0, "late"), t0);
+  n.add(req(0, "early"), at(-1));  // arrival order is call order, not the timestamp
+  n.add(req(0, "third"), t0);
+  n.add(req(0, kJoinName, OpType::kJoin, {}), t0);
+  CHECK(n.takeReady(t0).empty());
+  n.add(req(1, kJoinName, OpType::kJoin, {}), t0);
+  auto out = n.takeReady(t0);
+  CHECK(names(out) == std::vector<std::string>{"late", "early", "third", kJoinName});
+  for (size_t i = 0; i < 3; ++i) CHECK(out[i].joinedRanks == std::vector<int32_t>{1});
+  CHECK(out[3].lastJoinedRank == 1);
+}
+
+TEST_CASE("ready order is completion order") {
+  Negotiator n(2);
+  n.add(req(0, "a"), t0);
+  n.add(req(0, "b"), t0);
+  n.add(req(0, "c"), t0);
+  n.add(req(1, "c"), t0);
+  n.add(req(1, "a"), t0);
+  CHECK(names(n.takeReady(t0)) == std::vector<std::string>{"c", "a"});
+  n.add(req(1, "b"), t0);
+  CHECK(names(n.takeReady(t0)) == std::vector<std::string>{"b"});
+}
+
+TEST_CASE("process sets: membership, readiness and removal") {
+  Negotiator n(4);
+  n.addProcessSet(1, {3, 1, 1, 9});  // sorted, deduplicated, rank 9 dropped
+  CHECK(n.hasProcessSet(1));
+  Request r = req(1, "p");
+  r.processSet = 1;
+  n.add(r, t0);
+  CHECK(n.takeReady(t0).empty());
+  r.rank = 3;
+  n.add(r, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].processSet == 1);
+
+  // Rank 0 is not a member: the name fails at once, for the rank that already submitted too.
+  r.rank = 1;
+  n.add(r, t0);
+  r.rank = 0;
+  n.add(r, t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].errorCode == ErrorCode::kInvalidArgument);
+  CHECK(out[0].error == "allreduce 'p': rank 0 is not a member of process set 1");
+  CHECK_FALSE(n.hasPending());
+
+  r.processSet = 5;
+  n.add(r, t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "allreduce 'p': rank 0 sent unknown process set 5");
+
+  // Removing a set fails what waits on it.
+  r.processSet = 1;
+  r.rank = 3;
+  n.add(r, t0);
+  n.removeProcessSet(1);
+  CHECK_FALSE(n.hasProcessSet(1));
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "allreduce 'p': process set 1 was removed");
+  n.removeProcessSet(0);  // the world cannot be removed
+  CHECK(n.hasProcessSet(0));
+}
+
+TEST_CASE("process-set ops are negotiated over the world and compare the rank list") {
+  Negotiator n(3);
+  Request r = req(0, "__ps.1", OpType::kProcessSet, {});
+  r.processSet = 1;  // the set being created, not yet known
+  r.splits = {0, 2};
+  n.add(r, t0);
+  r.rank = 1;
+  n.add(r, t0);
+  CHECK(n.takeReady(t0).empty());
+  r.rank = 2;
+  n.add(r, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].type == OpType::kProcessSet);
+  CHECK(out[0].processSet == 1);
+
+  for (int k = 0; k < 3; ++k) {
+    r.rank = k;
+    r.splits = k == 1 ? std::vector<int64_t>{0, 1} : std::vector<int64_t>{0, 2};
+    n.add(r, t0);
+  }
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error == "process_set '__ps.1': rank 0 sent ranks [0, 2], rank 1 sent [0, 1]");
+}
+
+TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
+  Negotiator n(4);
+  n.addProcessSet(2, {0, 1, 2});
+  n.add(req(0, "old"), at(0));
+  n.add(req(2, "old"), at(1));
+  Request s = req(1, "set");
+  s.processSet = 2;
+  n.add(s, at(5));
+  n.add(req(0, kJoinName, OpType::kJoin, {}), at(5));  // joins are not stalls
+  n.add(req(3, "young"), at(55));
+
+  auto st = n.stalled(at(61), 10);
+  REQUIRE(st.size() == 2);
+  CHECK(st[0].name == "old");
+  CHECK(st[0].type == OpType::kAllreduce);
+  CHECK(st[0].waitedSeconds == Approx(61));
+  CHECK(st[0].readyRanks == std::vector<int32_t>{0, 2});
+  CHECK(st[0].missingRanks == std::vector<int32_t>{1, 3});
+  CHECK(st[1].name == "set");
+  CHECK(st[1].processSet == 2);
+  CHECK(st[1].readyRanks == std::vector<int32_t>{1});
+  CHECK(st[1].missingRanks == std::vector<int32_t>{2});  // rank 0 joined
+  CHECK(n.stalled(at(61), 100).empty());
+
+  auto failed = n.failStalled(at(61), 10);
+  REQUIRE(failed.size() == 2);
+  CHECK(failed[0].errorCode == ErrorCode::kStalled);
+  CHECK(failed[0].name == "old");
+  CHECK(failed[0].error ==
+        "allreduce 'old' stalled for 61.0 s: missing ranks [1, 3], submitted by [0, 2]");
+  CHECK(failed[1].name == "set");
+  CHECK(failed[1].processSet == 2);
+  CHECK(n.stalled(at(61), 10).empty());
+  REQUIRE(n.stalled(at(61), 5).size() == 1);
+  CHECK(n.hasPending());
+  n.erase("young");
+  n.add(req(1, kJoinName, OpType::kJoin, {}), at(62));
+  n.add(req(2, kJoinName, OpType::kJoin, {}), at(62));
+  n.add(req(3, kJoinName, OpType::kJoin, {}), at(62));
+  auto out = n.takeReady(at(62));
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].lastJoinedRank == 3);
+  CHECK_FALSE(n.hasPending());
+}
+
+TEST_CASE("erase forgets a name completed elsewhere") {
+  Negotiator n(2);
+  n.add(req(0, "cached"), t0);
+  n.add(req(1, "cached"), t0);
+  n.erase("cached");
+  n.erase("never-seen");
+  CHECK(n.takeReady(t0).empty());
+  CHECK_FALSE(n.hasPending());
+  // The name can be negotiated again afterwards.
+  n.add(req(0, "cached"), t0);
+  n.add(req(1, "cached"), t0);
+  CHECK(names(n.takeReady(t0)) == std::vector<std::string>{"cached"});
+}
+
+TEST_CASE("grouped allreduce members are released together, consecutively") {
+  Negotiator n(2);
+  auto member = [](int32_t rank, const std::string& name, int32_t gid) {
+    Request r = req(rank, name);
+    r.groupId = gid;
+    r.groupSize = 3;
+    return r;
+  };
+  // Rank 1's counter differs from rank 0's: groups are per rank.
+  n.add(member(0, "g1", 0), t0);
+  n.add(member(0, "g2", 0), t0);
+  n.add(member(1, "g2", 7), t0);
+  n.add(member(1, "g1", 7), t0);
+  n.add(req(0, "solo"), t0);
+  n.add(req(1, "solo"), t0);
+  CHECK(names(n.takeReady(t0)) == std::vector<std::string>{"solo"});  // g3 not submitted yet
+  n.add(member(0, "g3", 0), t0);
+  n.add(req(0, "after"), t0);
+  n.add(req(1, "after"), t0);
+  CHECK(names(n.takeReady(t0)) == std::vector<std::string>{"after"});
+  n.add(member(1, "g3", 7), t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(names(out) == std::vector<std::string>{"g2", "g1", "g3"});
+  CHECK(out[0].group >= 0);
+  CHECK(out[0].group == out[1].group);
+  CHECK(out[1].group == out[2].group);
+  CHECK_FALSE(n.hasPending());
+
+  // A second group gets a new id; a member completed elsewhere still counts.
+  n.add(member(0, "h1", 1), t0);
+  n.add(member(1, "h1", 8), t0);
+  n.add(member(0, "h2", 1), t0);
+  n.erase("h2");
+  n.add(member(0, "h3", 1), t0);
+  n.add(member(1, "h3", 8), t0);
+  CHECK(n.takeReady(t0).empty());  // rank 1 has submitted only 2 of 3
+  n.add(member(1, "h4", 8), t0);   // rank 1's third member (not in rank 0's group)
+  CHECK(n.takeReady(t0).empty());  // h4 itself is incomplete
+  n.add(member(0, "h4", 2), t0);
+  CHECK(n.takeReady(t0).empty());  // rank 0's group 2 misses members
+  n.add(member(0, "h5", 2), t0);
+  n.add(member(0, "h6", 2), t0);
+  n.add(member(1, "h5", 9), t0);
+  n.add(member(1, "h6", 9), t0);
+  CHECK(n.takeReady(t0).empty());  // rank 1's group 9 has 2 of 3
+  n.add(member(1, "h7", 9), t0);
+  n.add(member(0, "h7", 3), t0);
+  n.add(member(0, "h8", 3), t0);
+  n.add(member(0, "h9", 3), t0);
+  n.add(member(1, "h8", 10), t0);
+  n.add(member(1, "h9", 10), t0);
+  n.add(member(1, "extra", 10), t0);  // rank 1's group 10 complete but "extra" is not
+  CHECK(n.takeReady(t0).empty());
+  n.add(member(0, "extra", 4), t0);
+  n.add(req(0, "pad1"), t0);
+  n.add(req(0, "pad2"), t0);
+  n.add(member(0, "pad1", 4), t0);  // duplicate name: ignored
+  CHECK(n.takeReady(t0).empty());
+  // Rank 0's group 4 ({extra}) misses two members; stall-failing breaks the chain cleanly.
+  auto st = n.stalled(at(100), 10);
+  REQUIRE(st.size() == 11);  // h1, h3..h9, extra (held by groups), pad1, pad2 (incomplete)
+  CHECK(st[0].name == "h1");
+  CHECK(st[0].readyRanks == std::vector<int32_t>{0, 1});
+  CHECK(st[0].missingRanks == std::vector<int32_t>{0});  // rank 0's group 4 is short
+  auto failed = n.failStalled(at(100), 10);
+  REQUIRE(failed.size() == 11);
+  CHECK(failed[0].name == "h1");
+  CHECK(failed[0].error == "allreduce 'h1' stalled for 100.0 s in a group waiting for ranks [0]");
+  CHECK(failed[1].name == "h3");
+  CHECK(failed[1].error == "allreduce 'h3' is grouped with stalled allreduce 'h1'");
+  CHECK(failed[9].name == "pad1");
+  CHECK(failed[9].error ==
+        "allreduce 'pad1' stalled for 100.0 s: missing ranks [1], submitted by [0]");
+  for (const auto& f : failed) CHECK(f.errorCode == ErrorCode::kStalled);
+  CHECK_FALSE(n.hasPending());
+}
+
+TEST_CASE("an erroneous group member is released alone; the rest of the group still goes") {
+  Negotiator n(2);
+  auto member = [](int32_t rank, const std::string& name) {
+    Request r = req(rank, name);
+    r.groupId = 0;
+    r.groupSize = 2;
+    return r;
+  };
+  n.add(member(0, "a"), t0);
+  Request bad = member(1, "a");
+  bad.dtype = DataType::kInt8;
+  n.add(bad, t0);
+  auto out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].errorCode == ErrorCode::kMismatch);
+  CHECK(out[0].group == -1);
+  n.add(member(0, "b"), t0);
+  n.add(member(1, "b"), t0);
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].group >= 0);
+}
+
+TEST_CASE("hostile requests are ignored or answered, never crash") {
+  Negotiator n(2);
+  Request r = req(5, "x");
+  n.add(r, t0);  // rank outside the world
+  r.rank = -1;
+  n.add(r, t0);
+  r.rank = 0;
+  r.type = static_cast<OpType>(42);
+  n.add(r, t0);
+  CHECK_FALSE(n.hasPending());
+  Negotiator empty(0);
+  empty.add(req(0, "x"), t0);
+  CHECK(empty.takeReady(t0).empty());
+}
