@@ -1,0 +1,252 @@
+"""The collectives, written once over an array adapter (numpy arrays or torch tensors).
+
+An adapter provides: describe(x, label) -> _lib.KoloTensor (validates dtype and device; x is
+contiguous), contiguous(x), check_writable(x, label), empty_like(x), copy_(dst, src),
+from_output(ptr, shape, like) -> a new array holding a copy of the runtime's owned output,
+int32_vector(list) and to_int_list(splits).
+
+Outputs whose size is known only after negotiation (allgather, alltoall, reducescatter) are
+owned by the C handle (allocator NULL) and copied into a new array by the op's finish function,
+before the handle is released. This costs one copy of the output but never calls Python from a
+kolo thread (an allocator callback would have to take the GIL on the coordinator thread).
+
+In-place ops on non-contiguous arrays run on a contiguous copy that is copied back when the op
+is synchronized. Every array the runtime reads or writes is kept alive in the handle table
+until synchronize(). Arguments are validated before the op's automatic name is drawn, so a
+call rejected on every rank leaves the name counters aligned.
+"""
+
+import ctypes
+
+from kolo import _lib, common
+from kolo import process_sets as _ps
+
+_NO_CB = _lib.NO_CALLBACK
+_NO_ALLOC = _lib.NO_ALLOC
+
+
+def _process_set(process_set):
+    ps = _ps.global_process_set if process_set is None else process_set
+    return ps, _ps.resolve(ps)
+
+
+def _encode(name):
+    return name.encode("utf-8")
+
+
+def owned_output(h):
+    """(data pointer, shape tuple) of a completed handle's owned output."""
+    data = ctypes.c_void_p()
+    ndim = ctypes.c_int32(0)
+    shape = (ctypes.c_int64 * _lib.MAX_DIMS)()
+    rc = _lib.lib.kolo_handle_output(h, ctypes.byref(data), ctypes.byref(ndim), shape)
+    common.raise_for_call(rc, "reading the op's output")
+    return data.value, tuple(int(shape[i]) for i in range(ndim.value))
+
+
+def _set_size(ps_id):
+    n = ctypes.c_int32(0)
+    common.raise_for_call(_lib.lib.kolo_process_set_size(ps_id, ctypes.byref(n)), "process set")
+    return n.value
+
+
+def _inplace_work(A, tensor, label):
+    A.check_writable(tensor, label)
+    return A.contiguous(tensor)
+
+
+def _copy_back(A, tensor, work):
+    if work is not tensor:
+        A.copy_(tensor, work)
+    return tensor
+
+
+def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_factor,
+                    process_set):
+    c_op = common.to_c_op(op)
+    pre = common.check_scale(prescale_factor, "prescale_factor")
+    post = common.check_scale(postscale_factor, "postscale_factor")
+    _, ps_id = _process_set(process_set)
+    label = "allreduce" if name is None else "allreduce %r" % name
+    if inplace:
+        work = _inplace_work(A, tensor, label)
+        output = None
+    else:
+        work = A.contiguous(tensor)
+        output = A.empty_like(work)
+    d_in = A.describe(work, label)
+    d_out = A.describe(output, label) if output is not None else None
+    full = common.names.make("allreduce", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_allreduce_async(
+            _encode(full), ctypes.byref(d_in), ctypes.byref(d_out) if d_out is not None else None, c_op,
+            pre, post, ps_id, _NO_CB, None, hp)
+
+    if inplace:
+        finish = lambda hs: _copy_back(A, tensor, work)  # noqa: E731
+    else:
+        finish = lambda hs: output  # noqa: E731
+    return common.start("allreduce %r" % full, submit, finish, (tensor, work, output, d_in, d_out))
+
+
+def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
+                            process_set):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    c_op = common.to_c_op(op)
+    pre = common.check_scale(prescale_factor, "prescale_factor")
+    post = common.check_scale(postscale_factor, "postscale_factor")
+    _, ps_id = _process_set(process_set)
+    label = "grouped_allreduce" if name is None else "grouped_allreduce %r" % name
+    n = len(tensors)
+    if inplace:
+        works = [_inplace_work(A, t, "%s[%d]" % (label, i)) for i, t in enumerate(tensors)]
+        outputs = None
+    else:
+        works = [A.contiguous(t) for t in tensors]
+        outputs = [A.empty_like(w) for w in works]
+    d_in = [A.describe(w, "%s[%d]" % (label, i)) for i, w in enumerate(works)]
+    c_in = (_lib.KoloTensor * n)(*d_in)
+    d_out, c_out = None, None
+    if outputs is not None:
+        d_out = [A.describe(o, "%s[%d]" % (label, i)) for i, o in enumerate(outputs)]
+        c_out = (_lib.KoloTensor * n)(*d_out)
+    full = common.names.make("grouped_allreduce", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_grouped_allreduce_async(
+            _encode(full), n, c_in, c_out, c_op, pre, post, ps_id, _NO_CB, None, hp)
+
+    def finish(hs):
+        if outputs is not None:
+            return outputs
+        return [_copy_back(A, t, w) for t, w in zip(tensors, works)]
+
+    keep = (tensors, works, outputs, d_in, d_out, c_in, c_out)
+    return common.start("grouped_allreduce %r" % full, submit, finish, keep)
+
+
+def allgather_async(A, tensor, name, process_set):
+    _, ps_id = _process_set(process_set)
+    label = "allgather" if name is None else "allgather %r" % name
+    work = A.contiguous(tensor)
+    d_in = A.describe(work, label)
+    full = common.names.make("allgather", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_allgather_async(_encode(full), ctypes.byref(d_in), _NO_ALLOC, None,
+                                             ps_id, _NO_CB, None, hp)
+
+    def finish(hs):
+        ptr, shape = owned_output(hs[0])
+        return A.from_output(ptr, shape, work)
+
+    return common.start("allgather %r" % full, submit, finish, (tensor, work, d_in))
+
+
+def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
+    ps, ps_id = _process_set(process_set)
+    root = ps.root_index(root_rank)
+    label = "broadcast" if name is None else "broadcast %r" % name
+    if inplace:
+        work = _inplace_work(A, tensor, label)
+        result = tensor
+    else:
+        work = A.empty_like(tensor)
+        A.copy_(work, tensor)
+        result = work
+    d = A.describe(work, label)
+    full = common.names.make("broadcast", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_broadcast_async(_encode(full), ctypes.byref(d), root, ps_id, _NO_CB,
+                                             None, hp)
+
+    def finish(hs):
+        return _copy_back(A, tensor, work) if inplace else result
+
+    return common.start("broadcast %r" % full, submit, finish, (tensor, work, d))
+
+
+def alltoall_async(A, tensor, splits, name, process_set):
+    """synchronize() of the returned handle gives (output, received_splits)."""
+    _, ps_id = _process_set(process_set)
+    label = "alltoall" if name is None else "alltoall %r" % name
+    split_list = None
+    if splits is not None:
+        split_list = A.to_int_list(splits)
+        if any(s < 0 for s in split_list):
+            raise ValueError("%s: splits must be >= 0; got %r" % (label, split_list))
+        if any(s > 0x7FFFFFFF for s in split_list):
+            raise ValueError("%s: a split does not fit in int32: %r" % (label, split_list))
+    work = A.contiguous(tensor)
+    d_in = A.describe(work, label)
+    c_splits = None
+    n_splits = 0
+    if split_list is not None:
+        n_splits = len(split_list)
+        c_splits = (ctypes.c_int32 * max(1, n_splits))(*split_list)
+    full = common.names.make("alltoall", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_alltoall_async(_encode(full), ctypes.byref(d_in), c_splits, n_splits,
+                                            _NO_ALLOC, None, ps_id, _NO_CB, None, hp)
+
+    def finish(hs):
+        ptr, shape = owned_output(hs[0])
+        out = A.from_output(ptr, shape, work)
+        n = _set_size(ps_id)
+        received = (ctypes.c_int32 * max(1, n))()
+        rc = _lib.lib.kolo_handle_received_splits(hs[0], received, n)
+        common.raise_for_call(rc, "alltoall received splits")
+        return out, A.int32_vector([received[i] for i in range(n)])
+
+    return common.start("alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits))
+
+
+def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
+    c_op = common.to_c_op(op)
+    pre = common.check_scale(prescale_factor, "prescale_factor")
+    post = common.check_scale(postscale_factor, "postscale_factor")
+    _, ps_id = _process_set(process_set)
+    label = "reducescatter" if name is None else "reducescatter %r" % name
+    work = A.contiguous(tensor)
+    d_in = A.describe(work, label)
+    full = common.names.make("reducescatter", name, ps_id)
+
+    def submit(hp):
+        return _lib.lib.kolo_reducescatter_async(_encode(full), ctypes.byref(d_in), c_op, pre,
+                                                 post, _NO_ALLOC, None, ps_id, _NO_CB, None, hp)
+
+    def finish(hs):
+        ptr, shape = owned_output(hs[0])
+        return A.from_output(ptr, shape, work)
+
+    return common.start("reducescatter %r" % full, submit, finish, (tensor, work, d_in))
+
+
+def barrier(process_set=None):
+    """Blocks until every rank of the set called barrier()."""
+    _, ps_id = _process_set(process_set)
+
+    def submit(hp):
+        return _lib.lib.kolo_barrier_async(ps_id, _NO_CB, None, hp)
+
+    common.synchronize(common.start("barrier", submit))
+
+
+def join():
+    """Blocks until every rank joined; returns the last rank to join (the same everywhere)."""
+
+    def submit(hp):
+        return _lib.lib.kolo_join_async(_NO_CB, None, hp)
+
+    def finish(hs):
+        last = ctypes.c_int32(-1)
+        common.raise_for_call(_lib.lib.kolo_handle_join_result(hs[0], ctypes.byref(last)),
+                              "join result")
+        return last.value
+
+    return common.synchronize(common.start("join", submit, finish))

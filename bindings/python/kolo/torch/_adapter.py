@@ -1,0 +1,129 @@
+"""The torch array adapter of kolo._ops: dtype and device mapping, copies of owned outputs.
+
+dtypes: uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (uint16
+only through kolo's numpy API). Devices: CPU, and CUDA when libkolo.so was built with CUDA; the
+op then runs on the tensor's device after the work already queued on torch's current stream of
+that device (the stream is handed to the runtime). Sparse and other layouts are rejected.
+"""
+
+import ctypes
+import operator
+
+import torch
+
+from kolo import _lib
+
+_DTYPES = {
+    torch.uint8: _lib.UINT8,
+    torch.int8: _lib.INT8,
+    torch.int16: _lib.INT16,
+    torch.int32: _lib.INT32,
+    torch.int64: _lib.INT64,
+    torch.float16: _lib.FLOAT16,
+    torch.bfloat16: _lib.BFLOAT16,
+    torch.float32: _lib.FLOAT32,
+    torch.float64: _lib.FLOAT64,
+    torch.bool: _lib.BOOL,
+}
+
+
+def dtype_code(dtype):
+    """The kolo_dtype_t of a torch dtype, or None when kolo does not support it."""
+    return _DTYPES.get(dtype)
+
+
+class _DeviceBytes:
+    """Exposes nbytes of CUDA memory at ptr to torch.as_tensor (no copy)."""
+
+    def __init__(self, ptr, nbytes):
+        self.__cuda_array_interface__ = {
+            "shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 2,
+            "strides": None}
+
+
+class TorchAdapter:
+    @staticmethod
+    def describe(x, label):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError("%s: expected a torch.Tensor; got %s" % (label, type(x).__name__))
+        if x.layout != torch.strided:
+            raise ValueError("%s: %s tensors are not supported (use a dense tensor)"
+                             % (label, x.layout))
+        code = _DTYPES.get(x.dtype)
+        if code is None:
+            raise ValueError("%s: tensor type %s is not supported by kolo" % (label, x.dtype))
+        if x.dim() > _lib.MAX_DIMS:
+            raise ValueError("%s: %d dimensions (kolo supports up to %d)"
+                             % (label, x.dim(), _lib.MAX_DIMS))
+        t = _lib.KoloTensor()
+        dev = x.device
+        if dev.type == "cpu":
+            t.device = _lib.CPU_DEVICE
+            t.stream = None
+        elif dev.type == "cuda":
+            if not _lib.lib.kolo_cuda_built():
+                raise ValueError("%s: the tensor is on %s but this libkolo.so (%s) was built "
+                                 "without CUDA; move it to the CPU" % (label, dev, _lib.path))
+            index = dev.index if dev.index is not None else torch.cuda.current_device()
+            t.device = index
+            t.stream = torch.cuda.current_stream(index).cuda_stream or None
+        else:
+            raise ValueError("%s: tensors on %s are not supported (CPU or CUDA only)"
+                             % (label, dev))
+        t.data = x.data_ptr() if x.numel() else None
+        t.dtype = code
+        t.ndim = x.dim()
+        t.shape = (ctypes.c_int64 * max(1, x.dim()))(*x.shape)
+        return t
+
+    @staticmethod
+    def contiguous(x):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError("expected a torch.Tensor; got %s" % type(x).__name__)
+        if x.is_contiguous():
+            return x
+        with torch.no_grad():
+            return x.contiguous()
+
+    @staticmethod
+    def check_writable(x, label):
+        if not isinstance(x, torch.Tensor):
+            raise ValueError("%s: expected a torch.Tensor; got %s" % (label, type(x).__name__))
+
+    @staticmethod
+    def empty_like(x):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def copy_(dst, src):
+        with torch.no_grad():
+            dst.copy_(src)
+
+    @staticmethod
+    def from_output(ptr, shape, like):
+        out = torch.empty(shape, dtype=like.dtype, device=like.device)
+        nbytes = out.numel() * out.element_size()
+        if nbytes == 0:
+            return out
+        if out.device.type == "cpu":
+            ctypes.memmove(out.data_ptr(), ptr, nbytes)
+        else:
+            src = torch.as_tensor(_DeviceBytes(ptr, nbytes), device=out.device)
+            out.view(-1).view(torch.uint8).copy_(src)
+        return out
+
+    @staticmethod
+    def int32_vector(values):
+        return torch.tensor(values, dtype=torch.int32)
+
+    @staticmethod
+    def to_int_list(splits):
+        if isinstance(splits, torch.Tensor):
+            if splits.dim() != 1 or splits.dtype.is_floating_point or splits.is_complex():
+                raise ValueError("splits must be a 1-D integer tensor; got %s of %s"
+                                 % (tuple(splits.shape), splits.dtype))
+            return [int(v) for v in splits.tolist()]
+        try:
+            return [operator.index(v) for v in splits]
+        except TypeError:
+            raise ValueError("splits must be a sequence of ints; got %r" % (splits,)) from None

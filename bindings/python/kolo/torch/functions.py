@@ -1,0 +1,152 @@
+"""horovod.torch.functions: broadcast model and optimizer state, broadcast/gather objects."""
+
+import io
+import pickle
+
+import torch
+
+from kolo import common
+from kolo.basics import rank
+from kolo.process_sets import global_process_set
+from kolo.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, synchronize)
+
+try:
+    import cloudpickle as _pickler
+except ImportError:  # plain pickle still serves objects that need no code by value
+    _pickler = pickle
+
+
+def _dumps(obj):
+    buf = io.BytesIO()
+    _pickler.dump(obj, buf)
+    return buf.getvalue()
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Copies rank root_rank's tensors into every rank's tensors, in place.
+
+    `params` is a state_dict (or any mapping name -> tensor; broadcast in sorted key order), or
+    a sequence of (name, tensor) pairs or of tensors (e.g. model.named_parameters() or
+    model.parameters()). The names become the ops' names, so they must agree across ranks.
+    """
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, (str, bytes)) or not hasattr(params, "__iter__"):
+        raise ValueError("invalid params of type: %s" % type(params))
+    else:
+        items = [p if isinstance(p, tuple) else (None, p) for p in params]
+    for name, p in items:
+        if not isinstance(p, torch.Tensor):
+            raise ValueError("broadcast_parameters: %r is a %s, not a tensor"
+                             % (name, type(p).__name__))
+    handles = [broadcast_async_(p, root_rank, None if name is None else str(name),
+                                process_set=process_set) for name, p in items]
+    for handle in handles:
+        synchronize(handle)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns rank root_rank's `obj` on every rank (serialized with cloudpickle).
+
+    Two broadcasts: the byte count (int64), then the bytes. With name=None the ops are named
+    "broadcast_object.noname.<n>" from a counter, so calls need not pass the same object type
+    on every rank (Horovod derives the default name from the type)."""
+    if name is None:
+        ps_id = (process_set or global_process_set).process_set_id or 0
+        name = common.names.make("broadcast_object", None, ps_id)
+    if rank() == root_rank:
+        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+        size = torch.tensor([payload.numel()], dtype=torch.int64)
+        broadcast_(size, root_rank, name + ".sz", process_set)
+    else:
+        size = torch.tensor([0], dtype=torch.int64)
+        broadcast_(size, root_rank, name + ".sz", process_set)
+        payload = torch.empty(int(size.item()), dtype=torch.uint8)
+    broadcast_(payload, root_rank, name + ".t", process_set)
+    if rank() == root_rank:
+        return obj
+    return pickle.loads(payload.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj`, in rank order of the set."""
+    if name is None:
+        ps_id = (process_set or global_process_set).process_set_id or 0
+        name = common.names.make("allgather_object", None, ps_id)
+    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
+    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".sz",
+                      process_set)
+    data = allgather(payload, name + ".t", process_set).numpy().tobytes()
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[offset:offset + n]))
+        offset += n
+    return out
+
+
+def _is_distributed(optimizer):
+    return getattr(type(optimizer), "_kolo_distributed", False)
+
+
+def _initialize_state(optimizer):
+    """A new optimizer has no state; run one step with zero gradients (as Horovod does) so
+    that every rank holds the state tensors that the broadcast then overwrites."""
+    saved = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p not in optimizer.state:
+                saved[p] = p.grad
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    if not saved:
+        return
+    if _is_distributed(optimizer):
+        # Its step() would allreduce the zero gradients; skip to the wrapped optimizer's step.
+        super(type(optimizer), optimizer).step()
+    else:
+        optimizer.step()
+    for p, grad in saved.items():
+        p.grad = grad
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
+    """Makes every rank's optimizer state and hyper-parameters equal to rank root_rank's.
+
+    State tensors (momentum buffers, Adam moments, tensor `step`s) are broadcast in place;
+    everything else (param-group options like lr and betas, scalar steps) travels in one
+    broadcast_object. Every rank must hold an optimizer of the same structure."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state:
+        _initialize_state(optimizer)
+
+    handles = []
+    scalars = {}  # (group, param index, key) -> value
+    options = []
+    for gi, group in enumerate(optimizer.param_groups):
+        options.append({k: v for k, v in group.items() if k != "params"})
+        for pi, p in enumerate(group["params"]):
+            state = optimizer.state.get(p)
+            if not state:
+                continue
+            for key in sorted(state.keys(), key=str):
+                value = state[key]
+                if torch.is_tensor(value):
+                    op_name = "optimizer_state.%d.%d.%s" % (gi, pi, key)
+                    handles.append(broadcast_async_(value, root_rank, op_name,
+                                                    process_set=process_set))
+                else:
+                    scalars[(gi, pi, key)] = value
+    for handle in handles:
+        synchronize(handle)
+
+    options, scalars = broadcast_object((options, scalars), root_rank,
+                                        name="optimizer_state.objects",
+                                        process_set=process_set)
+    for gi, group in enumerate(optimizer.param_groups):
+        if gi < len(options):
+            group.update(options[gi])
+    for (gi, pi, key), value in scalars.items():
+        p = optimizer.param_groups[gi]["params"][pi]
+        optimizer.state[p][key] = value

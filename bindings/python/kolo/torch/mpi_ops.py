@@ -1,0 +1,368 @@
+"""horovod.torch.mpi_ops' collectives on torch tensors, over kolo's C API.
+
+Semantics kept from Horovod 0.28:
+  - allreduce/allgather/broadcast/alltoall/reducescatter return new tensors and are
+    differentiable; the trailing-underscore variants work in place; *_async variants return an
+    int handle for poll()/synchronize().
+  - allreduce defaults to op=Average; `average=` is the deprecated spelling (op wins; both is a
+    ValueError). prescale_factor multiplies before the reduction, postscale_factor after.
+  - name=None draws "<op>.noname.<n>" from a counter per op type and process set, so ranks
+    that issue the same ops in the same order agree on names; a given name becomes
+    "<op>.<name>" (so an allreduce and a broadcast may share a user name).
+  - broadcast's root_rank is a GLOBAL rank, also with process sets (kolo's C API wants the
+    index in the set; the conversion happens here).
+  - alltoall(tensor, splits) returns (output, received_splits) when splits is given and just
+    the output when splits is None; synchronize() of an alltoall_async handle always returns
+    the pair.
+  - Errors: ValueError for bad arguments at call time, KoloInternalError (a RuntimeError, also
+    exported as HorovodInternalError) from synchronize() when the op failed on the ranks.
+"""
+
+import torch
+
+from kolo import _ops, common
+from kolo.basics import rank
+from kolo.common import (Average, Max, Min, Product, Sum,
+                         handle_average_backwards_compatibility)
+from kolo.process_sets import global_process_set
+from kolo.torch._adapter import TorchAdapter as _A
+from kolo.torch.compression import Compression
+
+poll = common.poll
+synchronize = common.synchronize
+
+
+# ---- asynchronous ops ------------------------------------------------------------------------
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _ops.allreduce_async(_A, tensor, False, name, op, prescale_factor, postscale_factor,
+                                process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts an in-place allreduce; synchronize(handle) returns `tensor`."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _ops.allreduce_async(_A, tensor, True, name, op, prescale_factor, postscale_factor,
+                                process_set)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    """One negotiated op for a list of tensors; synchronize() returns a list of new tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _ops.grouped_allreduce_async(_A, tensors, False, name, op, prescale_factor,
+                                        postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    op = handle_average_backwards_compatibility(op, average)
+    return _ops.grouped_allreduce_async(_A, tensors, True, name, op, prescale_factor,
+                                        postscale_factor, process_set)
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _ops.allgather_async(_A, tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """One handle for several allgathers (named "<name>.<i>"); synchronize() gives a list."""
+    tensors = list(tensors)
+    handles = [allgather_async(t, None if name is None else "%s.%d" % (name, i), process_set)
+               for i, t in enumerate(tensors)]
+    return common.combine(handles, list, "grouped_allgather")
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _ops.broadcast_async(_A, tensor, root_rank, False, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    return _ops.broadcast_async(_A, tensor, root_rank, True, name, process_set)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    """synchronize(handle) returns (output, received_splits)."""
+    return _ops.alltoall_async(_A, tensor, splits, name, process_set)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    return _ops.reducescatter_async(_A, tensor, name, op, prescale_factor, postscale_factor,
+                                    process_set)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    tensors = list(tensors)
+    handles = [reducescatter_async(t, None if name is None else "%s.%d" % (name, i), op,
+                                   process_set, prescale_factor, postscale_factor)
+               for i, t in enumerate(tensors)]
+    return common.combine(handles, list, "grouped_reducescatter")
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Allreduce of a sparse COO tensor through two allgathers (indices and values), as
+    Horovod does for sparse gradients; synchronize() returns the summed (or averaged) sparse
+    tensor, with duplicate indices left uncoalesced."""
+    if op not in (Average, Sum):
+        raise ValueError("sparse allreduce supports op=Average or Sum; got %s"
+                         % common.op_name(op))
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = t._indices().transpose(0, 1).contiguous()
+    values = t._values().contiguous()
+    h_idx = allgather_async(indices, None if name is None else name + ".indices", process_set)
+    h_val = allgather_async(values, None if name is None else name + ".values", process_set)
+    set_size = (process_set or global_process_set).size()
+
+    def build(results):
+        idx, val = results
+        if op == Average:
+            val = val / set_size
+        return torch.sparse_coo_tensor(idx.transpose(0, 1), val, t.size())
+
+    return common.combine([h_idx, h_val], build, "sparse_allreduce")
+
+
+# ---- gradients ---------------------------------------------------------------------------------
+def _product_of_others(x_scaled, process_set):
+    """prod over the other ranks j != this of x_scaled_j, element-wise, exact with zeros."""
+    zero = x_scaled == 0
+    nonzero = torch.where(zero, torch.ones_like(x_scaled), x_scaled)
+    prod_nonzero = allreduce(nonzero, op=Product, process_set=process_set)
+    zeros = allreduce(zero.to(torch.int32), op=Sum, process_set=process_set)
+    others = torch.where(zero, prod_nonzero, prod_nonzero / nonzero)
+    others_zeros = zeros - zero.to(torch.int32)
+    return torch.where(others_zeros > 0, torch.zeros_like(others), others)
+
+
+def _reduction_grad(op, x, y, grad_sum, pre, post, process_set):
+    """dL/dx for y = post * op_k(pre * x_k), given grad_sum = sum over ranks of dL/dy
+    (restricted to the rows of x), x this rank's input and y the reduced value."""
+    scale = pre * post
+    if op == Sum:
+        return grad_sum * scale
+    if op == Average:
+        return grad_sum * (scale / (process_set or global_process_set).size())
+    if op in (Min, Max):
+        mask = (x * scale == y).to(grad_sum.dtype)
+        return grad_sum * mask * scale
+    # Product
+    return grad_sum * scale * _product_of_others(x * pre, process_set)
+
+
+class KoloAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
+        out = synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
+                                          postscale_factor, process_set))
+        if op not in (Sum, Average):
+            ctx.save_for_backward(tensor, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if ctx.op in (Sum, Average):
+            # The adjoint of a linear allreduce is the same allreduce.
+            grad = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.pre,
+                             postscale_factor=ctx.post, process_set=ctx.ps)
+        else:
+            x, y = ctx.saved_tensors
+            g = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+            grad = _reduction_grad(ctx.op, x, y, g, ctx.pre, ctx.post, ctx.ps)
+        return grad, None, None, None, None, None
+
+
+class KoloGroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
+        ctx.like = [(t.shape, t.dtype, t.device) for t in tensors]
+        outs = synchronize(grouped_allreduce_async(list(tensors), None, name, op,
+                                                   prescale_factor, postscale_factor,
+                                                   process_set))
+        if op not in (Sum, Average):
+            ctx.save_for_backward(*tensors, *outs)
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
+                 for g, (shape, dtype, device) in zip(grads, ctx.like)]
+        if ctx.op in (Sum, Average):
+            out = grouped_allreduce(grads, op=ctx.op, prescale_factor=ctx.pre,
+                                    postscale_factor=ctx.post, process_set=ctx.ps)
+        else:
+            saved = ctx.saved_tensors
+            n = len(saved) // 2
+            sums = grouped_allreduce(grads, op=Sum, process_set=ctx.ps)
+            out = [_reduction_grad(ctx.op, saved[i], saved[n + i], sums[i], ctx.pre, ctx.post,
+                                   ctx.ps) for i in range(n)]
+        return (None, None, None, None, None) + tuple(out)
+
+
+class KoloAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
+        ctx.ps = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Every rank's loss may depend on this rank's rows: sum the gradients, keep our rows.
+        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64), process_set=ctx.ps)
+        me = (ctx.ps or global_process_set).rank()
+        offset = int(dims[:me].sum().item())
+        return grad.narrow(0, offset, ctx.dim0), None, None
+
+
+class KoloBroadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank, ctx.ps = root_rank, process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        if rank() != ctx.root_rank:
+            grad = torch.zeros_like(grad)
+        return grad, None, None, None
+
+
+class KoloAlltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.received, ctx.ps = received, process_set
+        ctx.mark_non_differentiable(received)
+        return out, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received, None,
+                                             ctx.ps))
+        return grad, None, None, None
+
+
+class KoloReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
+        out = synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                              postscale_factor))
+        if op not in (Sum, Average):
+            ctx.save_for_backward(tensor, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Rank r's output rows came from every rank's rows of the same block.
+        g = allgather(grad_output.contiguous(), process_set=ctx.ps)
+        if ctx.op in (Sum, Average):
+            return _reduction_grad(ctx.op, None, None, g, ctx.pre, ctx.post,
+                                   ctx.ps), None, None, None, None, None
+        x, y = ctx.saved_tensors
+        y_full = allgather(y.contiguous(), process_set=ctx.ps)
+        return (_reduction_grad(ctx.op, x, y_full, g, ctx.pre, ctx.post, ctx.ps),
+                None, None, None, None, None)
+
+
+# ---- synchronous, differentiable ops ------------------------------------------------------------
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces `tensor` over the ranks of the set (default op Average) into a new tensor."""
+    op = handle_average_backwards_compatibility(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = KoloAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """In-place allreduce; returns `tensor`."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    op = handle_average_backwards_compatibility(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    outs = KoloGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                      *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
+    return KoloAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return [allgather(t, None if name is None else "%s.%d" % (name, i), process_set)
+            for i, t in enumerate(tensors)]
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns a new tensor holding `tensor` of global rank root_rank."""
+    return KoloBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """In-place broadcast; returns `tensor`."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends splits[i] rows of dim 0 to set rank i (an even split when splits is None).
+    Returns the received rows concatenated in rank order, plus the received splits (an int32
+    tensor) when splits was given."""
+    output, received = KoloAlltoall.apply(tensor, splits, name, process_set)
+    return output if splits is None else (output, received)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces over the set; this rank gets its block of dim 0 (the first dim0 % size ranks
+    get one extra row)."""
+    compressed, ctx = compression.compress(tensor)
+    out = KoloReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+    return compression.decompress(out, ctx)
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    return [reducescatter(t, None if name is None else "%s.%d" % (name, i), compression, op,
+                          process_set, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+def join(device=-1):
+    """Marks this rank as out of data; until all ranks joined it contributes zeros to the
+    others' allreduces. Blocks until every rank joined; returns the last rank to join."""
+    if isinstance(device, bool) or not isinstance(device, int):
+        raise ValueError("join(device=...) takes an int device ordinal (-1 = CPU)")
+    if device >= 0 and torch.cuda.is_available():
+        torch.cuda.synchronize(device)
+    return _ops.join()
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set reached the barrier."""
+    _ops.barrier(process_set)

@@ -1,0 +1,258 @@
+"""kolo (no torch): lifecycle, topology, argument validation, process sets, numpy collectives,
+timeline. Runs under a launcher with N ranks."""
+
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+NUMPY_DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+                np.float32, np.float64]
+
+
+def test_topology(kolo_world):
+    k = kolo_world
+    assert k.is_initialized()
+    n = k.size()
+    assert 0 <= k.rank() < n
+    assert n == int(os.environ.get("KOLO_SIZE", os.environ.get("OMPI_COMM_WORLD_SIZE", n)))
+    assert 0 <= k.local_rank() < k.local_size()
+    assert 0 <= k.cross_rank() < k.cross_size()
+    assert k.is_homogeneous()
+    assert k.global_process_set.ranks == list(range(n))
+    assert k.global_process_set.size() == n
+    assert k.global_process_set.rank() == k.rank()
+    assert k.global_process_set.included()
+    assert k.transport_name() in ("gloo", "mpi", "loopback")
+    assert k.gloo_enabled() == (k.transport_name() == "gloo")
+    for flag in (k.mpi_built, k.gloo_built, k.cuda_built):
+        assert flag() in (True, False)
+    assert k.nccl_built() in (0, 1)
+    assert k.version()
+
+
+def test_init_twice_is_noop(kolo_world):
+    r = kolo_world.rank()
+    kolo_world.init()
+    assert kolo_world.rank() == r
+
+
+def test_ranks_agree(kolo_world):
+    k = kolo_world
+    ranks = k.allgather(np.array([k.rank()], dtype=np.int32))
+    np.testing.assert_array_equal(ranks, np.arange(k.size(), dtype=np.int32))
+
+
+def test_argument_errors(kolo_world):
+    k = kolo_world
+    x = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError, match="Adasum"):
+        k.allreduce(x, op=k.Adasum)
+    with pytest.raises(ValueError, match="op must be"):
+        k.allreduce(x, op=42)
+    with pytest.raises(ValueError, match="supersedes"):
+        k.allreduce(x, op=k.Sum, average=True)
+    with pytest.raises(ValueError, match="name"):
+        k.allreduce(x, name=7)
+    with pytest.raises(ValueError, match="name"):
+        k.allreduce(x, name="")
+    with pytest.raises(ValueError, match="NUL"):
+        k.allreduce(x, name="a\0b")
+    with pytest.raises(ValueError, match="longer"):
+        k.allreduce(x, name="n" * 2000)
+    with pytest.raises(ValueError, match="not supported"):
+        k.allreduce(np.ones(3, dtype=np.complex64))
+    with pytest.raises(ValueError, match="byte order"):
+        k.allreduce(np.ones(3, dtype=">f4"))
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.ones(3, dtype=np.float32)
+        ro.flags.writeable = False
+        k.allreduce_(ro)
+    with pytest.raises(ValueError, match="not registered"):
+        k.allreduce(x, process_set=k.ProcessSet([0]))
+    with pytest.raises(ValueError, match="prescale"):
+        k.allreduce(x, prescale_factor="big")
+    with pytest.raises(ValueError, match="unknown handle"):
+        k.poll(987654321)
+    assert k.synchronize(987654321) is None  # as horovod.torch.synchronize
+    # The job still works, and the failed calls left the automatic names aligned.
+    np.testing.assert_array_equal(k.allreduce(x, op=k.Sum), x * k.size())
+
+
+def test_average_legacy_argument(kolo_world):
+    k = kolo_world
+    x = np.full(3, k.rank() + 1, dtype=np.float64)
+    with pytest.warns(DeprecationWarning):
+        summed = k.allreduce(x, average=False)
+    n = k.size()
+    np.testing.assert_array_equal(summed, np.full(3, n * (n + 1) / 2))
+    np.testing.assert_allclose(k.allreduce(x), np.full(3, (n + 1) / 2))
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES + [np.bool_])
+def test_numpy_allreduce_dtypes(kolo_world, dtype):
+    k = kolo_world
+    n, r = k.size(), k.rank()
+    if dtype == np.bool_:
+        x = np.array([r == 0, True, False, r % 2 == 1])
+        np.testing.assert_array_equal(k.allreduce(x, op=k.Max), [True, True, False, n > 1])
+        np.testing.assert_array_equal(k.allreduce(x, op=k.Min), [n == 1, True, False, False])
+        return
+    base = np.arange(12).reshape(3, 4) % 5
+    x = (base + r).astype(dtype)
+    total = sum((base + q) for q in range(n))
+    np.testing.assert_array_equal(k.allreduce(x, op=k.Sum), total.astype(dtype))
+    np.testing.assert_array_equal(k.allreduce(x, op=k.Min), base.astype(dtype))
+    np.testing.assert_array_equal(k.allreduce(x, op=k.Max), (base + n - 1).astype(dtype))
+    ones = np.ones(5, dtype=dtype) * (1 + (r % 2))
+    expect_prod = np.ones(5, dtype=dtype) * (2 ** (n // 2))
+    np.testing.assert_array_equal(k.allreduce(ones, op=k.Product), expect_prod)
+    if np.issubdtype(dtype, np.floating):
+        np.testing.assert_allclose(k.allreduce(x).astype(np.float64),
+                                   total / n, rtol=1e-3)
+    y = x.copy()
+    assert k.allreduce_(y, op=k.Sum) is y
+    np.testing.assert_array_equal(y, total.astype(dtype))
+
+
+def test_numpy_scaling_and_noncontiguous(kolo_world):
+    k = kolo_world
+    n = k.size()
+    x = np.arange(24, dtype=np.float64).reshape(4, 6)
+    np.testing.assert_allclose(
+        k.allreduce(x, op=k.Sum, prescale_factor=0.5, postscale_factor=3.0), x * 1.5 * n)
+    big = np.zeros((6, 8), dtype=np.float32)
+    view = big[::2, 1::3]  # not contiguous
+    view[...] = k.rank() + 1
+    k.allreduce_(view, op=k.Sum)
+    np.testing.assert_array_equal(view, np.full(view.shape, n * (n + 1) / 2))
+    assert big.sum() == view.sum()
+
+
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES)
+def test_numpy_allgather_broadcast(kolo_world, dtype):
+    k = kolo_world
+    n, r = k.size(), k.rank()
+    x = np.full((r + 1, 3), r, dtype=dtype)
+    g = k.allgather(x)
+    assert g.shape == (n * (n + 1) // 2, 3) and g.dtype == np.dtype(dtype)
+    row = 0
+    for q in range(n):
+        np.testing.assert_array_equal(g[row:row + q + 1], np.full((q + 1, 3), q, dtype=dtype))
+        row += q + 1
+    for root in range(n):
+        y = np.full((2, 2), r * 10 + 1, dtype=dtype)
+        out = k.broadcast(y, root)
+        np.testing.assert_array_equal(out, np.full((2, 2), root * 10 + 1, dtype=dtype))
+        np.testing.assert_array_equal(y, np.full((2, 2), r * 10 + 1, dtype=dtype))
+        k.broadcast_(y, root)
+        np.testing.assert_array_equal(y, out)
+
+
+def test_numpy_alltoall_reducescatter(kolo_world):
+    k = kolo_world
+    n, r = k.size(), k.rank()
+    x = np.repeat(np.arange(n, dtype=np.int32) + 100 * r, 2)  # 2 rows for every rank
+    out = k.alltoall(x)
+    np.testing.assert_array_equal(out, np.repeat(np.arange(n) * 100 + r, 2))
+    splits = [q + 1 for q in range(n)]  # q+1 rows to rank q
+    x = np.concatenate([np.full(q + 1, r, dtype=np.int64) for q in range(n)])
+    out, received = k.alltoall(x, splits=splits)
+    np.testing.assert_array_equal(received, np.full(n, r + 1, dtype=np.int32))
+    np.testing.assert_array_equal(out, np.repeat(np.arange(n), r + 1))
+    rows = 2 * n + 1
+    x = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (r + 1)
+    mine = k.reducescatter(x, op=k.Sum)
+    start = r * 2 + min(r, 1)
+    count = 3 if r < 1 else 2
+    full = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2) * (n * (n + 1) / 2)
+    np.testing.assert_array_equal(mine, full[start:start + count])
+
+
+def test_numpy_async_and_grouped(kolo_world):
+    k = kolo_world
+    n = k.size()
+    arrays = [np.full(7 + i, i, dtype=np.float32) for i in range(20)]
+    handles = [k.allreduce_async(a, op=k.Sum) for a in arrays]
+    for i, h in enumerate(handles):
+        np.testing.assert_array_equal(k.synchronize(h), np.full(7 + i, i * n))
+    outs = k.grouped_allreduce([a.copy() for a in arrays[:5]], op=k.Sum)
+    for i, o in enumerate(outs):
+        np.testing.assert_array_equal(o, np.full(7 + i, i * n))
+    h = k.allreduce_async(np.ones(3), name="poll_me")
+    deadline = time.monotonic() + 60
+    while not k.poll(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    np.testing.assert_array_equal(k.synchronize(h), np.ones(3))
+
+
+def test_mismatch_is_reported_everywhere(kolo_world):
+    k = kolo_world
+    x = np.ones(3 + k.rank(), dtype=np.float32)
+    if k.size() > 1:
+        with pytest.raises(k.KoloInternalError) as info:
+            k.allreduce(x, name="np_shape_mismatch")
+        assert "np_shape_mismatch" in str(info.value)
+        assert isinstance(info.value, RuntimeError)
+    np.testing.assert_array_equal(k.allreduce(np.ones(2), op=k.Sum), np.full(2, k.size()))
+
+
+def test_process_sets(kolo_world):
+    k = kolo_world
+    n, r = k.size(), k.rank()
+    evens = k.add_process_set([q for q in range(n) if q % 2 == 0])
+    assert evens.process_set_id >= 1
+    assert evens.included() == (r % 2 == 0)
+    assert evens.size() == (n + 1) // 2
+    assert evens.rank() == (r // 2 if r % 2 == 0 else -1)
+    if evens.included():
+        out = k.allreduce(np.array([r], dtype=np.int64), op=k.Sum, process_set=evens)
+        assert out[0] == sum(range(0, n, 2))
+        root = evens.ranks[-1]
+        b = k.broadcast(np.array([r], dtype=np.int64), root, process_set=evens)
+        assert b[0] == root
+        with pytest.raises(ValueError, match="not a member"):
+            k.broadcast(np.array([r]), n + 5, process_set=evens)
+    k.barrier()
+    assert k.remove_process_set(evens)
+    assert evens.process_set_id is None
+    with pytest.raises(ValueError):
+        k.remove_process_set(evens)
+    with pytest.raises(ValueError):
+        k.remove_process_set(k.global_process_set)
+
+
+def test_barrier_and_join(kolo_world):
+    k = kolo_world
+    for _ in range(3):
+        k.barrier()
+    n, r = k.size(), k.rank()
+    for i in range(r + 1):
+        out = k.allreduce(np.ones(4, dtype=np.float32), op=k.Sum, name="join_np.%d" % i)
+        np.testing.assert_array_equal(out, np.full(4, n - i, dtype=np.float32))
+    assert k.join() == n - 1
+
+
+def test_timeline(kolo_world):
+    k = kolo_world
+    folder = tempfile.mkdtemp(prefix="kolo-timeline-")
+    path = os.path.join(folder, "timeline.%d.json" % k.rank())
+    k.start_timeline(path)
+    k.allreduce(np.ones(16), name="timeline_op")
+    k.stop_timeline()
+    if k.rank() == 0:
+        with open(path) as f:
+            text = f.read()
+        assert "timeline_op" in text
+        try:
+            events = json.loads(text)
+        except ValueError:  # Chrome's trace format allows a missing closing bracket
+            events = json.loads(text.rstrip().rstrip(",") + "]")
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        assert isinstance(events, list) and events
+    with pytest.raises(ValueError):
+        k.start_timeline("")

@@ -1,0 +1,61 @@
+"""kolo.run: a function on N local ranks, results in rank order, errors surfaced. Runs in ONE
+process (not under a launcher): kolo.run starts the ranks itself."""
+
+import pytest
+
+pytest.importorskip("cloudpickle", reason="kolo.run needs cloudpickle")
+
+
+def _work(scale, offset=0):
+    import numpy as np
+
+    import kolo
+    kolo.init()
+    total = kolo.allreduce(np.array([kolo.rank() + 1.0]), op=kolo.Sum)
+    return {"rank": kolo.rank(), "size": kolo.size(), "value": float(total[0]) * scale + offset}
+
+
+def _torch_work():
+    import torch
+
+    import kolo.torch as hvd
+    hvd.init()
+    t = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum)
+    return t.item()
+
+
+def _fails():
+    import kolo
+    kolo.init()
+    if kolo.rank() == 1:
+        raise KeyError("rank one is unhappy")
+    return kolo.rank()
+
+
+def test_run_returns_results_in_rank_order():
+    import kolo
+    results = kolo.run(_work, args=(2.0,), kwargs={"offset": 1}, np=3)
+    assert results == [{"rank": r, "size": 3, "value": 6.0 * 2.0 + 1} for r in range(3)]
+
+
+def test_run_closure_and_torch():
+    torch = pytest.importorskip("torch")
+    import kolo
+    factor = torch.tensor(2.0)
+    assert kolo.run(lambda: _torch_work() * float(factor), np=2) == [2.0, 2.0]
+
+
+def test_run_reports_the_failing_rank():
+    import kolo
+    with pytest.raises(RuntimeError, match="rank one is unhappy"):
+        kolo.run(_fails, np=2, env={"KOLO_TIMEOUT_SECONDS": "5"})
+
+
+def test_run_arguments():
+    import kolo
+    with pytest.raises(ValueError):
+        kolo.run(_work, np=0)
+    with pytest.raises(ValueError):
+        kolo.run("not callable", np=1)
+    with pytest.raises(ValueError):
+        kolo.run(_work, np=2, hosts="a:1,b:1")

@@ -1,0 +1,267 @@
+"""kolo.torch collectives: every op and dtype with checked results, async and fused ops, errors
+on every rank with the job continuing, duplicate names, join, barrier, process sets."""
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+
+DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64]
+
+
+def _exact(a, b):
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert torch.equal(a, b), (a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_allreduce_every_op(hvd, dtype):
+    n, r = hvd.size(), hvd.rank()
+    base = torch.arange(24).reshape(2, 3, 4) % 5
+    x = (base + r).to(dtype)
+    total = sum(base + q for q in range(n))
+    _exact(hvd.allreduce(x, op=hvd.Sum), total.to(dtype))
+    _exact(hvd.allreduce(x, op=hvd.Min), base.to(dtype))
+    _exact(hvd.allreduce(x, op=hvd.Max), (base + n - 1).to(dtype))
+    two = torch.full((5,), 1 + (r % 2)).to(dtype)
+    _exact(hvd.allreduce(two, op=hvd.Product), torch.full((5,), 2 ** (n // 2)).to(dtype))
+    if dtype.is_floating_point:
+        avg = hvd.allreduce(x)  # default op: Average
+        assert avg.dtype == dtype
+        torch.testing.assert_close(avg.double(), total.double() / n, rtol=1e-2, atol=1e-2)
+        scaled = hvd.allreduce(x, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0)
+        torch.testing.assert_close(scaled.double(), total.double() * 2, rtol=1e-2, atol=1e-2)
+    y = x.clone()
+    out = hvd.allreduce_(y, op=hvd.Sum)
+    assert out is y
+    _exact(y, total.to(dtype))
+    _exact(x, (base + r).to(dtype))  # the out-of-place op left its input alone
+
+
+def test_allreduce_bool_and_scalar(hvd):
+    n, r = hvd.size(), hvd.rank()
+    b = torch.tensor([r == 0, True, False])
+    _exact(hvd.allreduce(b, op=hvd.Max), torch.tensor([True, True, False]))
+    _exact(hvd.allreduce(b, op=hvd.Min), torch.tensor([n == 1, True, False]))
+    s = torch.tensor(float(r))
+    _exact(hvd.allreduce(s, op=hvd.Sum), torch.tensor(float(n * (n - 1) / 2)))
+    e = torch.empty(0, 3)
+    assert hvd.allreduce(e).shape == (0, 3)
+
+
+def test_noncontiguous_inputs(hvd):
+    n = hvd.size()
+    base = torch.arange(48, dtype=torch.float32).reshape(6, 8)
+    view = base.t()[::2]
+    assert not view.is_contiguous()
+    _exact(hvd.allreduce(view, op=hvd.Sum), view.contiguous() * n)
+    work = base.clone()
+    part = work[:, 1::2]
+    hvd.allreduce_(part, op=hvd.Sum)
+    _exact(work[:, 1::2], base[:, 1::2] * n)
+    _exact(work[:, ::2], base[:, ::2])
+
+
+def test_async_fused(hvd):
+    n = hvd.size()
+    tensors = [torch.full((3 + i,), float(i)) for i in range(40)]
+    handles = [hvd.allreduce_async(t, op=hvd.Sum, name="fused.%d" % i)
+               for i, t in enumerate(tensors)]
+    inplace = [torch.full((2, i + 1), float(hvd.rank())) for i in range(10)]
+    handles_ = [hvd.allreduce_async_(t, op=hvd.Sum) for t in inplace]
+    for i, h in enumerate(handles):
+        assert isinstance(h, int)
+        _exact(hvd.synchronize(h), torch.full((3 + i,), float(i * n)))
+    for i, h in enumerate(handles_):
+        assert hvd.synchronize(h) is inplace[i]
+        _exact(inplace[i], torch.full((2, i + 1), float(n * (n - 1) / 2)))
+    h = hvd.allreduce_async(torch.ones(4))
+    deadline = time.monotonic() + 60
+    while not hvd.poll(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert hvd.poll(h)
+    _exact(hvd.synchronize(h), torch.ones(4))
+
+
+def test_grouped_allreduce(hvd):
+    n = hvd.size()
+    ts = [torch.full((i + 1, 2), float(i)) for i in range(6)] + [torch.ones(3, dtype=torch.int32)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum)
+    for t, o in zip(ts, outs):
+        _exact(o, t * n)
+    h = hvd.grouped_allreduce_async(ts, op=hvd.Sum, name="grouped_async")
+    for t, o in zip(ts, hvd.synchronize(h)):
+        _exact(o, t * n)
+    copies = [t.clone() for t in ts]
+    hvd.grouped_allreduce_(copies, op=hvd.Sum)
+    for t, o in zip(ts, copies):
+        _exact(o, t * n)
+    h = hvd.grouped_allreduce_async_(copies, op=hvd.Sum)
+    assert hvd.synchronize(h)[0] is copies[0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
+def test_allgather(hvd, dtype):
+    n, r = hvd.size(), hvd.rank()
+    x = torch.full((r + 1, 2, 3), r % 2 if dtype == torch.bool else r).to(dtype)
+    g = hvd.allgather(x)
+    assert g.shape == (n * (n + 1) // 2, 2, 3) and g.dtype == dtype
+    row = 0
+    for q in range(n):
+        _exact(g[row:row + q + 1], torch.full((q + 1, 2, 3), q % 2 if dtype == torch.bool
+                                              else q).to(dtype))
+        row += q + 1
+    h = hvd.allgather_async(torch.tensor([r], dtype=dtype if dtype != torch.bool else
+                                         torch.int32))
+    assert hvd.synchronize(h).tolist() == list(range(n))
+    parts = hvd.grouped_allgather([torch.ones(1), torch.zeros(2)])
+    assert parts[0].shape == (n,) and parts[1].shape == (2 * n,)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
+def test_broadcast(hvd, dtype):
+    n, r = hvd.size(), hvd.rank()
+    for root in range(n):
+        value = (lambda q: q % 2) if dtype == torch.bool else (lambda q: q * 3 + 1)
+        x = torch.full((3, 2), value(r)).to(dtype)
+        out = hvd.broadcast(x, root)
+        _exact(out, torch.full((3, 2), value(root)).to(dtype))
+        _exact(x, torch.full((3, 2), value(r)).to(dtype))
+        assert hvd.broadcast_(x, root, name="bcast_.%d" % root) is x
+        _exact(x, out)
+    h = hvd.broadcast_async(torch.tensor([r]), n - 1)
+    assert hvd.synchronize(h).item() == n - 1
+    y = torch.tensor([r])
+    hvd.synchronize(hvd.broadcast_async_(y, 0))
+    assert y.item() == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float16, torch.bfloat16, torch.float64])
+def test_alltoall(hvd, dtype):
+    n, r = hvd.size(), hvd.rank()
+    x = torch.arange(n).repeat_interleave(3).to(dtype) + 100 * r  # 3 rows for each rank
+    out = hvd.alltoall(x)
+    assert isinstance(out, torch.Tensor)
+    _exact(out, (torch.arange(n) * 100 + r).repeat_interleave(3).to(dtype))
+    splits = [q + 1 for q in range(n)]  # q + 1 rows to rank q
+    x = torch.cat([torch.full((q + 1, 2), r) for q in range(n)]).to(dtype)
+    out, received = hvd.alltoall(x, splits=splits)
+    _exact(received, torch.full((n,), r + 1, dtype=torch.int32))
+    _exact(out, torch.arange(n).repeat_interleave(r + 1).unsqueeze(1).repeat(1, 2).to(dtype))
+    out2, received2 = hvd.synchronize(hvd.alltoall_async(x, torch.tensor(splits)))
+    _exact(out2, out)
+    _exact(received2, received)
+    with pytest.raises(ValueError, match="splits"):
+        hvd.alltoall(x, splits=[-1] * n)
+    with pytest.raises(ValueError, match="splits"):
+        hvd.alltoall(x, splits=torch.ones(n))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float16, torch.bfloat16, torch.float32])
+def test_reducescatter(hvd, dtype):
+    n, r = hvd.size(), hvd.rank()
+    rows = 2 * n + 1
+    base = torch.arange(rows * 2).reshape(rows, 2) % 7
+    x = (base * (r + 1)).to(dtype)
+    mine = hvd.reducescatter(x, op=hvd.Sum)
+    start = 2 * r + min(r, 1)
+    count = 3 if r == 0 else 2
+    full = base * (n * (n + 1) // 2)
+    _exact(mine, full[start:start + count].to(dtype))
+    if dtype.is_floating_point:
+        avg = hvd.reducescatter(x)  # default op: Average
+        torch.testing.assert_close(avg.double(), full[start:start + count].double() / n,
+                                   rtol=1e-2, atol=1e-2)
+    h = hvd.reducescatter_async(x, op=hvd.Max)
+    _exact(hvd.synchronize(h), (base * n).to(dtype)[start:start + count])
+    parts = hvd.grouped_reducescatter([x, x], op=hvd.Sum)
+    _exact(parts[1], mine)
+
+
+def test_errors_on_every_rank_then_continue(hvd):
+    n, r = hvd.size(), hvd.rank()
+    if n > 1:
+        with pytest.raises(hvd.KoloInternalError) as info:
+            hvd.allreduce(torch.ones(2 + r), name="shape_mismatch")
+        assert "shape_mismatch" in str(info.value)
+        with pytest.raises(hvd.HorovodInternalError) as info:
+            hvd.allreduce(torch.ones(3, dtype=torch.float32 if r == 0 else torch.float64),
+                          name="dtype_mismatch")
+        assert "dtype_mismatch" in str(info.value)
+        with pytest.raises(RuntimeError) as info:
+            hvd.broadcast(torch.ones(3), root_rank=r, name="root_mismatch")
+        assert "root_mismatch" in str(info.value)
+        with pytest.raises(hvd.KoloInternalError):
+            hvd.allgather(torch.ones(2, 1 + r), name="gather_mismatch")
+    # Bad arguments fail at call time with ValueError.
+    with pytest.raises(ValueError, match="not supported"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(ValueError):
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="sparse"):
+        hvd.allgather(torch.ones(2, 2).to_sparse())
+    # The runtime keeps working.
+    _exact(hvd.allreduce(torch.ones(3), op=hvd.Sum), torch.full((3,), float(n)))
+
+
+def test_duplicate_name_in_flight(hvd):
+    n, r = hvd.size(), hvd.rank()
+    x = torch.ones(4)
+    if r == 0:
+        h = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+        # The other ranks submit 0.3 s later, so the first op is still in flight here.
+        with pytest.raises(ValueError, match="dup"):
+            hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+    else:
+        time.sleep(0.3)
+        h = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+    _exact(hvd.synchronize(h), torch.full((4,), float(n)))
+    # Once synchronized, the name is free again.
+    _exact(hvd.allreduce(x, name="dup", op=hvd.Sum), torch.full((4,), float(n)))
+
+
+def test_join_and_barrier(hvd):
+    n, r = hvd.size(), hvd.rank()
+    hvd.barrier()
+    for i in range(r + 1):
+        out = hvd.allreduce(torch.ones(5), op=hvd.Sum, name="join_torch.%d" % i)
+        _exact(out, torch.full((5,), float(n - i)))
+    assert hvd.join() == n - 1
+    assert hvd.join(device=-1) in range(n)
+    hvd.barrier()
+
+
+def test_process_sets(hvd):
+    n, r = hvd.size(), hvd.rank()
+    evens = hvd.ProcessSet([q for q in range(n) if q % 2 == 0])
+    odds = hvd.ProcessSet([q for q in range(n) if q % 2 == 1])
+    hvd.add_process_set(evens)
+    if odds.ranks:
+        hvd.add_process_set(odds)
+    mine = evens if r % 2 == 0 else odds
+    assert mine.included() and mine.rank() == mine.ranks.index(r)
+    total = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, process_set=mine)
+    assert total.item() == sum(mine.ranks)
+    g = hvd.allgather(torch.tensor([r]), process_set=mine)
+    assert g.tolist() == mine.ranks
+    for root in mine.ranks:  # roots are GLOBAL ranks, as in Horovod
+        b = hvd.broadcast(torch.tensor([r * 10]), root, process_set=mine)
+        assert b.item() == root * 10
+    out = hvd.alltoall(torch.full((len(mine.ranks),), r), process_set=mine)
+    assert out.tolist() == mine.ranks
+    rs = hvd.reducescatter(torch.ones(len(mine.ranks), 2), op=hvd.Sum, process_set=mine)
+    _exact(rs, torch.full((1, 2), float(len(mine.ranks))))
+    hvd.barrier(process_set=mine)
+    hvd.barrier()
+    hvd.remove_process_set(evens)
+    if odds.ranks:
+        hvd.remove_process_set(odds)
+    assert evens.process_set_id is None
+    # Sets registered at init-time style: a list of sets, then the ids are fresh.
+    again = hvd.add_process_set(list(range(n)))
+    assert again.size() == n
+    hvd.remove_process_set(again)

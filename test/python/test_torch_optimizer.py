@@ -1,0 +1,271 @@
+"""DistributedOptimizer and the state helpers (broadcast_parameters, broadcast_optimizer_state,
+broadcast_object, allgather_object). The reference for data-parallel training is one local
+model trained on the whole batch: N ranks with batch B each must match it."""
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+
+BATCH = 6
+STEPS = 4
+
+
+def _model(seed=1234):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(),
+                               torch.nn.Linear(8, 1)).double()
+
+
+def _data(n, seed=99):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(STEPS, n * BATCH, 4, generator=g, dtype=torch.float64)
+    y = torch.randn(STEPS, n * BATCH, 1, generator=g, dtype=torch.float64)
+    return x, y
+
+
+def _reference(n, lr, momentum, steps=STEPS, lr_scale=1.0):
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=lr * lr_scale, momentum=momentum)
+    x, y = _data(n)
+    for s in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x[s]), y[s]).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _assert_same_on_all_ranks(hvd, params):
+    for i, p in enumerate(params):
+        root = hvd.broadcast(p.detach(), 0, name="check_same.%d" % i)
+        assert torch.equal(root, p.detach()), "rank %d differs in parameter %d" % (hvd.rank(), i)
+
+
+def _train(hvd, opt_kwargs=None, lr=0.1, momentum=0.9, passes=1, seed=1234, perturb=True):
+    n, r = hvd.size(), hvd.rank()
+    model = _model(seed)
+    if perturb and r != 0:  # broadcast_parameters must undo this
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(float(r))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   backward_passes_per_step=passes, **(opt_kwargs or {}))
+    x, y = _data(n)
+    for s in range(STEPS):
+        opt.zero_grad()
+        xs = x[s][r * BATCH:(r + 1) * BATCH]
+        ys = y[s][r * BATCH:(r + 1) * BATCH]
+        chunk = BATCH // passes
+        for k in range(passes):
+            part = slice(k * chunk, (k + 1) * chunk)
+            loss = torch.nn.functional.mse_loss(model(xs[part]), ys[part]) / passes
+            loss.backward()
+        opt.step()
+        _assert_same_on_all_ranks(hvd, list(model.parameters()))
+    return model, opt
+
+
+def _close(params, reference, tol):
+    for p, q in zip(params, reference):
+        torch.testing.assert_close(p.detach(), q, rtol=tol, atol=tol)
+
+
+def test_matches_single_process_big_batch(hvd):
+    model, opt = _train(hvd)
+    assert isinstance(opt, torch.optim.SGD)
+    assert type(opt).__name__ == "SGD"
+    _close(model.parameters(), _reference(hvd.size(), 0.1, 0.9), 1e-10)
+
+
+def test_fp16_compression(hvd):
+    model, _ = _train(hvd, {"compression": hvd.Compression.fp16})
+    _close(model.parameters(), _reference(hvd.size(), 0.1, 0.9), 5e-3)
+
+
+def test_backward_passes_per_step(hvd):
+    model, opt = _train(hvd, passes=2)
+    _close(model.parameters(), _reference(hvd.size(), 0.1, 0.9), 1e-10)
+    if hvd.size() > 1:
+        x, y = _data(hvd.size())
+        opt.zero_grad()
+        for _ in range(2):
+            torch.nn.functional.mse_loss(model(x[0][:2]), y[0][:2]).backward()
+        with pytest.raises(AssertionError, match="backward_passes_per_step"):
+            torch.nn.functional.mse_loss(model(x[0][:2]), y[0][:2]).backward()
+        opt.synchronize()  # completes the allreduces started by the first two passes
+
+
+def test_sum_and_predivide(hvd):
+    n = hvd.size()
+    model, _ = _train(hvd, {"op": hvd.Sum}, lr=0.1 / n)
+    _close(model.parameters(), _reference(n, 0.1, 0.9), 1e-10)
+    model, _ = _train(hvd, {"gradient_predivide_factor": 2.0})
+    _close(model.parameters(), _reference(n, 0.1, 0.9), 1e-10)
+    with pytest.raises(ValueError, match="predivide"):
+        hvd.DistributedOptimizer(torch.optim.SGD(_model().parameters(), lr=0.1),
+                                 op=hvd.Sum, gradient_predivide_factor=2.0)
+
+
+def test_groups(hvd):
+    model, _ = _train(hvd, {"groups": 2})
+    _close(model.parameters(), _reference(hvd.size(), 0.1, 0.9), 1e-10)
+    m = _model()
+    params = list(m.parameters())
+    explicit = [[params[0], params[2]], [params[1]]]
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(), groups=explicit)
+    x, y = _data(hvd.size())
+    r = hvd.rank()
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(m(x[0][r * BATCH:(r + 1) * BATCH]),
+                                 y[0][r * BATCH:(r + 1) * BATCH]).backward()
+    opt.step()
+    _close(m.parameters(), _reference(hvd.size(), 0.1, 0.0, steps=1), 1e-10)
+
+
+def test_named_parameter_errors(hvd):
+    m = _model()
+    named = list(m.named_parameters())
+    with pytest.raises(ValueError, match="unique"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                 named_parameters=[("same", p) for _, p in named])
+    with pytest.raises(ValueError, match="not named"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                 named_parameters=named[:1])
+    with pytest.raises(ValueError, match="tuples"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                 named_parameters=[p for _, p in named])
+    with pytest.raises(ValueError, match="Adasum"):
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), op=hvd.Adasum)
+    # Without named_parameters the names are generated (and the same on every rank).
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1))
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    m(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+    opt.step()
+    _assert_same_on_all_ranks(hvd, list(m.parameters()))
+
+
+def test_synchronize_skip_and_zero_grad_guard(hvd):
+    n, r = hvd.size(), hvd.rank()
+    m = _model()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters())
+    x = torch.full((3, 4), float(r), dtype=torch.float64)
+    m(x).sum().backward()
+    if n > 1:
+        with pytest.raises(AssertionError, match="zero_grad"):
+            opt.zero_grad()
+    opt.synchronize()
+    grads = [p.grad.clone() for p in m.parameters()]
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1e9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with opt.skip_synchronize():
+            opt.step()
+    _assert_same_on_all_ranks(hvd, grads)
+    opt.zero_grad()
+    m(x).sum().backward()
+    opt.synchronize()
+    with pytest.warns(UserWarning, match="skip_synchronize"):
+        opt.step()
+
+
+def test_unused_parameter_on_some_ranks(hvd):
+    n, r = hvd.size(), hvd.rank()
+    torch.manual_seed(5)
+    a = torch.nn.Linear(3, 3).double()
+    b = torch.nn.Linear(3, 3).double()
+    model = torch.nn.ModuleDict({"a": a, "b": b})
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters())
+    x = torch.ones(2, 3, dtype=torch.float64)
+    out = a(x)
+    if r == 0:
+        out = b(out)  # b has a gradient on rank 0 only
+    out.sum().backward()
+    opt.step()
+    g0 = hvd.broadcast(b.weight.grad, 0, name="unused_grad")
+    assert torch.equal(g0, b.weight.grad)
+    assert b.weight.grad.abs().sum() > 0
+
+
+def test_optimizer_on_process_set(hvd):
+    n, r = hvd.size(), hvd.rank()
+    evens = hvd.add_process_set([q for q in range(n) if q % 2 == 0])
+    m = _model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                   named_parameters=m.named_parameters(), process_set=evens)
+    m(torch.full((2, 4), float(r), dtype=torch.float64)).sum().backward()
+    opt.step()
+    if evens.included():
+        flat = torch.cat([p.detach().flatten() for p in m.parameters()])
+        gathered = hvd.allgather(flat.unsqueeze(0), process_set=evens)
+        for row in gathered:
+            assert torch.equal(row, flat)
+    hvd.barrier()
+    hvd.remove_process_set(evens)
+
+
+def test_broadcast_parameters_forms(hvd):
+    n, r = hvd.size(), hvd.rank()
+    m = _model(seed=r)  # different on every rank
+    hvd.broadcast_parameters(m.named_parameters(), root_rank=n - 1)
+    ref = _model(seed=n - 1)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        assert torch.equal(p.detach(), q.detach())
+    m = _model(seed=r)
+    hvd.broadcast_parameters(list(m.parameters()), root_rank=0)
+    for p, q in zip(m.parameters(), _model(seed=0).parameters()):
+        assert torch.equal(p.detach(), q.detach())
+    with pytest.raises(ValueError):
+        hvd.broadcast_parameters(3, root_rank=0)
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_broadcast_optimizer_state(hvd, kind):
+    n, r = hvd.size(), hvd.rank()
+    m = _model()
+    if kind == "sgd":
+        opt = torch.optim.SGD(m.parameters(), lr=0.01 * (r + 1), momentum=0.5 + 0.1 * r)
+    else:
+        opt = torch.optim.Adam(m.parameters(), lr=0.01 * (r + 1), betas=(0.8 + 0.01 * r, 0.99))
+    if r == 0:  # only the root has state; the others start fresh
+        for s in range(3):
+            opt.zero_grad()
+            m(torch.full((2, 4), float(s), dtype=torch.float64)).pow(2).sum().backward()
+            opt.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.01
+    if kind == "sgd":
+        assert opt.param_groups[0]["momentum"] == 0.5
+    else:
+        assert opt.param_groups[0]["betas"] == (0.8, 0.99)
+    for i, p in enumerate(m.parameters()):
+        state = opt.state[p]
+        for key in sorted(state):
+            value = state[key]
+            if torch.is_tensor(value):
+                root = hvd.broadcast(value, 0, name="state_check.%d.%s" % (i, key))
+                assert torch.equal(root, value), (key, value, root)
+        if kind == "adam":
+            assert float(state["step"]) == 3
+
+
+def test_objects(hvd):
+    n, r = hvd.size(), hvd.rank()
+    payload = {"hello": 123, 0: [1, 2], "fn": lambda v: v * 3} if r == 0 else None
+    got = hvd.broadcast_object(payload, root_rank=0)
+    assert got["hello"] == 123 and got[0] == [1, 2] and got["fn"](2) == 6
+    got = hvd.broadcast_object("from %d" % (n - 1) if r == n - 1 else 17, root_rank=n - 1,
+                               name="named_object")
+    assert got == "from %d" % (n - 1)
+    d = {"metric": r, "pad": "x" * (r * 1000)}
+    gathered = hvd.allgather_object(d)
+    assert gathered == [{"metric": q, "pad": "x" * (q * 1000)} for q in range(n)]
