@@ -125,9 +125,9 @@ class FileStore final : public Store {
     KOLO_RETURN_IF_ERROR(readKey(key, &bytes, &found));
     int64_t v = 0;
     if (found && !decodeCounter(bytes, &v)) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "store add: key '" + key + "' holds a " + std::to_string(bytes.size()) +
-                        "-byte value, not an 8-byte counter");
+      return Status(ErrorCode::kInvalidArgument, "store add: key '" + key + "' holds a " +
+                                                     std::to_string(bytes.size()) +
+                                                     "-byte value, not an 8-byte counter");
     }
     v = addWrapping(v, delta);
     KOLO_RETURN_IF_ERROR(writeAtomically(key, encodeCounter(v)));
@@ -214,9 +214,9 @@ class FileStore final : public Store {
       ssize_t n = ::read(fd.get(), value->data() + done, value->size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        return Status(ErrorCode::kIo, "store get: read " + path + ": " +
-                                          (n == 0 ? std::string("file shorter than its size")
-                                                  : errnoText(errno)));
+        return Status(ErrorCode::kIo,
+                      "store get: read " + path + ": " +
+                          (n == 0 ? std::string("file shorter than its size") : errnoText(errno)));
       }
       done += static_cast<size_t>(n);
     }
@@ -226,9 +226,8 @@ class FileStore final : public Store {
 
   Status writeAtomically(const std::string& key, const std::vector<uint8_t>& value) {
     std::string path = pathFor(key);
-    std::string tmp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" +
-                      std::to_string(token_) + "-" +
-                      std::to_string(tmpCounter_.fetch_add(1));
+    std::string tmp = dir_ + "/.tmp-" + std::to_string(::getpid()) + "-" + std::to_string(token_) +
+                      "-" + std::to_string(tmpCounter_.fetch_add(1));
     {
       Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
       if (fd.get() < 0) {

@@ -1,11 +1,12 @@
 // The in-process store and the prefix view. The file and TCP stores live in file_store.cc and
 // tcp_store.cc; what all of them share (counter encoding, deadlines) is in store_wire.h.
+#include "core/store.h"
+
 #include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
-#include "core/store.h"
 #include "core/store_wire.h"
 
 namespace kolo {
@@ -50,9 +51,9 @@ class MemoryStore final : public Store {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = data_.find(key);
       if (it != data_.end() && !decodeCounter(it->second, &v)) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "store add: key '" + key + "' holds a " + std::to_string(it->second.size()) +
-                          "-byte value, not an 8-byte counter");
+        return Status(ErrorCode::kInvalidArgument, "store add: key '" + key + "' holds a " +
+                                                       std::to_string(it->second.size()) +
+                                                       "-byte value, not an 8-byte counter");
       }
       v = addWrapping(v, delta);
       data_[key] = encodeCounter(v);

@@ -43,11 +43,12 @@ Status transfer(int fd, bool sending, uint8_t* p, size_t n, Clock::time_point de
       n -= static_cast<size_t>(r);
       continue;
     }
-    if (r == 0) return Status(ErrorCode::kPeerLost, "store server " + peer + " closed the connection");
+    if (r == 0)
+      return Status(ErrorCode::kPeerLost, "store server " + peer + " closed the connection");
     if (errno == EINTR) continue;
     if (errno == EPIPE || errno == ECONNRESET) {
-      return Status(ErrorCode::kPeerLost, "store server " + peer + " closed the connection (" +
-                                              errnoText(errno) + ")");
+      return Status(ErrorCode::kPeerLost,
+                    "store server " + peer + " closed the connection (" + errnoText(errno) + ")");
     }
     if (errno != EAGAIN && errno != EWOULDBLOCK) {
       return Status(ErrorCode::kIo, "store connection to " + peer + ": " + errnoText(errno));
@@ -87,7 +88,8 @@ int connectOnce(const std::string& host, int port, Clock::time_point deadline, s
       pollfd pfd{fd, POLLOUT, 0};
       int ready;
       do {
-        ready = ::poll(&pfd, 1, msUntil(deadline));
+        // At least 100 ms, so that even a zero connectTimeout gets one real attempt.
+        ready = ::poll(&pfd, 1, std::max(msUntil(deadline), 100));
       } while (ready < 0 && errno == EINTR);
       int soErr = ETIMEDOUT;
       socklen_t len = sizeof(soErr);
@@ -119,8 +121,7 @@ class TcpStore final : public Store {
     return request(kCmdSet, key, value, milliseconds(0), &reply);
   }
 
-  Status get(const std::string& key, std::vector<uint8_t>* value,
-             milliseconds timeout) override {
+  Status get(const std::string& key, std::vector<uint8_t>* value, milliseconds timeout) override {
     KOLO_REQUIRE(value != nullptr, kInvalidArgument, "store get: value must not be null");
     return request(kCmdGet, key, timeoutValue(timeout), timeout, value);
   }
@@ -185,9 +186,9 @@ class TcpStore final : public Store {
     serverWait = clampTimeout(serverWait);
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.isOk()) {
-      return Status(ErrorCode::kPeerLost, "store connection to " + peer_ +
-                                              " is unusable after an earlier failure: " +
-                                              broken_.message());
+      return Status(ErrorCode::kPeerLost,
+                    "store connection to " + peer_ +
+                        " is unusable after an earlier failure: " + broken_.message());
     }
     std::vector<uint8_t> head;
     head.reserve(kRequestHeader + key.size() + 8);

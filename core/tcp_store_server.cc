@@ -73,7 +73,8 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       fds.assign({{wakeRead_, POLLIN, 0}, {listenFd_, POLLIN, 0}});
       int timeoutMs = -1;
       for (auto& c : conns_) {
-        short ev = static_cast<short>((c->eof ? 0 : POLLIN) | (c->outOff < c->out.size() ? POLLOUT : 0));
+        short ev =
+            static_cast<short>((c->eof ? 0 : POLLIN) | (c->outOff < c->out.size() ? POLLOUT : 0));
         fds.push_back({c->fd, ev, 0});
         if (c->parked) {
           int ms = msUntil(c->parkedDeadline);
@@ -180,8 +181,9 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       if (data_.count(c.parkedKey) != 0) {
         answer(c, c.parkedCmd, c.parkedKey);
       } else if (Clock::now() >= c.parkedDeadline) {
-        replyText(c, kReplyTimeout, "timed out after " + std::to_string(c.parkedMs) +
-                                        " ms waiting for key '" + c.parkedKey + "'");
+        replyText(c, kReplyTimeout,
+                  "timed out after " + std::to_string(c.parkedMs) + " ms waiting for key '" +
+                      c.parkedKey + "'");
       } else {
         return false;
       }
@@ -254,9 +256,9 @@ class TcpStoreServerImpl final : public TcpStoreServer {
         }
         auto it = data_.find(key);
         if (it != data_.end() && it->second.size() != 8) {
-          replyText(c, kReplyError, "key '" + key + "' holds a " +
-                                        std::to_string(it->second.size()) +
-                                        "-byte value, not an 8-byte counter");
+          replyText(c, kReplyError,
+                    "key '" + key + "' holds a " + std::to_string(it->second.size()) +
+                        "-byte value, not an 8-byte counter");
           return false;
         }
         uint64_t v = (it == data_.end() ? 0 : getLe(it->second.data(), 8)) + getLe(val, 8);
@@ -283,7 +285,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
 
   const int listenFd_, port_, wakeRead_, wakeWrite_;
   std::thread thread_;
-  std::vector<std::unique_ptr<Conn>> conns_;            // server thread only
+  std::vector<std::unique_ptr<Conn>> conns_;          // server thread only
   std::map<std::string, std::vector<uint8_t>> data_;  // server thread only
 };
 
@@ -303,8 +305,8 @@ Status startTcpStoreServer(const std::string& host, int port,
   addrinfo* res = nullptr;
   int gai = ::getaddrinfo(bindHost.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (gai != 0) {
-    return Status(ErrorCode::kIo, "store server: cannot resolve " + bindHost + ": " +
-                                      ::gai_strerror(gai));
+    return Status(ErrorCode::kIo,
+                  "store server: cannot resolve " + bindHost + ": " + ::gai_strerror(gai));
   }
   // IPv4 first: clients given "127.0.0.1" must reach a server started on "localhost".
   std::vector<addrinfo*> addrs;

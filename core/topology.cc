@@ -50,8 +50,8 @@ Status exchangeHostnames(Store& store, int rank, int size, const std::string& my
   // Clamped so that "effectively forever" cannot overflow the clock.
   auto deadline = std::chrono::steady_clock::now() +
                   std::clamp(timeout, timeout.zero(), std::chrono::milliseconds(UINT32_MAX));
-  KOLO_RETURN_IF_ERROR(
-      store.set("host/" + std::to_string(rank), std::vector<uint8_t>(myHost.begin(), myHost.end())));
+  KOLO_RETURN_IF_ERROR(store.set("host/" + std::to_string(rank),
+                                 std::vector<uint8_t>(myHost.begin(), myHost.end())));
   std::vector<std::string> result(size);
   for (int r = 0; r < size; ++r) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -1,5 +1,7 @@
 // Store implementations: memory, file and TCP (client + TcpStoreServer) behave the same; TCP
 // failures surface as errors within bounded time; the server speaks the documented wire bytes.
+#include "core/store.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,8 +15,6 @@
 #include <filesystem>
 #include <functional>
 #include <thread>
-
-#include "core/store.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;
@@ -93,8 +93,14 @@ TEST_CASE("store set, get and overwrite keep values exactly") {
   // Empty values, binary bytes, and keys that would be unsafe as file names.
   std::vector<uint8_t> binary(256);
   for (int i = 0; i < 256; ++i) binary[i] = static_cast<uint8_t>(255 - i);
-  const std::vector<std::string> keys = {"", "../escape", "a/b/c", ".", "..", "sp ace%41",
-                                         std::string("nul\0key", 7), std::string(400, 'x'),
+  const std::vector<std::string> keys = {"",
+                                         "../escape",
+                                         "a/b/c",
+                                         ".",
+                                         "..",
+                                         "sp ace%41",
+                                         std::string("nul\0key", 7),
+                                         std::string(400, 'x'),
                                          std::string(399, 'x') + "y"};
   for (size_t i = 0; i < keys.size(); ++i) {
     std::vector<uint8_t> value = binary;
@@ -217,7 +223,8 @@ TEST_CASE("store add from many threads gives exact totals") {
   REQUIRE(s->add("counter", 0, &total).isOk());
   CHECK(total == threads * perThread);
   int64_t expectWeighted = 0;
-  for (int t = 0; t < threads; ++t) expectWeighted += (t % 2 == 0 ? 1 : -1) * (1000 + t) * perThread;
+  for (int t = 0; t < threads; ++t)
+    expectWeighted += (t % 2 == 0 ? 1 : -1) * (1000 + t) * perThread;
   REQUIRE(s->add("weighted", 0, &total).isOk());
   CHECK(total == expectWeighted);
   // A counter reads back as the 8-byte little-endian value; add on other bytes is refused.
@@ -452,6 +459,11 @@ TEST_CASE("tcp store: a client retries until a late server comes up") {
   bool exists = false;
   REQUIRE(s->check("k", &exists).isOk());
   CHECK(exists);
+  // With the server up, even a zero connectTimeout makes one real attempt.
+  std::shared_ptr<Store> quick;
+  REQUIRE(makeTcpStore("localhost", port, 0ms, &quick).isOk());
+  REQUIRE(quick->check("k", &exists).isOk());
+  CHECK(exists);
 }
 
 TEST_CASE("tcp store server answers many clients parked on one key") {
@@ -509,7 +521,8 @@ class RawClient {
     std::vector<uint8_t> req = {cmd};
     for (int i = 0; i < 4; ++i) req.push_back(static_cast<uint8_t>(key.size() >> (8 * i)));
     req.insert(req.end(), key.begin(), key.end());
-    for (int i = 0; i < 8; ++i) req.push_back(static_cast<uint8_t>(uint64_t{val.size()} >> (8 * i)));
+    for (int i = 0; i < 8; ++i)
+      req.push_back(static_cast<uint8_t>(uint64_t{val.size()} >> (8 * i)));
     req.insert(req.end(), val.begin(), val.end());
     REQUIRE(::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
     std::vector<uint8_t> reply = readN(9);
@@ -552,13 +565,13 @@ TEST_CASE("tcp store server speaks the documented wire protocol") {
   REQUIRE(startTcpStoreServer("127.0.0.1", 0, &server).isOk());
   RawClient c(server->port());
   const std::vector<uint8_t> okEmpty = cat({0}, le(0, 8));
-  CHECK(c.call(1, "k", bytes("abc")) == okEmpty);                              // SET
+  CHECK(c.call(1, "k", bytes("abc")) == okEmpty);                               // SET
   CHECK(c.call(2, "k", le(1000, 4)) == cat(cat({0}, le(3, 8)), bytes("abc")));  // GET
   CHECK(c.call(3, "n", le(uint64_t(-5), 8)) == cat(cat({0}, le(8, 8)), le(uint64_t(-5), 8)));
   CHECK(c.call(3, "n", le(7, 8)) == cat(cat({0}, le(8, 8)), le(2, 8)));  // ADD
-  CHECK(c.call(4, "n", le(1000, 4)) == okEmpty);                          // WAIT
-  CHECK(c.call(5, "n", {}) == cat(cat({0}, le(1, 8)), {1}));              // CHECK
-  CHECK(c.call(6, "n", {}) == okEmpty);                                   // DEL
+  CHECK(c.call(4, "n", le(1000, 4)) == okEmpty);                         // WAIT
+  CHECK(c.call(5, "n", {}) == cat(cat({0}, le(1, 8)), {1}));             // CHECK
+  CHECK(c.call(6, "n", {}) == okEmpty);                                  // DEL
   CHECK(c.call(5, "n", {}) == cat(cat({0}, le(1, 8)), {0}));
   auto timeout = c.call(2, "absent", le(50, 4));
   CHECK(timeout[0] == 1);

@@ -1,10 +1,11 @@
 // Topology: Horovod's rank/local/cross numbers from the hostname of every rank, and the hostname
 // exchange over a store.
+#include "core/topology.h"
+
 #include <catch2/catch.hpp>
 #include <thread>
 
 #include "core/store.h"
-#include "core/topology.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;
