@@ -1,0 +1,145 @@
+// Internal to the Gloo transport (gloo_transport.cc, gloo_collectives.cc, gloo_access.cc).
+#pragma once
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/store.h"
+#include "transport/transport.h"
+
+namespace kolo::gloo_detail {
+
+// The first abort cause wins; readable from any thread.
+class AbortState {
+ public:
+  // Returns true when this call set the cause (it was the first).
+  bool set(const Status& cause) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (set_.load(std::memory_order_relaxed)) return false;
+    cause_ = cause;
+    set_.store(true, std::memory_order_release);
+    return true;
+  }
+  bool isSet() const { return set_.load(std::memory_order_acquire); }
+  Status cause() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cause_;
+  }
+
+ private:
+  std::atomic<bool> set_{false};
+  mutable std::mutex mu_;
+  Status cause_;
+};
+
+// Polling backoff: yield for the first ~50 us, then sleep 1, 2, 4 ... up to 1000 us.
+class Backoff {
+ public:
+  void pause();
+
+ private:
+  Clock::time_point start_{};
+  long sleepUs_ = 0;
+};
+
+// ---- the two places where kolo reaches past Gloo's public API (gloo_access.cc) ---------------
+// Gloo 0.0~git20220518 offers no non-blocking completion test and no way to interrupt a wait
+// from another thread: its waitRecv/waitSend throw on timeout *and* close every connection of
+// the context. kolo therefore (1) peeks at a tcp::UnboundBuffer's completion counters and
+// pending exception under the buffer's own mutex, and (2) fails a whole context through
+// tcp::Context::signalException, the very call Gloo makes after an application timeout. Both
+// are protected members of the installed headers, reached through derived accessor classes.
+
+enum class BufferState { kPending, kDone, kFailed };
+// Requires a buffer created by a tcp device. On kFailed, *error is the pending exception.
+BufferState peekBuffer(gloo::transport::UnboundBuffer* buffer, bool recv,
+                       std::exception_ptr* error);
+
+// A rendezvous context that can be failed from any thread.
+class GlooContext : public gloo::rendezvous::Context {
+ public:
+  using gloo::rendezvous::Context::Context;
+  // Every pending and later operation on this context throws `message`. Thread-safe.
+  void fail(const std::string& message);
+};
+
+// "[/path/pair.cc:612] Connection closed by peer" -> "Connection closed by peer"
+std::string glooMessage(const std::exception& e);
+
+// State shared by a transport and its batches.
+struct GlooShared {
+  std::shared_ptr<GlooContext> context;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<Store> store;  // this group's prefixed view, for split()
+  int rank = 0;
+  int size = 0;
+  std::vector<int> globalRanks;  // group rank -> global rank
+  AbortState abort;
+
+  // Records the cause (first wins) and fails the Gloo context, so that every wait on it -- ours
+  // and those inside Gloo's own collectives -- returns promptly, and peers see the connections
+  // close instead of waiting for their timeout. Transports split from this one abort too.
+  void abortWith(const Status& cause);
+  void addChild(const std::shared_ptr<GlooShared>& child);
+
+ private:
+  std::mutex childrenMu_;
+  std::vector<std::weak_ptr<GlooShared>> children_;
+
+ public:
+  // "rank 2 (global 5)"
+  std::string describe(int groupRank) const;
+};
+
+// Connects a full mesh of `size` ranks through `store` (already prefixed for this group).
+Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
+                    std::shared_ptr<gloo::transport::Device> device,
+                    std::chrono::milliseconds timeout, std::vector<int> globalRanks,
+                    std::shared_ptr<GlooShared>* out);
+
+class GlooTransport final : public Transport {
+ public:
+  explicit GlooTransport(std::shared_ptr<GlooShared> state) : state_(std::move(state)) {}
+  ~GlooTransport() override = default;
+
+  const char* name() const override { return "gloo"; }
+  int rank() const override { return state_->rank; }
+  int size() const override { return state_->size; }
+  int globalRank(int groupRank) const override;
+  Capabilities capabilities() const override;
+
+  Status post(const std::vector<P2POp>& ops, std::unique_ptr<PendingOps>* out) override;
+
+  Status allreduce(void* data, size_t count, DataType dtype, ReduceOp op) override;
+  Status allgatherv(const void* send, size_t sendBytes, void* recv,
+                    const std::vector<size_t>& recvBytes) override;
+  Status broadcast(void* data, size_t bytes, int root) override;
+  Status alltoallv(const void* send, const std::vector<size_t>& sendBytes, void* recv,
+                   const std::vector<size_t>& recvBytes) override;
+
+  Status split(const std::vector<int>& ranks, int32_t setId,
+               std::unique_ptr<Transport>* out) override;
+  void abort(const Status& cause) override;
+
+ private:
+  Status checkUsable() const;
+  // Runs one of Gloo's blocking collectives, turning any exception into a Status (and aborting
+  // the transport: Gloo leaves its context unusable after a failure).
+  template <typename Fn>
+  Status runNative(const char* what, Fn&& fn);
+  uint32_t nextTag() { return nativeTag_++; }
+
+  std::shared_ptr<GlooShared> state_;
+  uint32_t nativeTag_ = 0;  // same sequence on every rank: collectives run in the same order
+  int splits_ = 0;          // likewise; keeps rendezvous keys of successive splits apart
+};
+
+}  // namespace kolo::gloo_detail

@@ -1,0 +1,399 @@
+// The MPI transport: initialization, point-to-point batches, split and abort. The native
+// collectives live in mpi_collectives.cc.
+//
+// Why polling: MPI offers no wait with a timeout, and a blocking MPI_Waitall could hang forever
+// on a peer that stopped answering. Batches are therefore tested with MPI_Testsome until their
+// deadline, with a backoff (yield first, then short sleeps) because several ranks often share a
+// couple of cores and a pure spin would steal the CPU from the very peer we are waiting for.
+// Testsome (rather than Testall) tells which requests are still open, so a timeout can name the
+// peers that never answered.
+#include "transport/mpi/mpi_transport.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+
+#include "transport/mpi/mpi_internal.h"
+
+namespace kolo {
+namespace mpi_detail {
+namespace {
+
+// Point-to-point messages above this are split into several MPI messages (MPI counts are int).
+constexpr size_t kMaxChunkBytes = size_t{1} << 30;
+
+bool mpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// Registered with atexit when kolo initialized MPI: MPI cannot be re-initialized after
+// MPI_Finalize, so it has to stay up until the process ends.
+void finalizeMpiAtExit() {
+  if (!mpiFinalized()) MPI_Finalize();
+}
+
+const char* threadLevelName(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown";
+}
+
+Status ensureMpiInitialized() {
+  // MPI's initialization state is process-wide; this lock only serializes kolo's own
+  // check-then-init when two transports are created concurrently.
+  static std::mutex initMutex;
+  std::lock_guard<std::mutex> lock(initMutex);
+  KOLO_REQUIRE(!mpiFinalized(), kUnsupported,
+               "mpi: MPI was already finalized in this process and cannot be initialized again");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Init_thread");
+    std::atexit(&finalizeMpiAtExit);
+  }
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    return Status(ErrorCode::kUnsupported,
+                  std::string("mpi: MPI provides only ") + threadLevelName(provided) +
+                      "; kolo calls MPI from its background thread and needs "
+                      "MPI_THREAD_MULTIPLE (initialize MPI with MPI_Init_thread)");
+  }
+  return Status::ok();
+}
+
+// Completes `state` for a freshly created communicator: rank, size, tag bound, error handler
+// and whether every member shares this host.
+Status describeComm(MpiShared* state) {
+  int rc = MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_set_errhandler");
+  MPI_Comm_rank(state->comm, &state->rank);
+  MPI_Comm_size(state->comm, &state->size);
+  void* attr = nullptr;
+  int found = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found);
+  if (found && attr != nullptr) state->tagUpperBound = *static_cast<int*>(attr);
+  MPI_Comm node = MPI_COMM_NULL;
+  rc = MPI_Comm_split_type(state->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_split_type");
+  int nodeSize = 0;
+  MPI_Comm_size(node, &nodeSize);
+  MPI_Comm_free(&node);
+  state->sharedMemory = nodeSize == state->size;
+  return Status::ok();
+}
+
+struct Request {
+  MPI_Request req = MPI_REQUEST_NULL;
+  int peer = 0;
+  bool recv = false;
+  int bytes = 0;
+};
+
+class MpiPending final : public PendingOps {
+ public:
+  MpiPending(std::shared_ptr<MpiShared> state, std::vector<Request> reqs)
+      : state_(std::move(state)), reqs_(std::move(reqs)), open_(reqs_.size()) {
+    handles_.reserve(reqs_.size());
+    for (const Request& r : reqs_) handles_.push_back(r.req);
+  }
+
+  ~MpiPending() override {
+    if (open_ == 0 || mpiFinalized()) return;
+    // Receives can be cancelled; sends cannot (MPI keeps reading their buffers), so an
+    // abandoned batch leaves the transport unusable.
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      if (handles_[i] == MPI_REQUEST_NULL) continue;
+      if (reqs_[i].recv) MPI_Cancel(&handles_[i]);
+      MPI_Request_free(&handles_[i]);
+    }
+    state_->abort.set(Status(ErrorCode::kAborted,
+                             "mpi: a batch was abandoned with " + std::to_string(open_) +
+                                 " operation(s) outstanding (" + outstanding() + ")"));
+  }
+
+  Status test(bool* done) override {
+    *done = false;
+    KOLO_RETURN_IF_ERROR(failed_);
+    if (open_ == 0) {
+      *done = true;
+      return Status::ok();
+    }
+    if (state_->abort.isSet()) return state_->abort.cause();
+    int count = 0;
+    indices_.resize(handles_.size());
+    statuses_.resize(handles_.size());
+    int rc = MPI_Testsome(static_cast<int>(handles_.size()), handles_.data(), &count,
+                          indices_.data(), statuses_.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+      failed_ = mpiError(rc, "MPI_Testsome", ErrorCode::kPeerLost);
+      return failed_;
+    }
+    if (count == MPI_UNDEFINED) count = 0;
+    for (int k = 0; k < count; ++k) {
+      const Request& r = reqs_[static_cast<size_t>(indices_[k])];
+      const MPI_Status& st = statuses_[static_cast<size_t>(k)];
+      if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
+        failed_ = mpiError(st.MPI_ERROR, std::string(r.recv ? "receive from " : "send to ") +
+                                             state_->describe(r.peer),
+                           ErrorCode::kPeerLost);
+        return failed_;
+      }
+      if (r.recv) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if (got != r.bytes) {
+          failed_ = Status(ErrorCode::kInternal,
+                           "mpi: " + state_->describe(r.peer) + " sent " + std::to_string(got) +
+                               " bytes where " + std::to_string(r.bytes) + " were posted");
+          return failed_;
+        }
+      }
+    }
+    open_ -= static_cast<size_t>(count);
+    *done = open_ == 0;
+    return Status::ok();
+  }
+
+  Status wait(Deadline deadline) override {
+    Backoff backoff;
+    for (;;) {
+      bool done = false;
+      KOLO_RETURN_IF_ERROR(test(&done));
+      if (done) return Status::ok();
+      if (Clock::now() >= deadline) {
+        return Status(ErrorCode::kTimeout, "mpi: timed out waiting for " + outstanding());
+      }
+      backoff.pause();
+    }
+  }
+
+ private:
+  // "receive from rank 1 (global 1), send to rank 2 (global 2)"
+  std::string outstanding() const {
+    std::string text;
+    std::vector<std::pair<int, bool>> named;
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      if (handles_[i] == MPI_REQUEST_NULL) continue;
+      auto key = std::make_pair(reqs_[i].peer, reqs_[i].recv);
+      if (std::find(named.begin(), named.end(), key) != named.end()) continue;
+      named.push_back(key);
+      if (!text.empty()) text += ", ";
+      text += std::string(key.second ? "receive from " : "send to ") + state_->describe(key.first);
+    }
+    return text.empty() ? "nothing" : text;
+  }
+
+  std::shared_ptr<MpiShared> state_;
+  std::vector<Request> reqs_;
+  std::vector<MPI_Request> handles_;
+  std::vector<int> indices_;
+  std::vector<MPI_Status> statuses_;
+  size_t open_;
+  Status failed_;
+};
+
+}  // namespace
+
+void Backoff::pause() {
+  Clock::time_point now = Clock::now();
+  if (start_ == Clock::time_point{}) start_ = now;
+  if (now - start_ < std::chrono::microseconds(50)) {
+    sched_yield();
+    return;
+  }
+  sleepUs_ = std::min<long>(sleepUs_ == 0 ? 1 : sleepUs_ * 2, 1000);
+  timespec ts{0, sleepUs_ * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+MpiShared::~MpiShared() {
+  if (comm != MPI_COMM_NULL && !mpiFinalized()) MPI_Comm_free(&comm);
+}
+
+void MpiShared::abortWith(const Status& cause) {
+  abort.set(cause);
+  std::vector<std::shared_ptr<MpiShared>> alive;
+  {
+    std::lock_guard<std::mutex> lock(childrenMu_);
+    for (auto& weak : children_) {
+      if (auto child = weak.lock()) alive.push_back(std::move(child));
+    }
+  }
+  for (auto& child : alive) child->abortWith(cause);
+}
+
+void MpiShared::addChild(const std::shared_ptr<MpiShared>& child) {
+  std::lock_guard<std::mutex> lock(childrenMu_);
+  children_.erase(std::remove_if(children_.begin(), children_.end(),
+                                 [](const std::weak_ptr<MpiShared>& w) { return w.expired(); }),
+                  children_.end());
+  children_.push_back(child);
+}
+
+std::string MpiShared::describe(int groupRank) const {
+  int global = groupRank >= 0 && groupRank < static_cast<int>(globalRanks.size())
+                   ? globalRanks[static_cast<size_t>(groupRank)]
+                   : groupRank;
+  return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+}
+
+Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what,
+                   Deadline deadline) {
+  Backoff backoff;
+  for (;;) {
+    if (state.abort.isSet()) return state.abort.cause();
+    int flag = 0;
+    int rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      Status s = mpiError(rc, what, ErrorCode::kPeerLost);
+      state.abort.set(s);
+      return s;
+    }
+    if (flag) return Status::ok();
+    if (Clock::now() >= deadline) {
+      Status s(ErrorCode::kTimeout,
+               "mpi: " + what + " did not complete in time: a rank of this group (size " +
+                   std::to_string(state.size) + ") did not take part; the transport is unusable");
+      state.abort.set(s);
+      return s;
+    }
+    backoff.pause();
+  }
+}
+
+MpiTransport::MpiTransport(std::shared_ptr<MpiShared> state) : state_(std::move(state)) {}
+
+int MpiTransport::globalRank(int groupRank) const {
+  if (groupRank < 0 || groupRank >= state_->size) return -1;
+  return state_->globalRanks[static_cast<size_t>(groupRank)];
+}
+
+Capabilities MpiTransport::capabilities() const {
+  Capabilities c;
+  c.nativeAllreduce = c.nativeAllgatherv = c.nativeBroadcast = true;
+  c.nativeAlltoallv = c.nativeReducescatter = true;
+  c.sharedMemory = state_->sharedMemory;
+  return c;
+}
+
+Status MpiTransport::checkUsable() const {
+  if (state_->abort.isSet()) return state_->abort.cause();
+  KOLO_REQUIRE(!mpiFinalized(), kShutdown, "mpi: MPI was finalized");
+  return Status::ok();
+}
+
+Status MpiTransport::post(const std::vector<P2POp>& ops, std::unique_ptr<PendingOps>* out) {
+  KOLO_RETURN_IF_ERROR(checkUsable());
+  // Validate everything first: once a request is started, a failure abandons the batch.
+  for (const P2POp& op : ops) {
+    KOLO_REQUIRE(op.peer >= 0 && op.peer < state_->size, kInvalidArgument,
+                 "mpi: peer " + std::to_string(op.peer) + " is outside a group of " +
+                     std::to_string(state_->size));
+    KOLO_REQUIRE(op.tag <= static_cast<uint32_t>(state_->tagUpperBound), kInvalidArgument,
+                 "mpi: tag " + std::to_string(op.tag) + " exceeds MPI_TAG_UB " +
+                     std::to_string(state_->tagUpperBound));
+  }
+  std::vector<Request> reqs;
+  reqs.reserve(ops.size());
+  for (const P2POp& op : ops) {
+    const bool isRecv = op.kind == P2POp::Kind::kRecv;
+    auto* base = static_cast<uint8_t*>(op.data);
+    size_t offset = 0;
+    // Chunks of one message share (peer, tag): MPI's non-overtaking rule keeps them in order.
+    do {
+      const size_t len = std::min(kMaxChunkBytes, op.bytes - offset);
+      Request r;
+      r.peer = op.peer;
+      r.recv = isRecv;
+      r.bytes = static_cast<int>(len);
+      int rc = isRecv ? MPI_Irecv(base + offset, r.bytes, MPI_BYTE, op.peer,
+                                  static_cast<int>(op.tag), state_->comm, &r.req)
+                      : MPI_Isend(base + offset, r.bytes, MPI_BYTE, op.peer,
+                                  static_cast<int>(op.tag), state_->comm, &r.req);
+      if (rc != MPI_SUCCESS) {
+        MpiPending abandoned(state_, std::move(reqs));  // what started is abandoned at once
+        return mpiError(rc, std::string(isRecv ? "MPI_Irecv from " : "MPI_Isend to ") +
+                                state_->describe(op.peer),
+                        ErrorCode::kPeerLost);
+      }
+      reqs.push_back(r);
+      offset += len;
+    } while (offset < op.bytes);
+  }
+  *out = std::make_unique<MpiPending>(state_, std::move(reqs));
+  return Status::ok();
+}
+
+Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
+                           std::unique_ptr<Transport>* out) {
+  *out = nullptr;
+  KOLO_RETURN_IF_ERROR(checkUsable());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    KOLO_REQUIRE(ranks[i] >= 0 && ranks[i] < state_->size && (i == 0 || ranks[i] > ranks[i - 1]),
+                 kInvalidArgument, "mpi: split ranks must be ascending group ranks");
+  }
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), state_->rank);
+  // MPI_Comm_split blocks without a deadline; a non-blocking barrier first turns a missing
+  // rank into kTimeout instead of a hang.
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  int rc = MPI_Ibarrier(state_->comm, &barrier);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Ibarrier");
+  KOLO_RETURN_IF_ERROR(waitRequest(*state_, &barrier,
+                                   "split barrier for set " + std::to_string(setId),
+                                   deadlineFromNow()));
+  auto child = std::make_shared<MpiShared>();
+  rc = MPI_Comm_split(state_->comm, member ? 0 : MPI_UNDEFINED, state_->rank, &child->comm);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_split");
+  if (!member) return Status::ok();
+  KOLO_RETURN_IF_ERROR(describeComm(child.get()));
+  child->reductions = state_->reductions;
+  for (int r : ranks) child->globalRanks.push_back(state_->globalRanks[static_cast<size_t>(r)]);
+  state_->addChild(child);
+  auto t = std::make_unique<MpiTransport>(std::move(child));
+  t->setTimeout(timeout());
+  *out = std::move(t);
+  return Status::ok();
+}
+
+void MpiTransport::abort(const Status& cause) {
+  state_->abortWith(cause.isOk() ? Status(ErrorCode::kAborted, "mpi: aborted") : cause);
+}
+
+}  // namespace mpi_detail
+
+Status createMpiTransport(std::unique_ptr<Transport>* out, std::chrono::milliseconds startTimeout) {
+  using namespace mpi_detail;
+  *out = nullptr;
+  KOLO_RETURN_IF_ERROR(ensureMpiInitialized());
+  auto state = std::make_shared<MpiShared>();
+  KOLO_RETURN_IF_ERROR(MpiReductions::create(&state->reductions));
+  // The handle becomes valid only when the duplication completes; until then it is not ours
+  // to free, so it joins `state` afterwards.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_idup");
+  MPI_Comm_size(MPI_COMM_WORLD, &state->size);
+  KOLO_RETURN_IF_ERROR(waitRequest(*state, &req, "MPI_Comm_idup of MPI_COMM_WORLD",
+                                   Clock::now() + startTimeout));
+  state->comm = comm;
+  KOLO_RETURN_IF_ERROR(describeComm(state.get()));
+  state->globalRanks.resize(static_cast<size_t>(state->size));
+  for (int i = 0; i < state->size; ++i) state->globalRanks[static_cast<size_t>(i)] = i;
+  *out = std::make_unique<MpiTransport>(std::move(state));
+  return Status::ok();
+}
+
+}  // namespace kolo

@@ -1,0 +1,53 @@
+// The transport registry: which transports this build contains, where this process was launched
+// from, and the one factory that turns a Config into a connected Transport. The only file of
+// kolo that looks at KOLO_HAVE_* (registry.cc), so the rest of the engine compiles the same way
+// with or without MPI and Gloo.
+//
+// Thread safety: every function is safe to call from any thread (they read the environment
+// through `getenv`, which is ::getenv unless a test passes its own).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "core/store.h"
+#include "transport/transport.h"
+
+namespace kolo {
+
+using GetEnvFn = std::function<const char*(const char*)>;
+
+// Whether this build contains `kind` (kAuto: whether any multi-process transport is built).
+bool transportBuilt(TransportKind kind);
+
+// True when an MPI launcher (mpirun, or srun with PMI/PMIx) started this process:
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK is set.
+bool launchedByMpi(const GetEnvFn& getenv = {});
+
+// What `cfg.transport` means here: kAuto becomes kMpi when launchedByMpi() and MPI is built,
+// otherwise kGloo (when built). Other kinds are returned as they are.
+TransportKind resolveTransportKind(const Config& cfg, const GetEnvFn& getenv = {});
+
+// When KOLO_RANK was not given (cfg->rank < 0), fills rank and size -- and localRank/localSize
+// where still unset -- from the launcher's variables: Open MPI (OMPI_COMM_WORLD_RANK, _SIZE,
+// _LOCAL_RANK, _LOCAL_SIZE), MPICH/Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS)
+// or Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, and the local size from
+// SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE at SLURM_NODEID, e.g. "2(x3),1").
+// Leaves *cfg unchanged when no launcher is recognized. Errors: kInvalidArgument naming a
+// malformed variable.
+Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
+
+// Creates and connects the transport resolveTransportKind(cfg) names, as rank `rank` of `size`
+// (-1: take cfg.rank / cfg.size), and sets its timeout to cfg.timeoutSeconds. Collective: every
+// rank calls it. MPI takes rank and size from MPI itself (a disagreement with the given ones is
+// kInvalidArgument); Gloo needs `store` and listens on cfg.glooIface when set, else on
+// cfg.hostname (or this host's name) when the job spans hosts (localSize < size), else on
+// 127.0.0.1. Waits at most cfg.startTimeoutSeconds for the other ranks. Errors: kUnsupported for
+// a transport this build lacks (or kLoopback, which only in-process tests create), the
+// transport's own errors otherwise.
+Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank, int size,
+                       std::unique_ptr<Transport>* out);
+
+}  // namespace kolo
