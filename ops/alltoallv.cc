@@ -25,11 +25,11 @@ Status p2pAlltoallv(Transport& t, const void* send, const std::vector<size_t>& s
                     void* recv, const std::vector<size_t>& recvBytes) {
   const int n = t.size();
   const int r = t.rank();
-  KOLO_REQUIRE(sendBytes.size() == static_cast<size_t>(n) &&
-                   recvBytes.size() == static_cast<size_t>(n),
-               kInvalidArgument,
-               "alltoallv: need " + std::to_string(n) + " send and receive sizes, got " +
-                   std::to_string(sendBytes.size()) + " and " + std::to_string(recvBytes.size()));
+  KOLO_REQUIRE(
+      sendBytes.size() == static_cast<size_t>(n) && recvBytes.size() == static_cast<size_t>(n),
+      kInvalidArgument,
+      "alltoallv: need " + std::to_string(n) + " send and receive sizes, got " +
+          std::to_string(sendBytes.size()) + " and " + std::to_string(recvBytes.size()));
   KOLO_REQUIRE(sendBytes[r] == recvBytes[r], kInvalidArgument,
                "alltoallv: rank " + std::to_string(r) + " sends itself " +
                    std::to_string(sendBytes[r]) + " bytes but expects " +

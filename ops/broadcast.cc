@@ -28,8 +28,8 @@ Status treeBroadcast(Transport& t, uint8_t* data, size_t bytes, int root) {
   int mask = 1;
   while (mask < n) {
     if (v & mask) {
-      KOLO_RETURN_IF_ERROR(t.exchange({recvOp(real(v - mask), internal::kTagBroadcast, data,
-                                              bytes)}));
+      KOLO_RETURN_IF_ERROR(
+          t.exchange({recvOp(real(v - mask), internal::kTagBroadcast, data, bytes)}));
       break;
     }
     mask <<= 1;
@@ -74,9 +74,9 @@ Status chainBroadcast(Transport& t, uint8_t* data, size_t bytes, int root, size_
 
 Status p2pBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes) {
   const int n = t.size();
-  KOLO_REQUIRE(root >= 0 && root < n, kInvalidArgument,
-               "broadcast: root " + std::to_string(root) + " outside group of " +
-                   std::to_string(n));
+  KOLO_REQUIRE(
+      root >= 0 && root < n, kInvalidArgument,
+      "broadcast: root " + std::to_string(root) + " outside group of " + std::to_string(n));
   KOLO_REQUIRE(data != nullptr || bytes == 0, kInvalidArgument, "broadcast: null buffer");
   if (n == 1 || bytes == 0) return Status::ok();
   uint8_t* p = static_cast<uint8_t*>(data);

@@ -22,6 +22,7 @@
 // receives every block but r-1's (total - recvCounts[r-1]) -- about (n-1)/n of the buffer each
 // way, in n-1 latency steps (plus segments).
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "ops/collectives.h"
@@ -65,10 +66,11 @@ Status ringReducescatter(Transport& t, const void* send, void* recv,
   const size_t segElems = internal::segmentElements(segmentBytes, esize, maxBlock / esize);
   const size_t segBytes = segElems * esize;
   // Two partial buffers, needed only when a block passes through (n > 2).
-  std::vector<uint8_t> partial[2];
+  // Not zero-filled: every byte is received before it is read.
+  std::unique_ptr<uint8_t[]> partial[2];
   if (n > 2) {
-    partial[0].resize(maxBlock);
-    partial[1].resize(maxBlock);
+    partial[0].reset(new uint8_t[maxBlock]);
+    partial[1].reset(new uint8_t[maxBlock]);
   }
 
   const uint8_t* sendFrom = nullptr;
@@ -79,7 +81,7 @@ Status ringReducescatter(Transport& t, const void* send, void* recv,
     const size_t recvLen = offset[rb + 1] - offset[rb];
     if (s == 0) sendFrom = in + offset[sb];
     const bool last = s == n - 2;
-    uint8_t* into = last ? out : partial[s % 2].data();
+    uint8_t* into = last ? out : partial[s % 2].get();
     const uint8_t* own = in + offset[rb];
     KOLO_RETURN_IF_ERROR(internal::pipelinedStep(
         t, next, prev, internal::kTagReducescatter, sendFrom, sendLen, recvLen, segBytes,

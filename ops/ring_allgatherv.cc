@@ -49,12 +49,12 @@ Status ringAllgatherv(Transport& t, const void* send, size_t sendBytes, void* re
     const int recvBlock = ((r - s - 1) % n + n) % n;
     std::vector<P2POp> ops;
     if (recvBytes[recvBlock] > 0) {
-      ops.push_back(recvOp(prev, internal::kTagAllgather, out + offset[recvBlock],
-                           recvBytes[recvBlock]));
+      ops.push_back(
+          recvOp(prev, internal::kTagAllgather, out + offset[recvBlock], recvBytes[recvBlock]));
     }
     if (recvBytes[sendBlock] > 0) {
-      ops.push_back(sendOp(next, internal::kTagAllgather, out + offset[sendBlock],
-                           recvBytes[sendBlock]));
+      ops.push_back(
+          sendOp(next, internal::kTagAllgather, out + offset[sendBlock], recvBytes[sendBlock]));
     }
     KOLO_RETURN_IF_ERROR(t.exchange(ops));
   }

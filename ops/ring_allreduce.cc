@@ -25,6 +25,7 @@
 // bandwidth-optimal amount for an allreduce -- in 2 (n-1) latency steps (plus segments).
 // kAverage reduces as a sum; the caller divides.
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "ops/collectives.h"
@@ -57,7 +58,8 @@ Status ringAllreduce(Transport& t, void* data, size_t count, DataType dtype, Red
   const size_t segElems = internal::segmentElements(segmentBytes, esize, maxChunk / esize);
   const size_t segBytes = segElems * esize;
   const size_t slotBytes = segBytes < maxChunk ? segBytes : maxChunk;
-  std::vector<uint8_t> scratch(2 * slotBytes);
+  // Not zero-filled: every byte is received before it is read.
+  std::unique_ptr<uint8_t[]> scratch(new uint8_t[2 * slotBytes]);
 
   for (int s = 0; s < n - 1; ++s) {
     size_t sendOff, sendLen, recvOff, recvLen;
@@ -66,7 +68,7 @@ Status ringAllreduce(Transport& t, void* data, size_t count, DataType dtype, Red
     uint8_t* dst = base + recvOff;
     KOLO_RETURN_IF_ERROR(internal::pipelinedStep(
         t, next, prev, internal::kTagAllreduce, base + sendOff, sendLen, recvLen, segBytes,
-        [&](size_t k) { return scratch.data() + (k % 2) * slotBytes; },
+        [&](size_t k) { return scratch.get() + (k % 2) * slotBytes; },
         [&](size_t, uint8_t* got, size_t off, size_t len) {
           reduceInto(dst + off, got, len / esize, dtype, op);
         }));

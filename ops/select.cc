@@ -25,9 +25,12 @@ namespace kolo::ops {
 
 const char* toString(Algorithm a) {
   switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kNative: return "native";
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kNative:
+      return "native";
   }
   return "unknown-algorithm";
 }
@@ -111,8 +114,8 @@ size_t sum(const std::vector<size_t>& v) {
 
 }  // namespace
 
-Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count,
-                 DataType dtype, ReduceOp op, std::string* usedName) {
+Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,
+                 ReduceOp op, std::string* usedName) {
   const size_t bytes = count * sizeOf(dtype);
   if (useNative(t, cfg.allreduce, t.capabilities().nativeAllreduce, Collective::kAllreduce,
                 bytes)) {
@@ -140,8 +143,8 @@ Status broadcast(Transport& t, const AlgorithmConfig& cfg, void* data, size_t by
     setName(usedName, nativeName(t, "BROADCAST"));
     return t.broadcast(data, bytes, root);
   }
-  setName(usedName, bytes < internal::kTreeBroadcastMaxBytes ? "TREE_BROADCAST"
-                                                             : "PIPELINED_BROADCAST");
+  setName(usedName,
+          bytes < internal::kTreeBroadcastMaxBytes ? "TREE_BROADCAST" : "PIPELINED_BROADCAST");
   return p2pBroadcast(t, data, bytes, root, cfg.segmentBytes);
 }
 

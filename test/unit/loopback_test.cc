@@ -1,9 +1,8 @@
 // The loopback transport: matching, ordering, rendezvous copies, timeouts that name the peer,
 // abort from another thread, cancellation and split. Posting never blocks, so most cases drive
 // several ranks from one thread deterministically; the blocking cases use real threads.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -113,16 +112,18 @@ TEST_CASE("loopback: a batch with sends and receives, self messages and empty me
   std::vector<std::unique_ptr<PendingOps>> p(3);
   // Each rank sends its value to the right and receives from the left, in one batch.
   for (int r = 0; r < 3; ++r) {
-    REQUIRE(ts[r]->post({sendOp((r + 1) % 3, 0, &data[r], sizeof(int)),
-                         recvOp((r + 2) % 3, 0, &got[r], sizeof(int))},
-                        &p[r])
+    REQUIRE(ts[r]
+                ->post({sendOp((r + 1) % 3, 0, &data[r], sizeof(int)),
+                        recvOp((r + 2) % 3, 0, &got[r], sizeof(int))},
+                       &p[r])
                 .isOk());
   }
   for (int r = 0; r < 3; ++r) REQUIRE(p[r]->wait(Clock::now() + 1s).isOk());
   CHECK(got == std::vector<int>({3, 1, 2}));
 
   int self = 5, selfGot = 0;
-  REQUIRE(ts[2]->exchange({recvOp(2, 4, &selfGot, sizeof(int)), sendOp(2, 4, &self, sizeof(int))})
+  REQUIRE(ts[2]
+              ->exchange({recvOp(2, 4, &selfGot, sizeof(int)), sendOp(2, 4, &self, sizeof(int))})
               .isOk());
   CHECK(selfGot == 5);
   REQUIRE(ts[0]->post({}, &p[0]).isOk());
@@ -155,8 +156,7 @@ TEST_CASE("loopback: timeout names the outstanding peers and does not hang") {
   ts[1]->setTimeout(200ms);
   int x = 0, y = 0, z = 0;
   std::unique_ptr<PendingOps> p;
-  REQUIRE(ts[1]->post({recvOp(0, 7, &x, 4), recvOp(0, 7, &y, 4), sendOp(2, 8, &z, 4)}, &p)
-              .isOk());
+  REQUIRE(ts[1]->post({recvOp(0, 7, &x, 4), recvOp(0, 7, &y, 4), sendOp(2, 8, &z, 4)}, &p).isOk());
   auto start = Clock::now();
   Status s = p->wait(ts[1]->deadlineFromNow());
   auto took = Clock::now() - start;

@@ -82,7 +82,10 @@ uint64_t channelKey(int src, int dst, uint32_t tag) {
 class Batch final : public PendingOps {
  public:
   Batch(std::shared_ptr<GroupState> group, int rank, const std::vector<P2POp>& ops)
-      : group_(std::move(group)), rank_(rank), entries_(ops.size()), remaining_(ops.size()),
+      : group_(std::move(group)),
+        rank_(rank),
+        entries_(ops.size()),
+        remaining_(ops.size()),
         posted_(Clock::now()) {
     for (size_t i = 0; i < ops.size(); ++i) {
       entries_[i].op = ops[i];
@@ -105,9 +108,8 @@ class Batch final : public PendingOps {
     // A copy under way is a memcpy between live buffers that ends in bounded time; its
     // completion notifies cv_.
     cv_.wait(lock, [this] {
-      return std::none_of(entries_.begin(), entries_.end(), [](const OpEntry& e) {
-        return e.state == OpEntry::State::kCopying;
-      });
+      return std::none_of(entries_.begin(), entries_.end(),
+                          [](const OpEntry& e) { return e.state == OpEntry::State::kCopying; });
     });
     group_->live.erase(this);
   }
@@ -126,9 +128,8 @@ class Batch final : public PendingOps {
 
   Status wait(Deadline deadline) override {
     std::unique_lock<std::mutex> lock(group_->mu);
-    bool settled = cv_.wait_until(lock, deadline, [this] {
-      return remaining_ == 0 || !error_.isOk() || group_->aborted;
-    });
+    bool settled = cv_.wait_until(
+        lock, deadline, [this] { return remaining_ == 0 || !error_.isOk() || group_->aborted; });
     if (!error_.isOk()) return error_;
     if (remaining_ == 0) return Status::ok();
     if (settled) return group_->abortCause;
@@ -280,7 +281,8 @@ Status LoopbackTransport::post(const std::vector<P2POp>& ops, std::unique_ptr<Pe
   }
   if (!copies.empty()) {
     for (auto& c : copies) {
-      if (c.first->op.bytes > 0) std::memcpy(c.second->op.data, c.first->op.data, c.first->op.bytes);
+      if (c.first->op.bytes > 0)
+        std::memcpy(c.second->op.data, c.first->op.data, c.first->op.bytes);
     }
     std::lock_guard<std::mutex> lock(group_->mu);
     for (auto& c : copies) {

@@ -12,8 +12,9 @@
 //  - Waiting: condition variables with the caller's deadline, no spinning. A wait that runs out
 //    returns kTimeout naming the outstanding peers, e.g.
 //    "rank 1 waited 0.2 s for 2 recv(s) from rank 0 (tag 7)".
-//  - abort(cause) from any thread makes every pending and later post/wait/split on every rank
-//    of the group, and of groups split from it, fail with `cause` (the Status itself).
+//  - abort(cause) from any thread makes every pending and later post/wait/test/split on every
+//    rank of the group, and of groups split from it, fail with `cause` (the Status itself); a
+//    batch that had fully completed before the abort still reports success.
 //  - Cancelling: destroying an incomplete PendingOps withdraws its unmatched operations (and
 //    waits for a copy already under way, which is a bounded memcpy).
 //  - split(): members meet in the parent's shared state under (setId, how many splits with this
