@@ -1,0 +1,391 @@
+"""kolorun's command line: the option table, the --help text, and flag -> KOLO_* variables.
+
+The command to run starts at the first word that is not an option (or after "--"), so its own
+options are never taken for kolorun's: `kolorun -np 2 python train.py -v` passes -v to train.py.
+parse() returns a LaunchOptions or raises UsageError (exit status 2, like argparse).
+"""
+
+import argparse
+import math
+import os
+import re
+import shlex
+import shutil
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from . import __version__
+from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
+
+DEFAULT_START_TIMEOUT = 120.0
+
+USAGE = """kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [--gloo | --mpi] [options]
+               COMMAND [ARGS...]"""
+
+DESCRIPTION = """\
+Start N copies of COMMAND as the ranks of one kolo job (a drop-in for horovodrun).
+
+Gloo mode (the default) needs no MPI: kolorun serves the rendezvous store itself, gives every
+rank its place (KOLO_RANK, KOLO_LOCAL_RANK, KOLO_CROSS_RANK, ... ), starts the ranks on this
+machine directly and the others over ssh, prefixes each output line with "[rank]<stdout>:"
+or "[rank]<stderr>:", and supervises the job: when one rank fails, the others are stopped.
+MPI mode (--mpi) builds the Open MPI mpirun command line and runs it instead.
+
+Ranks fill the hosts in the order listed, each up to its slot count: with -H a:2,b:2 -np 4,
+ranks 0,1 run on a and 2,3 on b; local_rank is the index on the host, cross_rank the index
+among ranks with the same local_rank."""
+
+EPILOG = """\
+environment of every rank (Gloo mode):
+  KOLO_RANK, KOLO_SIZE              global rank and number of ranks
+  KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE  index on its host, ranks on that host
+  KOLO_CROSS_RANK, KOLO_CROSS_SIZE  index among ranks with its local rank, their number
+  KOLO_HOSTNAME                     its host's name as written in the host list
+  KOLO_CONTROLLER=gloo              (=mpi in MPI mode, where MPI supplies the ranks)
+  KOLO_RENDEZVOUS_ADDR, KOLO_RENDEZVOUS_PORT   where kolorun serves the rendezvous store
+  KOLO_START_TIMEOUT                --start-timeout
+  plus the launcher's own environment (remote ranks: all of it except per-session variables
+  such as HOME, USER, SHELL, SSH_*), the -x variables, and the tuning flags above.
+
+environment read by kolorun itself:
+  KOLO_START_TIMEOUT                default for --start-timeout (120 s when unset)
+  KOLO_SSH_IDENTITY                 default for --ssh-identity-file
+  KOLO_SSH_OPTIONS                  extra ssh options, e.g. "-o ConnectTimeout=10"
+  KOLO_LAUNCHER_REMOTE_SHELL        replaces "ssh [opts] {host}" for remote ranks: a command
+                                    template with {host} (and {port}); the remote shell
+                                    command is appended as its last argument, e.g.
+                                    "ip netns exec {host} sh -c" (used by the tests)
+  KOLO_LAUNCHER_FORCE_REMOTE=1      start every rank through the remote shell, even on
+                                    localhost (tests the ssh path on one machine)
+  KOLO_LAUNCHER_KILL_GRACE_SECONDS  how long stopped ranks get before SIGKILL (default 5)
+  KOLO_LAUNCHER_MPIRUN              the mpirun program for --mpi (default: mpirun on PATH)
+
+failures:
+  When a rank exits with a non-zero status or dies on a signal, kolorun says which rank,
+  host and status, sends SIGTERM to every other rank's process group, SIGKILL after the
+  grace period, and exits non-zero. A rank that has not published its "host/<rank>" key in
+  the store within --start-timeout (the kolo runtime does so during init) fails the job the
+  same way; a rank that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP
+  sent to kolorun are passed to every rank (a second one kills them at once).
+
+exit status:
+  0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
+  1 a rank did not connect in time (or no usable rendezvous address); 2 bad usage;
+  126/127 COMMAND (or mpirun) could not be executed / was not found;
+  128+N when kolorun was stopped by signal N (130 for Ctrl-C).
+  In MPI mode kolorun becomes mpirun, and the status is mpirun's.
+
+examples:
+  kolorun -np 4 python train.py
+  kolorun -np 8 -H node1:4,node2:4 --network-interface eth0 python train.py --epochs 10
+  kolorun -np 2 --timeline-filename /tmp/tl.json --fusion-threshold-mb 32 ./my_bench
+  kolorun --mpi -np 4 -H node1:2,node2:2 -x NCCL_DEBUG=INFO --verbose python train.py"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class Opt(NamedTuple):
+    names: Tuple[str, ...]
+    dest: str
+    kind: str  # "value" | "flag" | "append"
+    metavar: Optional[str]
+    group: str
+    help: str
+
+
+G_PROC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE = (
+    "processes and hosts", "controller", "rendezvous and remote start", "environment",
+    "output and information", "runtime tuning (each sets a KOLO_* variable in every rank)")
+
+OPTIONS = [
+    Opt(("-np", "-n", "--num-proc"), "np", "value", "N", G_PROC,
+        "number of ranks to start (default: every slot of the host list; required without one)"),
+    Opt(("-H", "--hosts"), "hosts", "value", "HOST:SLOTS,...", G_PROC,
+        "hosts and their slot counts, comma-separated, in rank order; a host without :SLOTS "
+        "has 1 slot; IPv6 as [addr]:SLOTS (default: localhost:N)"),
+    Opt(("-hostfile", "--hostfile"), "hostfile", "value", "FILE", G_PROC,
+        "read the host list from FILE: one host per line as 'host slots=N', 'host:N' or "
+        "'host'; '#' starts a comment"),
+    Opt(("--gloo",), "gloo", "flag", None, G_MODE,
+        "Gloo mode (default): kolorun serves the rendezvous store and starts the ranks; no MPI "
+        "needed; sets KOLO_CONTROLLER=gloo"),
+    Opt(("--mpi",), "mpi", "flag", None, G_MODE,
+        "MPI mode: run Open MPI's mpirun (-np, -H, -bind-to none, -map-by slot, --tag-output, "
+        "every KOLO_* variable exported with -x, --allow-run-as-root when run as root); sets "
+        "KOLO_CONTROLLER=mpi"),
+    Opt(("--mpi-args",), "mpi_args", "value", "'ARGS'", G_MODE,
+        "extra arguments for mpirun in MPI mode, as one shell-quoted string"),
+    Opt(("-p", "--ssh-port"), "ssh_port", "value", "PORT", G_NET,
+        "ssh port of the remote hosts (default: ssh's own configuration)"),
+    Opt(("-i", "--ssh-identity-file"), "ssh_identity", "value", "FILE", G_NET,
+        "ssh private key for the remote hosts (default: $KOLO_SSH_IDENTITY, else ssh's own)"),
+    Opt(("--network-interface", "--network-interfaces"), "network_interface", "value", "IF",
+        G_NET,
+        "network interface for all traffic: kolorun serves the store on its address and every "
+        "rank gets KOLO_GLOO_IFACE=IF (MPI mode: btl_tcp_if_include / oob_tcp_if_include); "
+        "default: the store listens on every address and ranks choose their own"),
+    Opt(("--start-timeout", "--gloo-timeout-seconds"), "start_timeout", "value", "SECONDS",
+        G_NET,
+        "fail the job when a rank has not connected to the store within SECONDS of the start "
+        "(default: $KOLO_START_TIMEOUT, else 120); sets KOLO_START_TIMEOUT"),
+    Opt(("-x",), "env", "append", "VAR[=VAL]", G_ENV,
+        "set VAR=VAL in every rank, or pass the launcher's own VAR (repeatable); in MPI mode "
+        "exported with mpirun -x"),
+    Opt(("--output-filename",), "output_dir", "value", "DIR", G_OUT,
+        "write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr instead of the "
+        "terminal (MPI mode: mpirun --output-filename DIR)"),
+    Opt(("-v", "--verbose"), "verbose", "flag", None, G_OUT,
+        "print what kolorun does: the host assignment, the store address, each remote command, "
+        "the mpirun command line"),
+    Opt(("--version",), "version", "flag", None, G_OUT, "print kolorun's version and exit"),
+    Opt(("-h", "--help"), "help", "flag", None, G_OUT, "show this help and exit"),
+    Opt(("--fusion-threshold-mb",), "fusion_mb", "value", "MB", G_TUNE,
+        "fuse small tensors into buffers of up to MB mebibytes, 0 turns fusion off; sets "
+        "KOLO_FUSION_THRESHOLD to MB*1048576 bytes (runtime default 128 MB)"),
+    Opt(("--cycle-time-ms",), "cycle_ms", "value", "MS", G_TUNE,
+        "the coordinator's cycle: how long it gathers requests before negotiating; sets "
+        "KOLO_CYCLE_TIME (runtime default 1 ms)"),
+    Opt(("--cache-capacity",), "cache_capacity", "value", "N", G_TUNE,
+        "number of negotiated responses the response cache keeps, 0 turns it off; sets "
+        "KOLO_CACHE_CAPACITY (runtime default 1024)"),
+    Opt(("--disable-cache",), "disable_cache", "flag", None, G_TUNE,
+        "turn the response cache off; sets KOLO_CACHE_CAPACITY=0"),
+    Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
+        "allreduce within each host, then across hosts, then broadcast within each host; sets "
+        "KOLO_HIERARCHICAL_ALLREDUCE=1"),
+    Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
+        "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE; sets "
+        "KOLO_TIMELINE"),
+    Opt(("--timeline-mark-cycles",), "timeline_cycles", "flag", None, G_TUNE,
+        "also mark each coordinator cycle in the timeline; sets KOLO_TIMELINE_MARK_CYCLES=1"),
+    Opt(("--no-stall-check",), "no_stall_check", "flag", None, G_TUNE,
+        "do not warn about tensors some ranks submitted and others did not; sets "
+        "KOLO_STALL_CHECK_DISABLE=1"),
+    Opt(("--stall-check-warning-time-seconds",), "stall_warn", "value", "SECONDS", G_TUNE,
+        "warn after a tensor waited this long for other ranks; sets "
+        "KOLO_STALL_CHECK_TIME_SECONDS (runtime default 60)"),
+    Opt(("--stall-check-shutdown-time-seconds",), "stall_shutdown", "value", "SECONDS", G_TUNE,
+        "abort the job after a tensor waited this long, 0 never; sets "
+        "KOLO_STALL_SHUTDOWN_TIME_SECONDS (runtime default 0)"),
+    Opt(("--log-level",), "log_level", "value", "LEVEL", G_TUNE,
+        "runtime log level: trace, debug, info, warning, error, fatal or off; sets "
+        "KOLO_LOG_LEVEL (runtime default warning)"),
+]
+
+_BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
+LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "off")
+_VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_INT_RE = re.compile(r"[0-9]{1,12}")
+
+
+class LaunchOptions(NamedTuple):
+    np: int
+    hosts: List[HostSlots]
+    hosts_given: bool
+    controller: str  # "gloo" | "mpi"
+    mpi_args: List[str]
+    ssh_port: Optional[int]
+    ssh_identity: Optional[str]
+    network_interface: Optional[str]
+    start_timeout: float
+    output_dir: Optional[str]
+    verbose: bool
+    knob_env: Dict[str, str]  # KOLO_* set by tuning flags (and KOLO_START_TIMEOUT, _GLOO_IFACE)
+    extra_env: Dict[str, str]  # -x variables, resolved
+    command: List[str]
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Wider than argparse's default (up to 100 columns), option help aligned at column 32."""
+
+    def __init__(self, prog):
+        width = min(100, shutil.get_terminal_size((100, 24)).columns) - 2
+        super().__init__(prog, max_help_position=32, width=width)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="kolorun", usage=USAGE, description=DESCRIPTION, epilog=EPILOG, add_help=False,
+        allow_abbrev=False, formatter_class=_HelpFormatter)
+    groups = {}
+    for opt in OPTIONS:
+        if opt.group not in groups:
+            groups[opt.group] = parser.add_argument_group(opt.group)
+        kwargs = {"dest": opt.dest, "help": opt.help}
+        if opt.kind == "flag":
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = opt.metavar
+            if opt.kind == "append":
+                kwargs["action"] = "append"
+        groups[opt.group].add_argument(*opt.names, **kwargs)
+    parser.add_argument_group("command").add_argument(
+        "command", nargs="*", metavar="COMMAND [ARGS...]",
+        help="the program every rank runs, with its arguments (after '--' if it starts with '-')")
+    return parser
+
+
+def split_command(argv):
+    """Splits argv into (kolorun's options, the command) at the first non-option word."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[:i], argv[i + 1:]
+        if not word.startswith("-") or word == "-":
+            return argv[:i], argv[i:]
+        name = word.split("=", 1)[0]
+        opt = _BY_NAME.get(name)
+        if opt is None:
+            raise UsageError("unrecognized option %r (the command comes after kolorun's "
+                             "options; put '--' before it if it starts with '-')" % word)
+        i += 2 if opt.kind != "flag" and "=" not in word else 1
+    return argv, []
+
+
+def format_help():
+    return build_parser().format_help()
+
+
+def _number(text, flag, lo, hi):
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and lo <= v <= hi) or "_" in str(text):
+        raise UsageError("%s: expected a number from %g to %g, got %r" % (flag, lo, hi, text))
+    return v
+
+
+def _integer(text, flag, lo, hi):
+    if not _INT_RE.fullmatch(str(text)) or not lo <= int(text) <= hi:
+        raise UsageError("%s: expected an integer from %d to %d, got %r" % (flag, lo, hi, text))
+    return int(text)
+
+
+def env_number(v):
+    """How a validated number is written into the environment (1.0 -> "1", 0.5 -> "0.5")."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def knob_environment(ns, start_timeout):
+    env = {"KOLO_START_TIMEOUT": env_number(start_timeout)}
+    if ns.fusion_mb is not None:
+        mb = _number(ns.fusion_mb, "--fusion-threshold-mb", 0, 1 << 20)
+        env["KOLO_FUSION_THRESHOLD"] = str(int(round(mb * 1048576)))
+    if ns.cycle_ms is not None:
+        env["KOLO_CYCLE_TIME"] = env_number(_number(ns.cycle_ms, "--cycle-time-ms", 0, 60000))
+    if ns.cache_capacity is not None:
+        cap = _integer(ns.cache_capacity, "--cache-capacity", 0, 1 << 20)
+        if ns.disable_cache and cap != 0:
+            raise UsageError("--disable-cache contradicts --cache-capacity %d" % cap)
+        env["KOLO_CACHE_CAPACITY"] = str(cap)
+    if ns.disable_cache:
+        env["KOLO_CACHE_CAPACITY"] = "0"
+    if ns.hierarchical:
+        env["KOLO_HIERARCHICAL_ALLREDUCE"] = "1"
+    if ns.timeline is not None:
+        if not ns.timeline:
+            raise UsageError("--timeline-filename: empty file name")
+        env["KOLO_TIMELINE"] = ns.timeline
+    if ns.timeline_cycles:
+        env["KOLO_TIMELINE_MARK_CYCLES"] = "1"
+    if ns.no_stall_check:
+        env["KOLO_STALL_CHECK_DISABLE"] = "1"
+    if ns.stall_warn is not None:
+        env["KOLO_STALL_CHECK_TIME_SECONDS"] = env_number(
+            _number(ns.stall_warn, "--stall-check-warning-time-seconds", 0.001, 1e7))
+    if ns.stall_shutdown is not None:
+        env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(
+            _number(ns.stall_shutdown, "--stall-check-shutdown-time-seconds", 0, 1e7))
+    if ns.log_level is not None:
+        level = ns.log_level.lower()
+        if level not in LOG_LEVELS:
+            raise UsageError("--log-level: expected one of %s, got %r"
+                             % (", ".join(LOG_LEVELS), ns.log_level))
+        env["KOLO_LOG_LEVEL"] = level
+    if ns.network_interface is not None:
+        env["KOLO_GLOO_IFACE"] = ns.network_interface
+    return env
+
+
+def _extra_environment(items, environ):
+    env = {}
+    for item in items or []:
+        name, eq, value = item.partition("=")
+        if not _VAR_RE.fullmatch(name):
+            raise UsageError("-x %s: %r is not a valid variable name" % (item, name))
+        if not eq:
+            if name not in environ:
+                raise UsageError("-x %s: %s is not set in kolorun's environment (use -x %s=VALUE)"
+                                 % (item, name, name))
+            value = environ[name]
+        env[name] = value
+    return env
+
+
+def parse(argv, environ=None):
+    """Returns LaunchOptions, or None after printing --help/--version. Raises UsageError."""
+    environ = os.environ if environ is None else environ
+    own, command = split_command(list(argv))
+    parser = build_parser()
+    parser.error = _raise_usage  # type: ignore[method-assign]
+    ns = parser.parse_args(own)
+    if ns.help:
+        print(parser.format_help(), end="")
+        return None
+    if ns.version:
+        print("kolorun (kolo) %s" % __version__)
+        return None
+    if not command:
+        raise UsageError("no command to run (usage: kolorun -np N COMMAND [ARGS...])")
+    if ns.gloo and ns.mpi:
+        raise UsageError("--gloo and --mpi exclude each other")
+    if ns.hosts is not None and ns.hostfile is not None:
+        raise UsageError("give the hosts either with -H or with --hostfile, not both")
+    try:
+        if ns.hosts is not None:
+            hosts = parse_hosts(ns.hosts)
+        elif ns.hostfile is not None:
+            hosts = parse_hostfile(ns.hostfile)
+        else:
+            hosts = None
+    except HostListError as e:
+        raise UsageError(str(e)) from None
+    if ns.np is not None:
+        np = _integer(ns.np, "-np", 1, 1 << 20)
+    elif hosts is not None:
+        np = sum(h.slots for h in hosts)
+    else:
+        raise UsageError("-np is required (or give -H/--hostfile to start one rank per slot)")
+    hosts_given = hosts is not None
+    if hosts is None:
+        hosts = [HostSlots("localhost", np)]
+    if ns.network_interface is not None and not re.fullmatch(r"[^\s,/]{1,15}",
+                                                             ns.network_interface):
+        raise UsageError("--network-interface: expected one interface name (like eth0), got %r"
+                         % ns.network_interface)
+    timeout_text = ns.start_timeout
+    timeout_flag = "--start-timeout"
+    if timeout_text is None:
+        timeout_text = environ.get("KOLO_START_TIMEOUT", str(DEFAULT_START_TIMEOUT))
+        timeout_flag = "KOLO_START_TIMEOUT"
+    start_timeout = _number(timeout_text, timeout_flag, 1, 86400)
+    ssh_port = _integer(ns.ssh_port, "--ssh-port", 1, 65535) if ns.ssh_port is not None else None
+    identity = ns.ssh_identity or environ.get("KOLO_SSH_IDENTITY") or None
+    try:
+        mpi_args = shlex.split(ns.mpi_args) if ns.mpi_args else []
+    except ValueError as e:
+        raise UsageError("--mpi-args: %s" % e) from None
+    return LaunchOptions(
+        np=np, hosts=hosts, hosts_given=hosts_given, controller="mpi" if ns.mpi else "gloo",
+        mpi_args=mpi_args, ssh_port=ssh_port, ssh_identity=identity,
+        network_interface=ns.network_interface, start_timeout=start_timeout,
+        output_dir=ns.output_dir, verbose=bool(ns.verbose),
+        knob_env=knob_environment(ns, start_timeout),
+        extra_env=_extra_environment(ns.env, environ), command=command)
+
+
+def _raise_usage(message):
+    raise UsageError(message)

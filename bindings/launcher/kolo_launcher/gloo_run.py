@@ -1,0 +1,324 @@
+"""Gloo mode: serve the rendezvous store, start every rank, supervise the job, stop it cleanly.
+
+Life of a job (GlooJob.run):
+  1. place the ranks (topology.assign) and decide which hosts are this machine;
+  2. serve the store on a free port: on --network-interface's address, else on 127.0.0.1 when
+     every rank is local, else on 0.0.0.0; each rank is told the address it can reach;
+  3. start local ranks directly and remote ones through ssh (ssh.remote_argv), each in its own
+     process group, with its KOLO_* environment; forward their output;
+  4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
+     still running without its "host/<rank>" store key after --start-timeout fails it; a
+     signal to kolorun stops it;
+  5. stop: the signal (TERM on failure) to every rank's group, SIGKILL to whatever is left
+     after the grace period (remote ranks get the remote watcher's grace first), reap, report.
+"""
+
+import os
+import signal
+import subprocess
+import time
+
+from . import hosts as hostlib
+from . import ssh
+from .output import OutputPump
+from .store_server import StoreServer
+from .topology import assign, used_hosts
+from .workers import Worker, live_process_groups
+
+POLL_SECONDS = 0.05
+DEFAULT_GRACE_SECONDS = 5.0
+REMOTE_EXTRA_GRACE = 3.0  # local ssh clients wait for the remote watcher's own grace first
+
+
+class LaunchError(Exception):
+    """A problem found before any rank started (bad interface, unreachable host address)."""
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _seconds(value):
+    return ("%d" % value) if float(value).is_integer() else ("%g" % value)
+
+
+class GlooJob:
+    def __init__(self, opts, environ, console):
+        self.opts = opts
+        self.environ = dict(environ)
+        self.console = console
+        self.slots = assign(opts.hosts, opts.np)
+        self.workers = []
+        self.server = None
+        self.pump = None
+        self._signals = []
+        self._old_handlers = {}
+        grace = self.environ.get("KOLO_LAUNCHER_KILL_GRACE_SECONDS", "")
+        try:
+            self.grace = max(0.1, float(grace)) if grace else DEFAULT_GRACE_SECONDS
+        except ValueError:
+            self.grace = DEFAULT_GRACE_SECONDS
+        self.template = self.environ.get("KOLO_LAUNCHER_REMOTE_SHELL") or None
+        force_remote = _truthy(self.environ.get("KOLO_LAUNCHER_FORCE_REMOTE", ""))
+        names, addrs = hostlib.local_names(), hostlib.local_addresses()
+        self.local = {h: (not force_remote and hostlib.is_local(h, names, addrs))
+                      for h, _ in used_hosts(self.slots)}
+
+    # ---- setup -----------------------------------------------------------------------------
+    def _addresses(self):
+        """(bind address, {host: address its ranks use to reach the store})."""
+        iface = self.opts.network_interface
+        if iface:
+            addr = hostlib.interface_ipv4(iface)
+            if not addr:
+                raise LaunchError("--network-interface %s: no such interface, or it has no IPv4 "
+                                  "address (interfaces here: %s)"
+                                  % (iface, ", ".join(hostlib.interface_names()) or "none"))
+            return addr, {h: addr for h in self.local}
+        if all(self.local.values()):
+            return "127.0.0.1", {h: "127.0.0.1" for h in self.local}
+        reach = {}
+        for host, local in self.local.items():
+            addr = "127.0.0.1" if local else (hostlib.route_address(host)
+                                              or hostlib.first_external_ipv4())
+            if not addr:
+                raise LaunchError("cannot tell which address host %s should use to reach this "
+                                  "machine; name one with --network-interface" % host)
+            reach[host] = addr
+        return "0.0.0.0", reach
+
+    def _rank_env(self, slot, addr):
+        env = dict(self.opts.extra_env)
+        if self.opts.network_interface and "NCCL_SOCKET_IFNAME" not in self.environ:
+            env["NCCL_SOCKET_IFNAME"] = self.opts.network_interface
+        env.update(self.opts.knob_env)
+        env.update({
+            "KOLO_RANK": str(slot.rank), "KOLO_SIZE": str(slot.size),
+            "KOLO_LOCAL_RANK": str(slot.local_rank), "KOLO_LOCAL_SIZE": str(slot.local_size),
+            "KOLO_CROSS_RANK": str(slot.cross_rank), "KOLO_CROSS_SIZE": str(slot.cross_size),
+            "KOLO_HOSTNAME": slot.host, "KOLO_CONTROLLER": "gloo",
+            "KOLO_RENDEZVOUS_ADDR": addr, "KOLO_RENDEZVOUS_PORT": str(self.server.port),
+        })
+        return env
+
+    def _make_worker(self, slot, addr):
+        rank_env = self._rank_env(slot, addr)
+        remote = not self.local[slot.host]
+        if self.opts.output_dir:
+            d = os.path.join(self.opts.output_dir, "rank.%d" % slot.rank)
+            os.makedirs(d, exist_ok=True)
+            out = open(os.path.join(d, "stdout"), "wb")
+            err = open(os.path.join(d, "stderr"), "wb")
+        else:
+            out = err = subprocess.PIPE
+        if remote:
+            env = ssh.remote_environment(self.environ, rank_env, set(self.opts.extra_env))
+            argv = ssh.remote_argv(
+                slot.host, env, self.opts.command, self.grace, port=self.opts.ssh_port,
+                identity=self.opts.ssh_identity, template=self.template,
+                extra_options=self.environ.get("KOLO_SSH_OPTIONS", ""))
+            if self.opts.verbose:
+                self.console.message("rank %d on %s: %s" % (
+                    slot.rank, slot.host, ssh.describe(argv, self.opts.command, len(env))))
+            local_env = dict(self.environ)
+        else:
+            argv = list(self.opts.command)
+            local_env = dict(self.environ)
+            local_env.update(rank_env)
+        w = Worker(slot, argv, local_env, remote, out, err)
+        w.files = [f for f in (out, err) if f is not subprocess.PIPE]
+        return w
+
+    # ---- signals ---------------------------------------------------------------------------
+    def _on_signal(self, signum, _frame):
+        self._signals.append(signum)
+
+    def _install_signals(self):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass  # not the main thread: the caller handles signals
+
+    def _restore_signals(self):
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+
+    # ---- the job ---------------------------------------------------------------------------
+    def run(self):
+        bind, reach = self._addresses()
+        self.server = StoreServer(bind, 0).start()
+        self._install_signals()
+        try:
+            return self._run_started(bind, reach)
+        finally:
+            self.server.stop()
+            self._restore_signals()
+
+    def _run_started(self, bind, reach):
+        opts = self.opts
+        if opts.verbose:
+            layout = ", ".join("%s (%s) ranks %s" % (
+                h, "local" if self.local[h] else "remote",
+                _span([s.rank for s in self.slots if s.host == h]))
+                for h, _ in used_hosts(self.slots))
+            self.console.message("%d ranks on %d hosts: %s" % (
+                len(self.slots), len(self.local), layout))
+            self.console.message("rendezvous store listening on %s:%d; ranks connect to %s" % (
+                bind, self.server.port, ", ".join(sorted(set(reach.values())))))
+        self.pump = OutputPump(self.console)
+        failure = self._start_all(reach)
+        self.pump.start()
+        if failure is None:
+            failure = self._supervise()
+        if failure is None:
+            stop_signal = signal.SIGTERM  # only leftovers of finished ranks receive it
+        elif failure.signal is not None:
+            stop_signal = failure.signal
+            self.console.message("received %s; passing it to every rank"
+                                 % signal.Signals(failure.signal).name)
+        else:
+            stop_signal = signal.SIGTERM
+            others = sum(1 for w in self.workers if w.proc is not None and w.poll() is None)
+            if others:
+                self.console.message("%s; stopping the other %d rank%s" % (
+                    failure.reason, others, "" if others == 1 else "s"))
+        self._stop_all(stop_signal)
+        if not self.pump.finish(timeout=2.0):
+            self.console.message("a rank's output stayed open after it was stopped (a process "
+                                 "that left its process group?)")
+        if opts.verbose:
+            for w in self.workers:
+                if w.status is not None:
+                    self.console.message("rank %d (host %s) %s" % (
+                        w.rank, w.host, w.status.describe(w.remote)))
+        if failure is None:
+            return 0
+        self.console.message("job failed: " + failure.reason)
+        return failure.exit_status
+
+    def _start_all(self, reach):
+        for slot in self.slots:
+            w = self._make_worker(slot, reach[slot.host])
+            self.workers.append(w)
+            try:
+                w.start()
+            except OSError as e:
+                return Failure("cannot start rank %d on host %s: %s: %s"
+                               % (slot.rank, slot.host, w.argv[0], e.strerror),
+                               127 if isinstance(e, FileNotFoundError) else 126)
+            finally:
+                for f in w.files:
+                    f.close()
+            if w.proc.stdout is not None:
+                self.pump.add(w.proc.stdout, slot.rank, to_err=False)
+                self.pump.add(w.proc.stderr, slot.rank, to_err=True)
+        return None
+
+    def _supervise(self):
+        """The first failure, or None when every rank exited 0."""
+        deadline = time.monotonic() + self.opts.start_timeout
+        connected = set()
+        while True:
+            if self._signals:
+                sig = self._signals[0]
+                return Failure("kolorun was stopped by %s" % signal.Signals(sig).name,
+                               128 + sig, signal=sig)
+            running = 0
+            for w in self.workers:
+                if w.status is not None:
+                    continue
+                status = w.poll()
+                if status is None:
+                    running += 1
+                elif not status.ok:
+                    return Failure("rank %d (host %s) %s" % (w.rank, w.host,
+                                                            status.describe(w.remote)),
+                                   status.shell_code())
+            if running == 0:
+                return None
+            for w in self.workers:
+                if w.rank not in connected and self.server.has("host/%d" % w.rank):
+                    connected.add(w.rank)
+            if time.monotonic() >= deadline:
+                late = [w for w in self.workers if w.status is None and w.rank not in connected]
+                if late:
+                    text = "rank %d (host %s) did not connect within %s s" % (
+                        late[0].rank, late[0].host, _seconds(self.opts.start_timeout))
+                    if len(late) > 1:
+                        text += " (nor did rank%s %s)" % ("s" if len(late) > 2 else "",
+                                                          _span([w.rank for w in late[1:]]))
+                    return Failure(text, 1)
+            time.sleep(POLL_SECONDS)
+
+    def _stop_all(self, sig):
+        """Stops every rank's process group: sig, then SIGKILL after the grace period (at once
+        when kolorun gets another signal meanwhile), then reaps. Bounded in time."""
+        started = [w for w in self.workers if w.proc is not None]
+        signals_before = len(self._signals)
+        for w in started:
+            w.request_stop(sig)
+        now = time.monotonic()
+        deadline = {w.rank: now + self.grace + (REMOTE_EXTRA_GRACE if w.remote else 0.0)
+                    for w in started}
+        while True:
+            live = live_process_groups()
+            # A local rank is done when its whole group is gone; a remote one when its ssh
+            # client exited (the remote watcher cleans up the far side).
+            pending = [w for w in started
+                       if w.poll() is None or (not w.remote and live is not None and w.pid in live)]
+            waiting = [w for w in pending if deadline[w.rank] != float("inf")]
+            if not waiting:
+                break
+            escalate = len(self._signals) > signals_before
+            now = time.monotonic()
+            for w in waiting:
+                if escalate or now >= deadline[w.rank]:
+                    w.signal_group(signal.SIGKILL)
+                    deadline[w.rank] = float("inf")
+            time.sleep(POLL_SECONDS)
+        reap_deadline = time.monotonic() + 5.0
+        for w in started:
+            if not w.remote:
+                w.signal_group(signal.SIGKILL)  # leftovers that ignored TERM; no-op otherwise
+            while not w.reaped and time.monotonic() < reap_deadline:
+                if w.poll() is None:
+                    time.sleep(POLL_SECONDS)
+                    continue
+                w.reap()
+            if not w.reaped:
+                self.console.message("rank %d (pid %d) did not exit after SIGKILL"
+                                     % (w.rank, w.pid))
+
+
+class Failure:
+    def __init__(self, reason, exit_status, signal=None):
+        self.reason = reason
+        self.exit_status = exit_status
+        self.signal = signal  # set when kolorun itself was signalled
+
+
+def _span(ranks):
+    """[0,1,2,5] -> "0-2,5"."""
+    parts = []
+    start = prev = None
+    for r in ranks:
+        if start is None:
+            start = prev = r
+        elif r == prev + 1:
+            prev = r
+        else:
+            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            start = prev = r
+    if start is not None:
+        parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+    return ",".join(parts)
+
+
+def run_gloo(opts, environ, console):
+    try:
+        job = GlooJob(opts, environ, console)
+        return job.run()
+    except LaunchError as e:
+        console.message(str(e))
+        return 1

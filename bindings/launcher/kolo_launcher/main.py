@@ -1,0 +1,28 @@
+"""The entry point of `kolorun`: parse the command line, check the placement, run the mode."""
+
+import os
+import sys
+
+from .args import UsageError, parse
+from .gloo_run import run_gloo
+from .mpi_run import run_mpi
+from .output import Console
+from .topology import TopologyError, assign
+
+
+def main(argv=None, environ=None):
+    """Runs kolorun; returns its exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    environ = os.environ if environ is None else environ
+    console = Console()
+    try:
+        opts = parse(argv, environ)
+        if opts is None:  # --help / --version
+            return 0
+        assign(opts.hosts, opts.np)  # placement errors are usage errors in both modes
+    except (UsageError, TopologyError) as e:
+        console.message("%s\n(see kolorun --help)" % e)
+        return 2
+    if opts.controller == "mpi":
+        return run_mpi(opts, environ, console)
+    return run_gloo(opts, environ, console)

@@ -1,0 +1,77 @@
+"""MPI mode: the Open MPI mpirun command line that runs the job, and running it.
+
+mpirun supplies ranks, placement and process control here; kolo's runtime learns that it is
+under MPI from KOLO_CONTROLLER=mpi and takes rank/size from MPI itself, so no rank variables
+are set. The line follows horovodrun's:
+
+  mpirun [--allow-run-as-root] -np N -H h1:s1,h2:s2 -bind-to none -map-by slot --tag-output
+         -mca pml ob1 -mca btl ^openib [-mca plm_rsh_args "-p PORT [-i KEY]"]
+         [-mca btl_tcp_if_include IF -mca oob_tcp_if_include IF] [--output-filename DIR]
+         -x KOLO_CONTROLLER=mpi -x KOLO_...=... -x VAR ... [--mpi-args] COMMAND ARGS
+"""
+
+import os
+import shlex
+
+# Rank-specific variables of an outer launcher would be wrong for every MPI rank.
+_RANK_VARS = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
+              "KOLO_CROSS_SIZE", "KOLO_HOSTNAME", "KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT",
+              "KOLO_RENDEZVOUS_DIR", "KOLO_CONTROLLER"}
+# Passed by name (mpirun -x NAME copies kolorun's value) so remote ranks find the same programs.
+_PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
+
+
+def mpi_environment(opts, environ):
+    """(assignments, names): variables set to a value, and variables passed by name."""
+    assign = {"KOLO_CONTROLLER": "mpi"}
+    assign.update(opts.knob_env)
+    if opts.network_interface and "NCCL_SOCKET_IFNAME" not in environ:
+        assign["NCCL_SOCKET_IFNAME"] = opts.network_interface
+    assign.update(opts.extra_env)
+    names = [n for n in _PASS_THROUGH if n in environ and n not in assign]
+    names += sorted(n for n in environ
+                    if n.startswith(("KOLO_", "HOROVOD_")) and n not in _RANK_VARS
+                    and n not in assign and n not in names)
+    return assign, names
+
+
+def build_command(opts, environ, is_root, mpirun="mpirun"):
+    cmd = [mpirun]
+    if is_root:
+        cmd.append("--allow-run-as-root")
+    hosts = ",".join("%s:%d" % (h.name, h.slots) for h in opts.hosts)
+    cmd += ["-np", str(opts.np), "-H", hosts, "-bind-to", "none", "-map-by", "slot",
+            "--tag-output", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    rsh = []
+    if opts.ssh_port:
+        rsh += ["-p", str(opts.ssh_port)]
+    if opts.ssh_identity:
+        rsh += ["-i", opts.ssh_identity]
+    if rsh:
+        cmd += ["-mca", "plm_rsh_args", " ".join(shlex.quote(a) for a in rsh)]
+    if opts.network_interface:
+        cmd += ["-mca", "btl_tcp_if_include", opts.network_interface,
+                "-mca", "oob_tcp_if_include", opts.network_interface]
+    if opts.output_dir:
+        cmd += ["--output-filename", opts.output_dir]
+    assign, names = mpi_environment(opts, environ)
+    for name, value in assign.items():
+        cmd += ["-x", "%s=%s" % (name, value)]
+    for name in names:
+        cmd += ["-x", name]
+    return cmd + list(opts.mpi_args) + list(opts.command)
+
+
+def run_mpi(opts, environ, console):
+    """Replaces kolorun with mpirun (signals and the exit status are mpirun's own). Returns
+    only when mpirun cannot be started."""
+    mpirun = environ.get("KOLO_LAUNCHER_MPIRUN") or "mpirun"
+    cmd = build_command(opts, environ, is_root=os.geteuid() == 0, mpirun=mpirun)
+    if opts.verbose:
+        console.message("running: " + " ".join(shlex.quote(c) for c in cmd))
+    try:
+        os.execvpe(cmd[0], cmd, dict(environ))
+    except OSError as e:
+        console.message("cannot run %s: %s (is Open MPI installed? Gloo mode, the default, "
+                        "needs no MPI)" % (cmd[0], e.strerror))
+        return 127 if isinstance(e, FileNotFoundError) else 126

@@ -1,0 +1,133 @@
+"""Forwarding worker output to kolorun's terminal, one whole line at a time, with a rank prefix.
+
+"[3]<stdout>:text" goes to kolorun's stdout and "[3]<stderr>:text" to its stderr (horovodrun's
+format, so log scrapers keep working). One thread multiplexes every pipe with selectors and
+writes complete lines only, so lines of different ranks never interleave mid-line; a line
+longer than 64 KiB is cut into pieces, and a last line without a newline gets one at EOF.
+kolorun's own messages go through the same Console lock.
+"""
+
+import os
+import selectors
+import sys
+import threading
+import time
+
+_MAX_LINE = 64 * 1024
+
+
+class Console:
+    """kolorun's stdout/stderr, shared by the pump thread and the main thread."""
+
+    def __init__(self, out=None, err=None):
+        self._out = out if out is not None else sys.stdout.buffer
+        self._err = err if err is not None else sys.stderr.buffer
+        self._lock = threading.Lock()
+
+    def write(self, data, to_err=False):
+        stream = self._err if to_err else self._out
+        with self._lock:
+            try:
+                stream.write(data)
+                stream.flush()
+            except (BrokenPipeError, ValueError, OSError):
+                pass  # nobody reads kolorun's output any more; the job goes on
+
+    def message(self, text):
+        """A line from kolorun itself, on stderr."""
+        self.write(("kolorun: %s\n" % text).encode("utf-8", "replace"), to_err=True)
+
+
+class OutputPump:
+    def __init__(self, console):
+        self._console = console
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        self._open = 0
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="kolo-output", daemon=True)
+
+    def add(self, fileobj, rank, to_err):
+        """Takes ownership of a pipe's read end (a file object from Popen)."""
+        fd = fileobj.fileno()
+        os.set_blocking(fd, False)
+        prefix = ("[%d]<%s>:" % (rank, "stderr" if to_err else "stdout")).encode()
+        with self._lock:
+            self._open += 1
+        self._sel.register(fd, selectors.EVENT_READ, [fileobj, prefix, to_err, b""])
+
+    def start(self):
+        self._thread.start()
+
+    def finish(self, timeout):
+        """Waits until every pipe reached EOF, at most `timeout` seconds, then stops. Returns
+        False when some pipe was still open (a process that escaped its group holds it)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._open == 0:
+                    break
+            time.sleep(0.02)
+        with self._lock:
+            clean = self._open == 0
+            self._stop = True
+        os.write(self._wake_w, b"x")
+        self._thread.join(max(0.5, deadline - time.monotonic()))
+        return clean
+
+    def _run(self):
+        try:
+            while True:
+                with self._lock:
+                    if self._stop:
+                        break
+                for key, _ in self._sel.select(timeout=0.5):
+                    if key.data is None:
+                        try:
+                            os.read(self._wake_r, 64)
+                        except BlockingIOError:
+                            pass
+                        continue
+                    self._read(key)
+        finally:
+            for key in list(self._sel.get_map().values()):
+                if key.data is not None:
+                    self._flush_rest(key.data)
+                    key.data[0].close()
+            self._sel.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _read(self, key):
+        state = key.data
+        try:
+            chunk = os.read(key.fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._flush_rest(state)
+            self._sel.unregister(key.fd)
+            state[0].close()
+            with self._lock:
+                self._open -= 1
+            return
+        buf = state[3] + chunk
+        lines = buf.split(b"\n")
+        rest = lines.pop()
+        while len(rest) > _MAX_LINE:
+            lines.append(rest[:_MAX_LINE])
+            rest = rest[_MAX_LINE:]
+        state[3] = rest
+        if lines:
+            prefix, to_err = state[1], state[2]
+            self._console.write(b"".join(prefix + line + b"\n" for line in lines), to_err)
+
+    def _flush_rest(self, state):
+        if state[3]:
+            self._console.write(state[1] + state[3] + b"\n", state[2])
+            state[3] = b""

@@ -1,0 +1,169 @@
+"""One rank's process as kolorun sees it.
+
+Every rank starts in its own session (start_new_session), so its process id is also the id of
+a process group holding everything it spawns; signals go to the whole group, which is how
+grandchildren (data loader workers, shells' children) are stopped too. Terminal Ctrl-C reaches
+only kolorun, which forwards it.
+
+Exit detection uses waitid(WNOWAIT): it reports the exit without reaping, so the group id
+cannot be reused by an unrelated process while kolorun may still signal the group. The
+process is reaped once, in reap(), after the last group signal.
+
+A remote rank's local process is the ssh client (or the remote-shell template). Its stdin is
+the watcher channel of ssh.remote_script: request_stop() writes the signal name and closes it,
+and the remote side stops the rank; the local group is only killed when that takes too long.
+"""
+
+import os
+import signal
+import subprocess
+from typing import NamedTuple, Optional
+
+
+class ExitStatus(NamedTuple):
+    code: Optional[int]  # exit code, or None when killed by a signal
+    signal: Optional[int]
+
+    @property
+    def ok(self):
+        return self.code == 0
+
+    def describe(self, remote=False):
+        if self.signal is not None:
+            return "was killed by signal %d (%s)" % (self.signal, _signame(self.signal))
+        text = "exited with status %d" % self.code
+        if remote and 128 < self.code < 128 + 65:
+            text += " (128+%d: it probably died on %s)" % (self.code - 128,
+                                                           _signame(self.code - 128))
+        return text
+
+    def shell_code(self):
+        """The conventional shell status: the exit code, or 128+N for signal N."""
+        return self.code if self.signal is None else 128 + self.signal
+
+
+def _signame(num):
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "signal %d" % num
+
+
+class Worker:
+    """Not thread-safe: the launcher's main thread owns every Worker."""
+
+    def __init__(self, slot, argv, env, remote, stdout, stderr):
+        self.slot = slot
+        self.argv = argv
+        self.env = env
+        self.remote = remote
+        self._stdout = stdout
+        self._stderr = stderr
+        self.proc = None
+        self.status = None  # ExitStatus once exited
+        self.reaped = False
+        self.stop_requested = False
+        self.files = []  # output files kolorun opened for the rank (closed once it started)
+
+    @property
+    def rank(self):
+        return self.slot.rank
+
+    @property
+    def host(self):
+        return self.slot.host
+
+    def start(self):
+        """Starts the process; raises OSError (e.g. the program does not exist)."""
+        self.proc = subprocess.Popen(
+            self.argv, env=self.env, stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
+            stdout=self._stdout, stderr=self._stderr, start_new_session=True, close_fds=True)
+
+    @property
+    def pid(self):
+        return self.proc.pid if self.proc else None
+
+    def poll(self):
+        """The ExitStatus once the process has exited (without reaping it), else None."""
+        if self.status is not None or self.proc is None:
+            return self.status
+        try:
+            info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+            self.reaped = True
+            self.status = ExitStatus(code=255, signal=None)
+            return self.status
+        if info is None or info.si_pid == 0:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            self.status = ExitStatus(code=info.si_status, signal=None)
+        else:
+            self.status = ExitStatus(code=None, signal=info.si_status)
+        return self.status
+
+    def signal_group(self, sig):
+        """Sends sig to the rank's process group (also after it exited, for leftovers), until
+        it is reaped. Returns False when nothing received it."""
+        if self.proc is None or self.reaped:
+            return False
+        try:
+            os.killpg(self.proc.pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    def request_stop(self, sig):
+        """Asks the rank to stop with sig: remote ranks through the watcher channel (and the
+        local ssh client is left to finish), local ranks by signalling their group."""
+        self.stop_requested = True
+        if self.remote:
+            self._close_stdin(_signame(sig).replace("SIG", ""))
+            if self.poll() is not None:
+                self.signal_group(sig)
+        else:
+            self.signal_group(sig)
+
+    def _close_stdin(self, word=None):
+        stdin = self.proc.stdin if self.proc else None
+        if stdin is None or stdin.closed:
+            return
+        try:
+            if word:
+                stdin.write(word.encode() + b"\n")
+            stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def reap(self):
+        if self.proc is None or self.reaped:
+            return
+        self._close_stdin()
+        try:
+            self.proc.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            return
+        self.reaped = True
+
+
+def live_process_groups():
+    """The ids of process groups that have a member other than a zombie, from one scan of
+    /proc (Linux), or None where /proc is not available."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return None
+    groups = set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) >= 3 and fields[0] != b"Z":
+            groups.add(int(fields[2]))
+    return groups

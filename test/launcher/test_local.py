@@ -1,0 +1,214 @@
+"""Gloo mode with local ranks: topology, environment, output, failures, signals, orphans."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import (KOLORUN, PY, assert_all_gone, base_env, kolorun, process_alive, read_pids,
+                      results, worker)
+
+
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_local_ranks_topology_and_store_sum(np):
+    r = kolorun(["-np", str(np)] + worker("topo"))
+    assert r.returncode == 0, r.stderr
+    res = results(r.stdout)
+    assert sorted(res) == list(range(np))
+    for rank, t in res.items():
+        assert (t["rank"], t["size"]) == (rank, np)
+        assert (t["local_rank"], t["local_size"]) == (rank, np)
+        assert (t["cross_rank"], t["cross_size"]) == (0, 1)
+        assert t["host"] == "localhost" and t["hosts"] == ["localhost"] * np
+        assert t["sum"] == np * (np + 1) // 2
+
+
+def test_two_local_hosts_topology_and_ring_allreduce():
+    # Two host names that are both this machine: ranks start locally, topology per host.
+    r = kolorun(["-np", "4", "-H", "localhost:2,127.0.0.1:2"] + worker("topo", "--ring"))
+    assert r.returncode == 0, r.stderr
+    res = results(r.stdout)
+    want = {0: ("localhost", 0, 2, 0, 2), 1: ("localhost", 1, 2, 0, 2),
+            2: ("127.0.0.1", 0, 2, 1, 2), 3: ("127.0.0.1", 1, 2, 1, 2)}
+    for rank, (host, lr, ls, cr, cs) in want.items():
+        t = res[rank]
+        assert (t["host"], t["local_rank"], t["local_size"], t["cross_rank"],
+                t["cross_size"]) == (host, lr, ls, cr, cs)
+        assert t["ring"] == [10, 100, 4 * 7 + 100 * 6]
+
+
+def test_flags_become_worker_environment():
+    r = kolorun(["-np", "2", "--fusion-threshold-mb", "2", "--cycle-time-ms", "3.5",
+                 "--cache-capacity", "16", "--timeline-filename", "tl.json",
+                 "--timeline-mark-cycles", "--no-stall-check",
+                 "--stall-check-warning-time-seconds", "9",
+                 "--stall-check-shutdown-time-seconds", "20", "--log-level", "info",
+                 "--start-timeout", "33", "-x", "TEST_A=1", "-x", "TEST_B"] + worker("env"),
+                env=base_env(TEST_B="from-launcher", KOLO_HEARTBEAT_SECONDS="0.5"))
+    assert r.returncode == 0, r.stderr
+    res = results(r.stdout)
+    for rank in (0, 1):
+        env = res[rank]
+        expect = {
+            "KOLO_RANK": str(rank), "KOLO_SIZE": "2", "KOLO_LOCAL_RANK": str(rank),
+            "KOLO_LOCAL_SIZE": "2", "KOLO_CROSS_RANK": "0", "KOLO_CROSS_SIZE": "1",
+            "KOLO_HOSTNAME": "localhost", "KOLO_CONTROLLER": "gloo",
+            "KOLO_RENDEZVOUS_ADDR": "127.0.0.1", "KOLO_START_TIMEOUT": "33",
+            "KOLO_FUSION_THRESHOLD": "2097152", "KOLO_CYCLE_TIME": "3.5",
+            "KOLO_CACHE_CAPACITY": "16", "KOLO_TIMELINE": "tl.json",
+            "KOLO_TIMELINE_MARK_CYCLES": "1", "KOLO_STALL_CHECK_DISABLE": "1",
+            "KOLO_STALL_CHECK_TIME_SECONDS": "9", "KOLO_STALL_SHUTDOWN_TIME_SECONDS": "20",
+            "KOLO_LOG_LEVEL": "info", "KOLO_HEARTBEAT_SECONDS": "0.5",
+            "TEST_A": "1", "TEST_B": "from-launcher"}
+        for k, v in expect.items():
+            assert env.get(k) == v, (rank, k, env.get(k))
+        assert 1 <= int(env["KOLO_RENDEZVOUS_PORT"]) <= 65535
+    assert res[0]["KOLO_RENDEZVOUS_PORT"] == res[1]["KOLO_RENDEZVOUS_PORT"]
+
+
+def test_output_prefix_and_partial_lines():
+    r = kolorun(["-np", "2"] + worker("echo"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    for rank in (0, 1):
+        assert "[%d]<stdout>:line one" % rank in out
+        assert "[%d]<stdout>:line two" % rank in out
+        assert "[%d]<stdout>:no newline at the end" % rank in out
+        assert "[%d]<stderr>:an error line" % rank in r.stderr.splitlines()
+    assert out.index("[0]<stdout>:line one") < out.index("[0]<stdout>:line two")
+
+
+def test_output_filename_writes_per_rank_files(tmp_path):
+    d = tmp_path / "logs"
+    r = kolorun(["-np", "2", "--output-filename", str(d)] + worker("echo"))
+    assert r.returncode == 0, r.stderr
+    assert "line one" not in r.stdout
+    for rank in (0, 1):
+        assert (d / ("rank.%d" % rank) / "stdout").read_text() == (
+            "line one\nline two\nno newline at the end")
+        assert (d / ("rank.%d" % rank) / "stderr").read_text() == "an error line\n"
+
+
+def test_failing_rank_stops_the_others_and_leaves_no_orphans(piddir):
+    t0 = time.monotonic()
+    r = kolorun(["-np", "4"] + worker("fail", 2, 3, "--dir", piddir))
+    assert r.returncode == 3, r.stderr
+    assert "rank 2 (host localhost) exited with status 3; stopping the other 3 ranks" in r.stderr
+    assert r.stderr.rstrip().endswith("job failed: rank 2 (host localhost) exited with status 3")
+    assert "[2]<stderr>:rank 2 failing with 3" in r.stderr
+    assert time.monotonic() - t0 < 15
+    assert_all_gone(read_pids(piddir, 4, timeout=0))
+
+
+def test_rank_killed_by_signal_is_reported():
+    r = kolorun(["-np", "2", "sh", "-c", 'if [ "$KOLO_RANK" = 1 ]; then kill -SEGV $$; fi; sleep 30'])
+    assert r.returncode == 128 + signal.SIGSEGV, r.stderr
+    assert "rank 1 (host localhost) was killed by signal 11 (SIGSEGV)" in r.stderr
+
+
+def test_stubborn_grandchildren_get_sigkill(piddir):
+    env = base_env(KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    r = kolorun(["-np", "2"] + worker("fail", 0, 5, "--dir", piddir, "--stubborn"), env=env)
+    assert r.returncode == 5, r.stderr
+    assert_all_gone(read_pids(piddir, 2, timeout=0))
+
+
+def test_rank_that_never_connects_fails_the_job(piddir):
+    t0 = time.monotonic()
+    r = kolorun(["-np", "3", "--start-timeout", "1.5"] + worker("noconnect", 1, "--dir", piddir))
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert "kolorun: rank 1 (host localhost) did not connect within 1.5 s" in r.stderr
+    assert 1.4 < took < 12
+    assert_all_gone(read_pids(piddir, 3, timeout=0))
+
+
+def test_start_timeout_from_environment_variable():
+    r = kolorun(["-np", "2", "sleep", "20"], env=base_env(KOLO_START_TIMEOUT="1"))
+    assert r.returncode == 1
+    assert "rank 0 (host localhost) did not connect within 1 s (nor did rank 1)" in r.stderr
+
+
+def test_rank_that_exits_zero_without_connecting_is_fine():
+    # rank 0 finishes at once without connecting; rank 1 connects and outlives the timeout
+    script = 'if [ "$KOLO_RANK" = 0 ]; then echo done; exit 0; fi; exec "$@"'
+    r = kolorun(["-np", "2", "--start-timeout", "1", "sh", "-c", script, "sh"] +
+                worker("connect_sleep", 1.5))
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:done" in r.stdout and "[1]<stdout>:done" in r.stdout
+
+
+def test_missing_program():
+    r = kolorun(["-np", "2", "/nonexistent/program"])
+    assert r.returncode == 127
+    assert "cannot start rank 0 on host localhost: /nonexistent/program" in r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_to_kolorun_reaches_every_rank(piddir, sig):
+    p = subprocess.Popen([PY, KOLORUN, "-np", "3"] + worker("sigwait", "--dir", piddir),
+                         env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        pids = read_pids(piddir, 3)
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + sig, err
+    assert "received %s; passing it to every rank" % signal.Signals(sig).name in err
+    for rank in range(3):
+        with open(os.path.join(piddir, "sig.%d" % rank)) as f:
+            assert f.read() == signal.Signals(sig).name
+    assert_all_gone(pids)
+
+
+def test_second_ctrl_c_kills_at_once(piddir):
+    env = base_env(KOLO_LAUNCHER_KILL_GRACE_SECONDS="30")
+    p = subprocess.Popen([PY, KOLORUN, "-np", "2", "sh", "-c",
+                          "trap '' INT TERM; echo $$ > %s/pid.$KOLO_RANK.tmp; "
+                          "mv %s/pid.$KOLO_RANK.tmp %s/pid.$KOLO_RANK; sleep 60 & wait; sleep 60"
+                          % (piddir, piddir, piddir)],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while len([f for f in os.listdir(piddir) if not f.endswith("tmp")]) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        pids = [int(open(os.path.join(piddir, "pid.%d" % r)).read()) for r in range(2)]
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert all(process_alive(pid) for pid in pids)  # they ignore INT/TERM
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=20)
+        assert time.monotonic() - t0 < 5
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 130
+    assert_all_gone([(pid,) for pid in pids])
+
+
+def test_script_runs_directly_through_a_symlink(tmp_path):
+    link = tmp_path / "bin" / "kolorun"
+    link.parent.mkdir()
+    link.symlink_to(KOLORUN)
+    r = subprocess.run([str(link), "-np", "1", "echo", "hi"], env=base_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "[0]<stdout>:hi\n"
+
+
+OLD_PYTHON = "/root/.pyenv/versions/3.9.18/bin/python3"
+
+
+@pytest.mark.skipif(not os.path.exists(OLD_PYTHON), reason="no Python 3.9 at " + OLD_PYTHON)
+def test_runs_on_python_3_9():
+    r = subprocess.run([OLD_PYTHON, KOLORUN, "-np", "2"] + worker("topo"), env=base_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(results(r.stdout)) == [0, 1]
