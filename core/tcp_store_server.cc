@@ -94,8 +94,11 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       for (auto& c : conns_) flush(*c);
       conns_.erase(std::remove_if(conns_.begin(), conns_.end(),
                                   [](const std::unique_ptr<Conn>& c) {
-                                    bool drop = c->dead || c->eof ||
-                                                (c->closeAfterFlush && c->outOff == c->out.size());
+                                    // A peer that half-closed still gets its queued replies;
+                                    // one that left while parked is gone (a killed rank).
+                                    bool flushed = c->outOff == c->out.size();
+                                    bool drop = c->dead || (c->eof && (c->parked || flushed)) ||
+                                                (c->closeAfterFlush && flushed);
                                     if (drop) ::close(c->fd);
                                     return drop;
                                   }),

@@ -516,15 +516,31 @@ class RawClient {
   }
   ~RawClient() { ::close(fd_); }
 
-  // Sends cmd/key/value framed as documented; returns the full reply bytes.
-  std::vector<uint8_t> call(uint8_t cmd, const std::string& key, const std::vector<uint8_t>& val) {
+  // Frames cmd/key/value as documented.
+  static std::vector<uint8_t> frame(uint8_t cmd, const std::string& key,
+                                    const std::vector<uint8_t>& val) {
     std::vector<uint8_t> req = {cmd};
     for (int i = 0; i < 4; ++i) req.push_back(static_cast<uint8_t>(key.size() >> (8 * i)));
     req.insert(req.end(), key.begin(), key.end());
     for (int i = 0; i < 8; ++i)
       req.push_back(static_cast<uint8_t>(uint64_t{val.size()} >> (8 * i)));
     req.insert(req.end(), val.begin(), val.end());
-    REQUIRE(::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size()));
+    return req;
+  }
+
+  void sendRaw(const std::vector<uint8_t>& b) {
+    REQUIRE(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(b.size()));
+  }
+
+  void closeWrite() { ::shutdown(fd_, SHUT_WR); }
+
+  // Sends one request; returns the full reply bytes.
+  std::vector<uint8_t> call(uint8_t cmd, const std::string& key, const std::vector<uint8_t>& val) {
+    sendRaw(frame(cmd, key, val));
+    return readReply();
+  }
+
+  std::vector<uint8_t> readReply() {
     std::vector<uint8_t> reply = readN(9);
     uint64_t len = 0;
     for (int i = 8; i >= 1; --i) len = (len << 8) | reply[i];
@@ -580,6 +596,24 @@ TEST_CASE("tcp store server speaks the documented wire protocol") {
   CHECK_THAT(std::string(err.begin() + 9, err.end()), Catch::Contains("counter"));
   CHECK(c.call(9, "k", {})[0] == 2);  // unknown command, connection still usable
   CHECK(c.call(2, "k", le(0, 4)) == cat(cat({0}, le(3, 8)), bytes("abc")));
+  // Pipelined requests are answered in order, also after the client half-closes.
+  {
+    RawClient p(server->port());
+    auto both = RawClient::frame(1, "pipe", bytes("xy"));
+    auto get = RawClient::frame(2, "pipe", le(1000, 4));
+    both.insert(both.end(), get.begin(), get.end());
+    p.sendRaw(both);
+    p.closeWrite();
+    CHECK(p.readReply() == okEmpty);
+    CHECK(p.readReply() == cat(cat({0}, le(2, 8)), bytes("xy")));
+  }
+  // A client that leaves while parked does not disturb the others.
+  {
+    RawClient gone(server->port());
+    gone.sendRaw(RawClient::frame(2, "later", le(10000, 4)));
+  }
+  CHECK(c.call(1, "later", bytes("z")) == okEmpty);
+  CHECK(c.call(2, "later", le(0, 4)) == cat(cat({0}, le(1, 8)), bytes("z")));
   // The TcpStore client interoperates with what the raw client wrote.
   std::shared_ptr<Store> s;
   REQUIRE(makeTcpStore("127.0.0.1", server->port(), 5s, &s).isOk());
