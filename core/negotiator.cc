@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 
 #include "core/tensor.h"
 
@@ -49,6 +48,67 @@ bool sameShape(OpType t, const std::vector<int64_t>& a, const std::vector<int64_
   return a.size() == b.size() &&
          std::equal(a.begin() + (a.empty() ? 0 : 1), a.end(), b.begin() + (b.empty() ? 0 : 1));
 }
+
+// The fields compared across ranks, in the order they are checked. `same` returns true when the
+// field does not matter for the op. Numeric values repeat their label in the message ("rank 1
+// sent root 1"), named values do not ("rank 1 sent int32").
+struct Field {
+  const char* label;
+  bool repeat;
+  bool (*same)(OpType t, const Request& a, const Request& b);
+  std::string (*show)(const Request& r);
+};
+
+const Field kFields[] = {
+    {"op", false, [](OpType, const Request& a, const Request& b) { return a.type == b.type; },
+     [](const Request& r) -> std::string { return toString(r.type); }},
+    {"process set", true,
+     [](OpType, const Request& a, const Request& b) { return a.processSet == b.processSet; },
+     [](const Request& r) { return std::to_string(r.processSet); }},
+    {"dtype", false,
+     [](OpType t, const Request& a, const Request& b) {
+       return !isDataOp(t) || a.dtype == b.dtype;
+     },
+     [](const Request& r) -> std::string { return toString(r.dtype); }},
+    {"shape", false,
+     [](OpType t, const Request& a, const Request& b) {
+       return !isDataOp(t) || sameShape(t, a.shape, b.shape);
+     },
+     [](const Request& r) { return shapeToString(r.shape); }},
+    {"reduce op", false,
+     [](OpType t, const Request& a, const Request& b) {
+       return !usesReduction(t) || a.reduceOp == b.reduceOp;
+     },
+     [](const Request& r) -> std::string { return toString(r.reduceOp); }},
+    {"prescale", true,
+     [](OpType t, const Request& a, const Request& b) {
+       return !usesReduction(t) || sameScale(a.prescale, b.prescale);
+     },
+     [](const Request& r) { return formatDouble(r.prescale); }},
+    {"postscale", true,
+     [](OpType t, const Request& a, const Request& b) {
+       return !usesReduction(t) || sameScale(a.postscale, b.postscale);
+     },
+     [](const Request& r) { return formatDouble(r.postscale); }},
+    {"root", true,
+     [](OpType t, const Request& a, const Request& b) {
+       return t != OpType::kBroadcast || a.root == b.root;
+     },
+     [](const Request& r) { return std::to_string(r.root); }},
+    {"device", false,
+     [](OpType t, const Request& a, const Request& b) {
+       return !isDataOp(t) || (a.device < 0) == (b.device < 0);
+     },
+     [](const Request& r) { return deviceName(r.device); }},
+    {"group size", true,
+     [](OpType, const Request& a, const Request& b) { return a.groupSize == b.groupSize; },
+     [](const Request& r) { return std::to_string(r.groupSize); }},
+    {"ranks", false,
+     [](OpType t, const Request& a, const Request& b) {
+       return t != OpType::kProcessSet || a.splits == b.splits;
+     },
+     [](const Request& r) { return shapeToString(r.splits); }},
+};
 
 Response errorResponse(const Request& ref, const std::string& name, ErrorCode code,
                        std::string message) {
@@ -211,67 +271,13 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   const OpType t = ref.type;
   const std::string head = prefix(t, ref.name) + ": ";
   auto sent = [&](int32_t rank) { return "rank " + std::to_string(rank) + " sent "; };
-  auto mismatch = [&](int32_t rank, const std::string& what, const std::string& a,
-                      const std::string& b) {
-    return std::make_pair(ErrorCode::kMismatch,
-                          head + sent(refRank) + what + " " + a + ", " + sent(rank) + b);
-  };
-  using Check = std::function<std::pair<ErrorCode, std::string>(int32_t, const Request&)>;
-  const std::vector<Check> checks = {
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (r.type != t) return mismatch(rank, "op", toString(t), toString(r.type));
-        return {};
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (r.processSet == ref.processSet) return {};
-        return mismatch(rank, "process set", std::to_string(ref.processSet),
-                        "process set " + std::to_string(r.processSet));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!isDataOp(t) || r.dtype == ref.dtype) return {};
-        return mismatch(rank, "dtype", toString(ref.dtype), toString(r.dtype));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!isDataOp(t) || sameShape(t, ref.shape, r.shape)) return {};
-        return mismatch(rank, "shape", shapeToString(ref.shape), shapeToString(r.shape));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!usesReduction(t) || r.reduceOp == ref.reduceOp) return {};
-        return mismatch(rank, "reduce op", toString(ref.reduceOp), toString(r.reduceOp));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!usesReduction(t) || sameScale(r.prescale, ref.prescale)) return {};
-        return mismatch(rank, "prescale", formatDouble(ref.prescale),
-                        "prescale " + formatDouble(r.prescale));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!usesReduction(t) || sameScale(r.postscale, ref.postscale)) return {};
-        return mismatch(rank, "postscale", formatDouble(ref.postscale),
-                        "postscale " + formatDouble(r.postscale));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (t != OpType::kBroadcast || r.root == ref.root) return {};
-        return mismatch(rank, "root", std::to_string(ref.root), "root " + std::to_string(r.root));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (!isDataOp(t) || (r.device < 0) == (ref.device < 0)) return {};
-        return mismatch(rank, "device", deviceName(ref.device), deviceName(r.device));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (r.groupSize == ref.groupSize) return {};
-        return mismatch(rank, "group size", std::to_string(ref.groupSize),
-                        "group size " + std::to_string(r.groupSize));
-      },
-      [&](int32_t rank, const Request& r) -> std::pair<ErrorCode, std::string> {
-        if (t != OpType::kProcessSet || r.splits == ref.splits) return {};
-        return mismatch(rank, "ranks", shapeToString(ref.splits), shapeToString(r.splits));
-      },
-  };
   // Fields outer, ranks inner: the most fundamental difference wins, whoever sent it.
-  for (const Check& check : checks) {
+  for (const Field& f : kFields) {
     for (auto it = std::next(e.requests.begin()); it != e.requests.end(); ++it) {
-      auto result = check(it->first, it->second);
-      if (!result.second.empty()) return result;
+      if (f.same(t, ref, it->second)) continue;
+      return {ErrorCode::kMismatch,
+              head + sent(refRank) + f.label + " " + f.show(ref) + ", " + sent(it->first) +
+                  (f.repeat ? f.label + std::string(" ") : "") + f.show(it->second)};
     }
   }
 
@@ -310,15 +316,6 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
         return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " summing to " +
                        std::to_string(static_cast<int64_t>(sum)) + ", but its first dimension is " +
                        std::to_string(r.shape[0]));
-      }
-    }
-  }
-  if (t == OpType::kProcessSet) {
-    for (int64_t member : ref.splits) {
-      if (member < 0 || member >= worldSize_) {
-        return invalid("rank list " + shapeToString(ref.splits) + " names rank " +
-                       std::to_string(member) + ", outside the world of " +
-                       std::to_string(worldSize_) + " ranks");
       }
     }
   }

@@ -5,7 +5,11 @@
 //
 // Rules:
 // - A name is complete when every member of its process set that has not joined has submitted it.
-//   The process set is the one named by the name's first request.
+//   The process set is the one named by the name's first request, except for kProcessSet ops:
+//   they are collectives over the world (set 0); their processSet field and their rank list
+//   (splits, opaque here) are only compared across ranks. Barrier and kProcessSet carry no data.
+// - The caller keeps the sets in step with the runtime: addProcessSet / removeProcessSet when a
+//   kProcessSet op executes.
 // - Validation runs once, at completion, comparing every submitting rank with the lowest one,
 //   field by field (op type, process set, dtype, shape, reduce op, prescale, postscale, root,
 //   device kind, group size, process-set rank list), so the message does not depend on arrival

@@ -365,6 +365,18 @@ TEST_CASE("process-set ops are negotiated over the world and compare the rank li
   out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
   CHECK(out[0].error == "process_set '__ps.1': rank 0 sent ranks [0, 2], rank 1 sent [0, 1]");
+
+  // The list is opaque to the negotiator (a removal carries the set id); the response keeps the
+  // first rank's shape, which the runtime uses to carry the list to every rank.
+  for (int k = 0; k < 3; ++k) {
+    Request rm = req(k, "__process_set.remove.0", OpType::kProcessSet, {7});
+    rm.splits = {7};
+    n.add(rm, t0);
+  }
+  out = n.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].kind == Response::Kind::kOk);
+  CHECK(out[0].shape == std::vector<int64_t>{7});
 }
 
 TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
