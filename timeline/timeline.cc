@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,8 +54,8 @@ std::string upperOpName(OpType op) {
 int pwriteAll(int fd, const std::string& data, off_t offset) {
   size_t done = 0;
   while (done < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
-                         offset + static_cast<off_t>(done));
+    ssize_t n =
+        ::pwrite(fd, data.data() + done, data.size() - done, offset + static_cast<off_t>(done));
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -63,6 +64,14 @@ int pwriteAll(int fd, const std::string& data, off_t offset) {
     done += static_cast<size_t>(n);
   }
   return 0;
+}
+
+// True when `path` names the file open as `fd` (same device and inode), however it is spelled.
+bool isSameFile(const std::string& path, int fd) {
+  struct stat a = {};
+  struct stat b = {};
+  return ::stat(path.c_str(), &a) == 0 && ::fstat(fd, &b) == 0 && a.st_dev == b.st_dev &&
+         a.st_ino == b.st_ino;
 }
 
 enum class EventKind : uint8_t {
@@ -85,8 +94,8 @@ struct TimelineSession {
   int64_t startUnixUs = 0;
   std::unordered_map<std::string, int64_t> tids;  // tensor name -> row
   int64_t nextTid = 1;
-  std::string out;           // formatted events not yet in the file
-  size_t unwritten = 0;      // events in `out`
+  std::string out;       // formatted events not yet in the file
+  size_t unwritten = 0;  // events in `out`
   Clock::time_point oldestUnwritten;
   off_t dataEnd = 0;         // file offset where the closing starts (= next event goes)
   size_t closingOnDisk = 0;  // bytes after dataEnd in the file
@@ -96,12 +105,15 @@ struct TimelineSession {
 }  // namespace
 
 struct Timeline::Event {
+  Event() = default;
+  Event(EventKind k, int64_t ts, const std::string& n) : kind(k), steadyNs(ts), name(n) {}
+
   EventKind kind = EventKind::kCycleStart;
+  int64_t steadyNs = 0;
+  std::string name;
   OpType op = OpType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   int32_t rank = 0;
-  int64_t steadyNs = 0;
-  std::string name;
   std::string activity;
   std::vector<int64_t> shape;
 };
@@ -219,32 +231,35 @@ void Timeline::Impl::format(Session* s, const Event& e) {
   int64_t tid = 0;
   if (e.kind != EventKind::kCycleStart) rowOf(s, e.name, &tid);
   std::string& o = s->out;
-  o += ",\n{\"name\":";
+  o += ",\n{";
   switch (e.kind) {
     case EventKind::kNegotiateStart:
+      o += "\"name\":";
       appendJsonString(o, "NEGOTIATE_" + upperOpName(e.op));
       o += ",\"ph\":\"B\"";
       break;
     case EventKind::kOpStart:
+      o += "\"name\":";
       appendJsonString(o, upperOpName(e.op));
       o += ",\"ph\":\"B\"";
       break;
     case EventKind::kActivityStart:
+      o += "\"name\":";
       appendJsonString(o, e.activity);
       o += ",\"ph\":\"B\"";
       break;
     case EventKind::kRankReady:
-      o.push_back('"');
+      o += "\"name\":\"";
       appendJsonInt(o, e.rank);
       o += "\",\"ph\":\"X\",\"dur\":0";
       break;
     case EventKind::kNegotiateEnd:
     case EventKind::kActivityEnd:
     case EventKind::kOpEnd:
-      o += "\"\",\"ph\":\"E\"";
+      o += "\"ph\":\"E\"";  // viewers close the innermost open "B" of the row; no name needed
       break;
     case EventKind::kCycleStart:
-      o += "\"CYCLE_START\",\"ph\":\"i\",\"s\":\"p\"";
+      o += "\"name\":\"CYCLE_START\",\"ph\":\"i\",\"s\":\"p\"";
       break;
   }
   o += ",\"ts\":";
@@ -277,8 +292,8 @@ void Timeline::Impl::writeOut(Session* s, bool stopped) {
     buf += s->out;
     buf += tail;
     if (int err = pwriteAll(s->fd, buf, s->dataEnd); err != 0) {
-      s->error = Status(ErrorCode::kIo, "timeline: cannot write '" + s->path +
-                                            "': " + std::strerror(err));
+      s->error =
+          Status(ErrorCode::kIo, "timeline: cannot write '" + s->path + "': " + std::strerror(err));
       std::lock_guard<std::mutex> lock(mu);
       writeError = s->error;
     } else {
@@ -373,8 +388,9 @@ Timeline::~Timeline() { stop(); }
 
 Status Timeline::start(const std::string& path, bool markCycles, int rank) {
   std::lock_guard<std::mutex> life(impl_->lifeMu);
-  if (impl_->session) {
-    if (impl_->session->path == path) return Status::ok();
+  // Same file again (even spelled differently): keep it, do not truncate what it holds.
+  if (impl_->session && (impl_->session->path == path || isSameFile(path, impl_->session->fd))) {
+    return Status::ok();
   }
   impl_->stopLocked(&active_);
 
@@ -450,81 +466,53 @@ void Timeline::push(Event&& event) {
   }
 }
 
+// Event calls: the timestamp is taken first, on the caller's thread, so queueing never skews it.
 void Timeline::negotiateStart(const std::string& name, OpType op) {
   if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kNegotiateStart;
-  e.name = name;
+  Event e{EventKind::kNegotiateStart, steadyNowNs(), name};
   e.op = op;
   push(std::move(e));
 }
 
 void Timeline::negotiateRankReady(const std::string& name, int rank) {
   if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kRankReady;
-  e.name = name;
+  Event e{EventKind::kRankReady, steadyNowNs(), name};
   e.rank = rank;
   push(std::move(e));
 }
 
 void Timeline::negotiateEnd(const std::string& name) {
-  if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kNegotiateEnd;
-  e.name = name;
-  push(std::move(e));
+  if (active()) push(Event{EventKind::kNegotiateEnd, steadyNowNs(), name});
 }
 
 void Timeline::opStart(const std::string& name, OpType op) {
   if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kOpStart;
-  e.name = name;
+  Event e{EventKind::kOpStart, steadyNowNs(), name};
   e.op = op;
   push(std::move(e));
 }
 
 void Timeline::activityStart(const std::string& name, const std::string& activity) {
   if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kActivityStart;
-  e.name = name;
+  Event e{EventKind::kActivityStart, steadyNowNs(), name};
   e.activity = activity;
   push(std::move(e));
 }
 
 void Timeline::activityEnd(const std::string& name) {
-  if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kActivityEnd;
-  e.name = name;
-  push(std::move(e));
+  if (active()) push(Event{EventKind::kActivityEnd, steadyNowNs(), name});
 }
 
 void Timeline::opEnd(const std::string& name, DataType dtype, const std::vector<int64_t>& shape) {
   if (!active()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kOpEnd;
-  e.name = name;
+  Event e{EventKind::kOpEnd, steadyNowNs(), name};
   e.dtype = dtype;
   e.shape = shape;
   push(std::move(e));
 }
 
 void Timeline::markCycleStart() {
-  if (!active() || !markCycles()) return;
-  Event e;
-  e.steadyNs = steadyNowNs();
-  e.kind = EventKind::kCycleStart;
-  push(std::move(e));
+  if (active() && markCycles()) push(Event{EventKind::kCycleStart, steadyNowNs(), std::string()});
 }
 
 uint64_t Timeline::droppedEvents() const {

@@ -13,13 +13,15 @@
 //
 // How it is written. Event calls copy their arguments into an Event and append it to a bounded
 // queue under a mutex; they never wait for I/O and never wait for space: when the queue is full
-// the event is dropped and counted. A writer thread (named "kolo-timeline") sleeps on a condition
-// variable while there is nothing to do (no polling), formats events, and writes them out at most
-// every 100 ms while events arrive, after 1000 events, on flush() and at stop(). Every write puts
-// the new events and a fresh closing "]...}" in one pwrite at the end of the data, overwriting the
-// previous closing, so the file on disk is complete, valid JSON after every write: a process that
-// dies (uncaught exception, abort, kill -9) leaves a valid file holding everything written up to
-// ~100 ms before it died. Writes go to the page cache (no fsync): a power loss may lose more.
+// the event is dropped and counted (a dropped end can leave its begin open in the viewer; the
+// count in otherData says the file is incomplete). A writer thread (named "kolo-timeline") sleeps
+// on a condition variable while there is nothing to do (no polling), formats events, and writes
+// them out at most every 100 ms while events arrive, after 1000 events, on flush() and at stop().
+// Every write puts the new events and a fresh closing "]...}" in one pwrite at the end of the data,
+// overwriting the previous closing, so the file on disk is complete, valid JSON after every write:
+// a process that dies (uncaught exception, abort, kill -9) leaves a valid file holding everything
+// written up to ~100 ms before it died. Writes go to the page cache (no fsync): a power loss may
+// lose more.
 //
 // Thread safety: every member function may be called from any thread. start()/stop() serialize
 // with each other. The event functions are cheap (an active() check when off; otherwise a few
@@ -52,9 +54,10 @@ class Timeline {
   Timeline& operator=(const Timeline&) = delete;
 
   // Opens `path` (creating or truncating it), writes a valid, empty trace and starts the writer
-  // thread. With `path` already active this is a no-op returning ok (the file keeps its events and
-  // its markCycles/rank settings); with another file active, that file is stopped first. `rank`
-  // becomes the pid and goes into the metadata. Blocks for the open and the first write.
+  // thread. With `path` already active (the same file, however spelled) this is a no-op returning
+  // ok (the file keeps its events and its markCycles/rank settings); with another file active,
+  // that file is stopped first. `rank` becomes the pid and goes into the metadata. Blocks for the
+  // open and the first write.
   // Errors: kIo naming the path and the OS error (the timeline stays inactive); kInternal if the
   // writer thread cannot be created.
   Status start(const std::string& path, bool markCycles, int rank);
@@ -70,7 +73,7 @@ class Timeline {
   void negotiateStart(const std::string& name, OpType op);     // "NEGOTIATE_ALLREDUCE" begin
   void negotiateRankReady(const std::string& name, int rank);  // tick "<rank>", args {rank}
   void negotiateEnd(const std::string& name);
-  void opStart(const std::string& name, OpType op);  // "ALLREDUCE" begin
+  void opStart(const std::string& name, OpType op);                          // "ALLREDUCE" begin
   void activityStart(const std::string& name, const std::string& activity);  // nested begin
   void activityEnd(const std::string& name);
   void opEnd(const std::string& name, DataType dtype, const std::vector<int64_t>& shape);
