@@ -80,8 +80,9 @@ def ring_allreduce(s, vec):
         total = [a + b for a, b in zip(total, current)]
     out.close()
     inc.close()
+    me = "%s:%d" % listener.getsockname()
     listener.close()
-    return total
+    return total, me
 
 
 def mode_topo():
@@ -93,7 +94,8 @@ def mode_topo():
         barrier(s, "sum")
         result = dict(t, hosts=hosts, sum=s.get_int("sum"))
         if "--ring" in sys.argv:
-            result["ring"] = ring_allreduce(s, [RANK + 1, 10 * (RANK + 1), 100 * RANK + 7])
+            result["ring"], result["addr"] = ring_allreduce(
+                s, [RANK + 1, 10 * (RANK + 1), 100 * RANK + 7])
         barrier(s, "end")  # nobody leaves while a peer still reads from the store
     print("RESULT " + json.dumps(result), flush=True)
 

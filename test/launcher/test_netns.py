@@ -1,0 +1,106 @@
+"""Multi-host topology with network namespaces: two "hosts" A and B (one address each) and a
+launcher namespace L, joined by veth pairs to a bridge in L:
+
+    L: bridge kolo0 10.99.0.254/24 ── veth ── A: kolo0 10.99.0.1/24
+                                   └─ veth ── B: kolo0 10.99.0.2/24
+
+Every address and link lives in namespaces this test creates (nothing in the root namespace is
+touched) and they are deleted afterwards, whatever happens. kolorun runs in L with
+--network-interface kolo0 and starts the ranks with KOLO_LAUNCHER_REMOTE_SHELL="ip netns exec
+{host} sh -c"; ranks reach the store in L and each other across the bridge. Needs root and ip;
+skips with a message otherwise."""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import KOLORUN, PY, assert_all_gone, base_env, read_pids, results, worker
+
+IP = shutil.which("ip") or "/usr/sbin/ip"
+
+
+def ip(*argv):
+    r = subprocess.run([IP] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError("ip %s: %s" % (" ".join(argv), r.stderr.strip()))
+
+
+@pytest.fixture(scope="module")
+def netns():
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if not os.path.exists(IP):
+        pytest.skip("needs iproute2's ip")
+    tag = "kolo%d" % (os.getpid() % 100000)
+    names = {"L": tag + "l", "A": tag + "a", "B": tag + "b"}
+    created = []
+    try:
+        for n in names.values():
+            subprocess.run([IP, "netns", "del", n], stderr=subprocess.DEVNULL, timeout=30)
+            ip("netns", "add", n)
+            created.append(n)
+        L = names["L"]
+        ip("-n", L, "link", "set", "lo", "up")
+        ip("-n", L, "link", "add", "kolo0", "type", "bridge")
+        ip("-n", L, "addr", "add", "10.99.0.254/24", "dev", "kolo0")
+        ip("-n", L, "link", "set", "kolo0", "up")
+        for host, addr in (("A", "10.99.0.1/24"), ("B", "10.99.0.2/24")):
+            ns, veth = names[host], "v" + host.lower()
+            ip("-n", L, "link", "add", veth, "type", "veth", "peer", "name", "kolo0", "netns", ns)
+            ip("-n", L, "link", "set", veth, "master", "kolo0")
+            ip("-n", L, "link", "set", veth, "up")
+            ip("-n", ns, "addr", "add", addr, "dev", "kolo0")
+            ip("-n", ns, "link", "set", "kolo0", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+    except RuntimeError as e:
+        for n in created:
+            subprocess.run([IP, "netns", "del", n], timeout=30)
+        pytest.skip("cannot build the test network (%s)" % e)
+    try:
+        yield names
+    finally:
+        for n in created:
+            subprocess.run([IP, "netns", "del", n], timeout=30)
+
+
+def run_in_launcher_ns(netns, argv, timeout=60):
+    env = base_env(KOLO_LAUNCHER_REMOTE_SHELL="%s netns exec {host} sh -c" % IP,
+                   KOLO_LAUNCHER_FORCE_REMOTE="1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    return subprocess.run([IP, "netns", "exec", netns["L"], PY, KOLORUN] + argv, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=timeout)
+
+
+def test_two_hosts_two_slots_topology_and_cross_host_allreduce(netns):
+    a, b = netns["A"], netns["B"]
+    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b), "-v",
+                                   "--network-interface", "kolo0"] + worker("topo", "--ring"))
+    assert r.returncode == 0, r.stderr
+    assert "ranks connect to 10.99.0.254" in r.stderr
+    res = results(r.stdout)
+    assert sorted(res) == [0, 1, 2, 3]
+    want = [(a, 0, 2, 0, 2), (a, 1, 2, 0, 2), (b, 0, 2, 1, 2), (b, 1, 2, 1, 2)]
+    for rank, (host, lr, ls, cr, cs) in enumerate(want):
+        t = res[rank]
+        assert (t["rank"], t["size"]) == (rank, 4)
+        assert (t["host"], t["local_rank"], t["local_size"], t["cross_rank"],
+                t["cross_size"]) == (host, lr, ls, cr, cs)
+        assert t["hosts"] == [a, a, b, b]
+        assert t["sum"] == 10
+        # each rank's vector is [r+1, 10(r+1), 100r+7]; the ring crosses between A and B
+        assert t["ring"] == [10, 100, 628]
+        assert t["addr"].startswith("10.99.0.%d:" % (1 if host == a else 2))
+
+
+def test_failure_on_second_host_stops_the_first(netns, tmp_path):
+    a, b = netns["A"], netns["B"]
+    piddir = str(tmp_path)
+    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b),
+                                   "--network-interface", "kolo0"] +
+                           worker("fail", 3, 7, "--dir", piddir))
+    assert r.returncode == 7, r.stderr
+    assert "rank 3 (host %s) exited with status 7" % b in r.stderr
+    assert_all_gone(read_pids(piddir, 4, timeout=0), timeout=5)
