@@ -99,12 +99,12 @@ def handle_average_backwards_compatibility(op, average):
 
 
 def check_scale(value, what):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            value = float(value)  # numpy scalars, 0-d tensors
-        except (TypeError, ValueError):
-            raise ValueError("%s must be a number; got %r" % (what, value)) from None
-    return float(value)
+    if isinstance(value, (bool, str, bytes)):
+        raise ValueError("%s must be a number; got %r" % (what, value))
+    try:
+        return float(value)  # ints, floats, numpy scalars, 0-d tensors
+    except (TypeError, ValueError):
+        raise ValueError("%s must be a number; got %r" % (what, value)) from None
 
 
 # ---- op names ---------------------------------------------------------------------------------
