@@ -1,7 +1,10 @@
 #include "core/negotiator.h"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <map>
+#include <random>
 
 using namespace kolo;
 using Clock = Negotiator::Clock;
@@ -552,4 +555,100 @@ TEST_CASE("hostile requests are ignored or answered, never crash") {
   Negotiator empty(0);
   empty.add(req(0, "x"), t0);
   CHECK(empty.takeReady(t0).empty());
+}
+
+TEST_CASE("random arrival orders: every name answered exactly once, same answers every time") {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 200; ++iter) {
+    const int world = 1 + static_cast<int>(rng() % 4);
+    const int count = static_cast<int>(rng() % 12);
+    // Per rank: a sequence of requests; names 0..count-1, some grouped in pairs per rank.
+    std::vector<std::vector<Request>> perRank(world);
+    for (int r = 0; r < world; ++r) {
+      int32_t gid = 0;
+      for (int k = 0; k < count; ++k) {
+        Request q = req(r, "n" + std::to_string(k));
+        if (k % 4 < 2 && k - k % 4 + 1 < count) {  // pairs {0, 1}, {4, 5}, ...
+          q.groupId = gid + k / 4;
+          q.groupSize = 2;
+        }
+        if (rng() % 10 == 0) q.dtype = DataType::kInt32;  // an occasional mismatch
+        perRank[r].push_back(q);
+      }
+      std::shuffle(perRank[r].begin(), perRank[r].end(), rng);
+    }
+    // The schedule: which rank submits next, and when takeReady runs (-1).
+    std::vector<int> schedule;
+    std::vector<size_t> next(world, 0);
+    for (int remaining = world * count; remaining > 0;) {
+      int r = static_cast<int>(rng() % world);
+      if (next[r] == perRank[r].size()) continue;
+      ++next[r];
+      --remaining;
+      schedule.push_back(r);
+      if (rng() % 3 == 0) schedule.push_back(-1);
+    }
+    schedule.push_back(-1);
+    auto run = [&](Negotiator& n) {
+      std::vector<Response> out;
+      std::vector<size_t> pos(world, 0);
+      for (int step : schedule) {
+        if (step >= 0) {
+          n.add(perRank[step][pos[step]++], t0);
+        } else {
+          for (auto& resp : n.takeReady(t0)) out.push_back(std::move(resp));
+        }
+      }
+      return out;
+    };
+    Negotiator n(world), again(world);
+    std::vector<Response> first = run(n), second = run(again);
+    std::map<std::string, int> answered;
+    for (const auto& resp : first) ++answered[resp.name];
+    REQUIRE(static_cast<int>(answered.size()) == count);
+    for (const auto& a : answered) CHECK(a.second == 1);
+    REQUIRE(first.size() == second.size());
+    for (size_t i = 0; i < first.size(); ++i) {
+      CHECK(first[i].name == second[i].name);
+      CHECK(first[i].error == second[i].error);
+      CHECK(first[i].group == second[i].group);
+    }
+    CHECK_FALSE(n.hasPending());
+  }
+}
+
+TEST_CASE("random hostile requests never crash") {
+  std::mt19937 rng(5);
+  Negotiator n(3);
+  n.addProcessSet(1, {0, 2});
+  for (int i = 0; i < 20000; ++i) {
+    Request q;
+    q.rank = static_cast<int32_t>(rng() % 5) - 1;
+    q.type = static_cast<OpType>(rng() % 9);
+    q.name = "h" + std::to_string(rng() % 6);
+    q.dtype = static_cast<DataType>(rng() % kNumDataTypes);
+    for (size_t d = rng() % 3; d > 0; --d) q.shape.push_back(static_cast<int64_t>(rng() % 5) - 1);
+    for (size_t d = rng() % 4; d > 0; --d) q.splits.push_back(static_cast<int64_t>(rng() % 5) - 1);
+    q.root = static_cast<int32_t>(rng() % 4) - 1;
+    q.device = static_cast<int32_t>(rng() % 3) - 1;
+    q.processSet = static_cast<int32_t>(rng() % 3);
+    q.reduceOp = static_cast<ReduceOp>(rng() % 5);
+    if (rng() % 2) {
+      q.groupId = static_cast<int32_t>(rng() % 3);
+      q.groupSize = static_cast<int32_t>(rng() % 4);
+    }
+    n.add(q, at(i * 0.01));
+    if (rng() % 50 == 0) n.erase("h" + std::to_string(rng() % 6));
+    if (rng() % 7 == 0) {
+      for (const auto& resp : n.takeReady(at(i * 0.01))) {
+        CHECK_FALSE(resp.name.empty());
+        if (resp.kind == Response::Kind::kError) CHECK_FALSE(resp.error.empty());
+      }
+    }
+    if (rng() % 500 == 0) n.failStalled(at(i * 0.01), 1.0);
+  }
+  n.failStalled(at(1e6), 0);
+  n.takeReady(at(1e6));
+  // Everything left is either a join in progress or nothing.
+  CHECK(n.stalled(at(1e6), 0).empty());
 }
