@@ -565,7 +565,7 @@ TEST_CASE("random arrival orders: every name answered exactly once, same answers
     // Per rank: a sequence of requests; names 0..count-1, some grouped in pairs per rank.
     std::vector<std::vector<Request>> perRank(world);
     for (int r = 0; r < world; ++r) {
-      int32_t gid = 0;
+      int32_t gid = 7 * r;  // per-rank counters differ
       for (int k = 0; k < count; ++k) {
         Request q = req(r, "n" + std::to_string(k));
         if (k % 4 < 2 && k - k % 4 + 1 < count) {  // pairs {0, 1}, {4, 5}, ...
