@@ -360,10 +360,12 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
         std::vector<int32_t> ranks(first.shape.begin(), first.shape.end());
         if (first.name.rfind("__process_set.add", 0) == 0) {
           s = d_.sets->add(ranks, &id);
+          if (s.isOk()) negotiator_.addProcessSet(id, ranks);
         } else {
           id = ranks.empty() ? -1 : ranks[0];
           s = d_.sets->remove(id);
           if (s.isOk()) {
+            negotiator_.removeProcessSet(id);
             for (uint32_t bit : cache_.bitsInUse()) {
               if (cache_.response(bit).processSet == id) cache_.erase(cache_.response(bit).name);
             }

@@ -66,6 +66,10 @@ Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send,
                      const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                      std::string* usedName = nullptr);
 
+// The timeline name of what the entry point above would run for `bytes` of payload
+// ("RING_ALLREDUCE", "MPI_ALLREDUCE", "TREE_BROADCAST", ...), without running it.
+std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
+
 // Reducescatter's split of dim0 rows: the first (rows % size) ranks get one extra row.
 std::vector<size_t> evenSplit(size_t rows, int size);
 // The ring's segment math: [begin, end) elements of chunk `i` when `count` is cut into `parts`

@@ -107,10 +107,10 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
     steps.end();
   }
   scaleInPlace(buf, total, first.dtype, first.prescale);
-  std::string used;
+  steps.begin(plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllreduce, total * elem));
   Status s = ops::allreduce(*ctx.set->transport, *ctx.algorithms, buf, total, first.dtype,
-                            first.reduceOp, &used);
-  (void)used;
+                            first.reduceOp);
+  steps.end();
   if (!s.isOk()) return s;
   scaleInPlace(buf, total, first.dtype, post);
   if (!direct) {
@@ -145,11 +145,15 @@ Status runAllgather(const ExecContext& ctx, const std::vector<const Response*>& 
     KOLO_RETURN_IF_ERROR(
         allocateOutput(*es[i], shape, static_cast<size_t>(shape[0]) * rowBytes(*rs[i]), &outputs[i]));
   }
-  if (rs.size() == 1) {
-    return ops::allgatherv(*ctx.set->transport, *ctx.algorithms, es[0]->input.data,
-                           blockBytes[me], outputs[0], blockBytes);
-  }
   const size_t total = std::accumulate(blockBytes.begin(), blockBytes.end(), size_t{0});
+  const std::string step = plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllgather, total);
+  if (rs.size() == 1) {
+    steps.begin(step);
+    Status s = ops::allgatherv(*ctx.set->transport, *ctx.algorithms, es[0]->input.data,
+                               blockBytes[me], outputs[0], blockBytes);
+    steps.end();
+    return s;
+  }
   char* buf = static_cast<char*>(ctx.fusion->reserve(total));
   if (buf == nullptr && total > 0) {
     return Status(ErrorCode::kInternal, "cannot allocate a fusion buffer of " +
@@ -165,8 +169,11 @@ Status runAllgather(const ExecContext& ctx, const std::vector<const Response*>& 
     off += bytes;
   }
   steps.end();
-  KOLO_RETURN_IF_ERROR(ops::allgatherv(*ctx.set->transport, *ctx.algorithms, buf + blockOffset[me],
-                                       blockBytes[me], buf, blockBytes));
+  steps.begin(step);
+  Status s = ops::allgatherv(*ctx.set->transport, *ctx.algorithms, buf + blockOffset[me],
+                             blockBytes[me], buf, blockBytes);
+  steps.end();
+  if (!s.isOk()) return s;
   steps.begin("MEMCPY_OUT_FUSION_BUFFER");
   std::vector<size_t> cursor = blockOffset;  // read position inside each rank's block
   for (size_t i = 0; i < rs.size(); ++i) {
@@ -182,7 +189,7 @@ Status runAllgather(const ExecContext& ctx, const std::vector<const Response*>& 
   return Status::ok();
 }
 
-Status runAlltoall(const ExecContext& ctx, const Response& r, TensorEntry& e) {
+Status runAlltoall(const ExecContext& ctx, const Response& r, TensorEntry& e, const Steps& steps) {
   const int n = static_cast<int>(ctx.set->ranks.size());
   const int me = ctx.set->myIndex;
   const size_t row = rowBytes(r);
@@ -200,11 +207,17 @@ Status runAlltoall(const ExecContext& ctx, const Response& r, TensorEntry& e) {
   void* out;
   KOLO_RETURN_IF_ERROR(allocateOutput(e, shape, static_cast<size_t>(rows) * row, &out));
   e.handle->receivedSplits = received;
-  return ops::alltoallv(*ctx.set->transport, *ctx.algorithms, e.input.data, sendBytes, out,
-                        recvBytes);
+  size_t sent = 0;
+  for (size_t b : sendBytes) sent += b;
+  steps.begin(plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAlltoall, sent));
+  Status s = ops::alltoallv(*ctx.set->transport, *ctx.algorithms, e.input.data, sendBytes, out,
+                            recvBytes);
+  steps.end();
+  return s;
 }
 
-Status runReducescatter(const ExecContext& ctx, const Response& r, TensorEntry& e) {
+Status runReducescatter(const ExecContext& ctx, const Response& r, TensorEntry& e,
+                        const Steps& steps) {
   const int n = static_cast<int>(ctx.set->ranks.size());
   const int me = ctx.set->myIndex;
   const size_t rowElems = rowBytes(r) / sizeOf(r.dtype);
@@ -224,8 +237,12 @@ Status runReducescatter(const ExecContext& ctx, const Response& r, TensorEntry& 
   shape[0] = static_cast<int64_t>(rows[me]);
   void* out;
   KOLO_RETURN_IF_ERROR(allocateOutput(e, shape, counts[me] * elem, &out));
-  KOLO_RETURN_IF_ERROR(ops::reducescatter(*ctx.set->transport, *ctx.algorithms, staged, out,
-                                          counts, r.dtype, r.reduceOp));
+  steps.begin(plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kReducescatter,
+                          total * elem));
+  Status s = ops::reducescatter(*ctx.set->transport, *ctx.algorithms, staged, out, counts,
+                                r.dtype, r.reduceOp);
+  steps.end();
+  if (!s.isOk()) return s;
   const double post = r.postscale * (r.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
   scaleInPlace(out, counts[me], r.dtype, post);
   return Status::ok();
@@ -250,13 +267,17 @@ Status execute(const ExecContext& ctx, const std::vector<const Response*>& respo
       return runAllgather(ctx, responses, entries, steps);
     case OpType::kBroadcast: {
       TensorEntry& e = *entries[0];
-      return ops::broadcast(*ctx.set->transport, *ctx.algorithms, e.input.data,
-                            e.input.byteSize(), first.root);
+      steps.begin(plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kBroadcast,
+                              e.input.byteSize()));
+      Status s = ops::broadcast(*ctx.set->transport, *ctx.algorithms, e.input.data,
+                                e.input.byteSize(), first.root);
+      steps.end();
+      return s;
     }
     case OpType::kAlltoall:
-      return runAlltoall(ctx, first, *entries[0]);
+      return runAlltoall(ctx, first, *entries[0], steps);
     case OpType::kReducescatter:
-      return runReducescatter(ctx, first, *entries[0]);
+      return runReducescatter(ctx, first, *entries[0], steps);
     default:
       return Status(ErrorCode::kInternal,
                     std::string("execute: no data path for ") + toString(first.type));

@@ -114,6 +114,35 @@ size_t sum(const std::vector<size_t>& v) {
 
 }  // namespace
 
+std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
+  const Capabilities caps = t.capabilities();
+  switch (op) {
+    case OpType::kAllreduce:
+      return useNative(t, cfg.allreduce, caps.nativeAllreduce, Collective::kAllreduce, bytes)
+                 ? nativeName(t, "ALLREDUCE")
+                 : "RING_ALLREDUCE";
+    case OpType::kAllgather:
+      return useNative(t, cfg.allgather, caps.nativeAllgatherv, Collective::kOther, bytes)
+                 ? nativeName(t, "ALLGATHER")
+                 : "RING_ALLGATHER";
+    case OpType::kBroadcast:
+      if (useNative(t, cfg.broadcast, caps.nativeBroadcast, Collective::kOther, bytes)) {
+        return nativeName(t, "BROADCAST");
+      }
+      return bytes < internal::kTreeBroadcastMaxBytes ? "TREE_BROADCAST" : "PIPELINED_BROADCAST";
+    case OpType::kAlltoall:
+      return useNative(t, cfg.alltoall, caps.nativeAlltoallv, Collective::kOther, bytes)
+                 ? nativeName(t, "ALLTOALL")
+                 : "P2P_ALLTOALL";
+    case OpType::kReducescatter:
+      return useNative(t, cfg.reducescatter, caps.nativeReducescatter, Collective::kOther, bytes)
+                 ? nativeName(t, "REDUCESCATTER")
+                 : "RING_REDUCESCATTER";
+    default:
+      return std::string(toString(op));
+  }
+}
+
 Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,
                  ReduceOp op, std::string* usedName) {
   const size_t bytes = count * sizeOf(dtype);
