@@ -1,7 +1,9 @@
 #include "bench/bench_util.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -106,6 +108,23 @@ bool parseReduceOp(const std::string& text, ReduceOp* out) {
     }
   }
   return false;
+}
+
+SampleStats statsOf(std::vector<double> v) {
+  SampleStats s;
+  if (v.empty()) return s;
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
+  std::sort(v.begin(), v.end());
+  // Nearest rank: the smallest sample with at least a fraction p of the samples at or below it.
+  auto atRank = [&](double p) {
+    size_t k = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())));
+    return v[std::min(v.size(), std::max<size_t>(k, 1)) - 1];
+  };
+  s.median = atRank(0.5);
+  s.p90 = atRank(0.9);
+  return s;
 }
 
 std::string humanBytes(size_t bytes) {

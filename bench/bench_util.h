@@ -22,6 +22,12 @@ std::vector<std::string> splitList(const std::string& text);
 bool parseDataType(const std::string& text, DataType* out);
 // "sum" | "min" | "max" | "product" (or "prod").
 bool parseReduceOp(const std::string& text, ReduceOp* out);
+// Summary of a sample: mean, and median / p90 by nearest rank (all -1 for an empty sample).
+struct SampleStats {
+  double median = -1, p90 = -1, mean = -1;
+};
+SampleStats statsOf(std::vector<double> samples);
+
 // 1536 -> "1.5 KiB"; exact powers of two print without decimals ("256 MiB").
 std::string humanBytes(size_t bytes);
 

@@ -1,0 +1,41 @@
+// The baselines of kolo-runtime-bench: the same work as the runtime cases, run directly on a
+// transport this process creates itself (bench_job.h, store keys under
+// "kolo-runtime-bench/"), without the runtime -- once with the transport's native allreduce and
+// once with kolo's ring algorithm.
+//
+// Blocking and collectivity: every rank calls measureTransportBaseline with the same options;
+// it connects, measures and disconnects (the transport is destroyed before it returns).
+// Thread safety: main thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "bench/bench_util.h"
+#include "core/status.h"
+
+namespace kolo::bench {
+
+struct BaselineOptions {
+  long latencyIters = 1000;   // 4-byte allreduces timed
+  long latencyWarmup = 50;
+  long steps = 20;            // bulk allreduces timed
+  long warmupSteps = 3;
+  size_t bulkCount = 0;       // float32 elements of the bulk allreduce
+};
+
+struct BaselineResult {
+  std::string transport;       // "mpi", "gloo"
+  int ranks = 0;
+  bool nativeAvailable = false;  // the transport has a native allreduce
+  std::string nativeName;        // e.g. "MPI_ALLREDUCE"
+  SampleStats latNative, latRing;  // us per 4-byte allreduce, slowest rank per iteration
+  double bulkNativeMs = -1, bulkRingMs = -1;  // mean ms per bulk allreduce, slowest rank
+  int64_t bulkNativeWrong = -1, bulkRingWrong = -1;  // wrong elements after one checked run
+};
+
+// Errors: the job's (connect) and the collectives' own.
+Status measureTransportBaseline(const BaselineOptions& o, BaselineResult* out);
+
+}  // namespace kolo::bench
