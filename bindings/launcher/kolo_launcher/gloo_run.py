@@ -199,7 +199,11 @@ class GlooJob:
 
     def _start_all(self, reach):
         for slot in self.slots:
-            w = self._make_worker(slot, reach[slot.host])
+            try:
+                w = self._make_worker(slot, reach[slot.host])
+            except OSError as e:
+                return Failure("cannot create the output files of rank %d in %s: %s"
+                               % (slot.rank, self.opts.output_dir, e.strerror), 1)
             self.workers.append(w)
             try:
                 w.start()

@@ -23,6 +23,10 @@ def main(argv=None, environ=None):
     except (UsageError, TopologyError) as e:
         console.message("%s\n(see kolorun --help)" % e)
         return 2
-    if opts.controller == "mpi":
-        return run_mpi(opts, environ, console)
-    return run_gloo(opts, environ, console)
+    try:
+        if opts.controller == "mpi":
+            return run_mpi(opts, environ, console)
+        return run_gloo(opts, environ, console)
+    except KeyboardInterrupt:  # Ctrl-C before the ranks' signal handling was in place
+        console.message("interrupted before the job started")
+        return 130
