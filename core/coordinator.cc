@@ -23,19 +23,6 @@ bool isTransportFailure(ErrorCode c) {
          c == ErrorCode::kIo;
 }
 
-bool isCacheable(const Response& r) {
-  switch (r.type) {
-    case OpType::kAllreduce:
-    case OpType::kAllgather:
-    case OpType::kBroadcast:
-    case OpType::kAlltoall:
-    case OpType::kReducescatter:
-      return r.kind == Response::Kind::kOk && r.joinedRanks.empty();
-    default:
-      return false;
-  }
-}
-
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
@@ -154,7 +141,8 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     idle = false;
     if (e.request.type == OpType::kJoin) joined = true;
     uint32_t bit = 0;
-    auto hit = cache_.lookup(e.request, &bit);
+    // Grouped members always go through the Negotiator, which releases a group as a whole.
+    auto hit = e.request.groupSize > 0 ? ResponseCache::Lookup::kMiss : cache_.lookup(e.request, &bit);
     if (hit == ResponseCache::Lookup::kHit) (*view)[kFlagCount + bit] = 1;
     if (!e.announced && (hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
       nothingNew = false;
@@ -296,7 +284,7 @@ Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
 void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
   if (cache_.capacity() == 0) return;
   for (const auto& r : fromNegotiation) {
-    if (!isCacheable(r)) {
+    if (!ResponseCache::isCacheable(r)) {
       cache_.erase(r.name);
       continue;
     }
