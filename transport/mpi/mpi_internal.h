@@ -2,6 +2,13 @@
 // transport and the helpers its waits use. Not installed, not included elsewhere.
 #pragma once
 
+// kolo uses MPI's C API only; keep the C++ bindings (and their link dependency) out.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <atomic>

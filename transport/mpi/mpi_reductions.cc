@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "ops/reduce_cpu.h"
 
@@ -24,13 +25,15 @@ bool mpiFinalized() {
 // Returns false for a type these ops were never registered with (cannot happen: kolo only
 // passes the types map() returned).
 bool dtypeOf(MPI_Datatype type, DataType* out) {
-  if (type == MPI_FLOAT) {
-    *out = DataType::kFloat32;
-    return true;
-  }
-  if (type == MPI_DOUBLE) {
-    *out = DataType::kFloat64;
-    return true;
+  const std::pair<MPI_Datatype, DataType> builtin[] = {
+      {MPI_FLOAT, DataType::kFloat32}, {MPI_DOUBLE, DataType::kFloat64},
+      {MPI_UINT8_T, DataType::kUInt8}, {MPI_INT8_T, DataType::kInt8},
+      {MPI_UINT16_T, DataType::kUInt16}, {MPI_INT16_T, DataType::kInt16}};
+  for (const auto& b : builtin) {
+    if (type == b.first) {
+      *out = b.second;
+      return true;
+    }
   }
   char name[MPI_MAX_OBJECT_NAME] = {0};
   int len = 0;
@@ -127,6 +130,9 @@ Status MpiReductions::map(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_O
   *type = this->type(dtype);
   const bool isHalf = dtype == DataType::kFloat16 || dtype == DataType::kBFloat16;
   const bool isFloat = isFloatingPoint(dtype);
+  // Open MPI 4.1's vectorized op component (op/avx) adds 8- and 16-bit integers with
+  // saturation; kolo promises wrap-around, so those sums go through our own op.
+  const bool narrowInt = !isFloat && sizeOf(dtype) <= 2;
   if (dtype == DataType::kBool) {
     // bool: sum/max = logical OR, min/product/bitand = logical AND (reduce_cpu.h).
     switch (op) {
@@ -142,7 +148,7 @@ Status MpiReductions::map(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_O
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:  // the division happens later, as a postscale
-      *mpiOp = isHalf ? sum_ : MPI_SUM;
+      *mpiOp = isHalf || narrowInt ? sum_ : MPI_SUM;
       return Status::ok();
     case ReduceOp::kProduct:
       *mpiOp = isHalf ? prod_ : MPI_PROD;

@@ -4,10 +4,18 @@
 // float16 and bfloat16 have no MPI type: they travel as 2-byte contiguous types named
 // "kolo_float16"/"kolo_bfloat16" and reduce through user-defined ops that call
 // ops::reduceInto (fp32 accumulation, round to nearest even). float/double MIN and MAX also
-// use the user-defined ops, because MPI's built-in ones do not propagate NaN as kolo promises.
+// use the user-defined ops, because MPI's built-in ones do not propagate NaN as kolo promises,
+// and so do 8/16-bit integer sums, which Open MPI 4.1's op/avx saturates instead of wrapping.
 // Thread safety: immutable after create(); shared by a transport and the ones split from it.
 #pragma once
 
+// kolo uses MPI's C API only; keep the C++ bindings (and their link dependency) out.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <memory>
