@@ -8,6 +8,8 @@
 #include <climits>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kolo/build_config.h"
 
@@ -32,8 +34,7 @@ bool present(const GetEnvFn& getenv, const char* name) {
 }
 
 // Reads an optional integer variable in [lo, hi]; *found says whether it was there.
-Status readInt(const GetEnvFn& getenv, const char* name, long lo, long hi, int* out,
-               bool* found) {
+Status readInt(const GetEnvFn& getenv, const char* name, long lo, long hi, int* out, bool* found) {
   *found = false;
   const char* v = getenv(name);
   if (v == nullptr || *v == '\0') return Status::ok();
@@ -41,50 +42,56 @@ Status readInt(const GetEnvFn& getenv, const char* name, long lo, long hi, int* 
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || x < lo || x > hi) {
-    return Status(ErrorCode::kInvalidArgument, std::string("invalid ") + name + "='" + v +
-                                                   "': expected an integer in [" +
-                                                   std::to_string(lo) + ", " +
-                                                   std::to_string(hi) + "]");
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string("invalid ") + name + "='" + v + "': expected an integer in [" +
+                      std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   *out = static_cast<int>(x);
   *found = true;
   return Status::ok();
 }
 
-// Slurm's compressed tasks-per-node list, "2(x3),1": node i's task count.
+// Slurm's compressed tasks-per-node list, "2(x3),1": node i's task count. The whole list is
+// validated, not just the part before node i.
 Status slurmTasksOnNode(const std::string& name, const std::string& text, int node, int* out) {
-  auto bad = [&] {
-    return Status(ErrorCode::kInvalidArgument,
-                  "invalid " + name + "='" + text + "': expected a list like 2(x3),1");
-  };
-  int index = 0;
+  const Status bad(ErrorCode::kInvalidArgument,
+                   "invalid " + name + "='" + text + "': expected a list like 2(x3),1");
+  std::vector<std::pair<long, long>> runs;  // (tasks, nodes)
   size_t pos = 0;
-  while (pos < text.size()) {
+  for (;;) {
     size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();
     const std::string item = text.substr(pos, end - pos);
     char* stop = nullptr;
     errno = 0;
-    long tasks = std::strtol(item.c_str(), &stop, 10);
-    if (errno != 0 || stop == item.c_str() || tasks < 1 || tasks > INT_MAX) return bad();
+    const long tasks = std::strtol(item.c_str(), &stop, 10);
+    if (errno != 0 || stop == item.c_str() || tasks < 1 || tasks > INT_MAX) return bad;
     long repeat = 1;
     if (*stop == '(') {
-      if (stop[1] != 'x') return bad();
+      if (stop[1] != 'x') return bad;
       char* rstop = nullptr;
       repeat = std::strtol(stop + 2, &rstop, 10);
-      if (rstop == stop + 2 || repeat < 1 || *rstop != ')' || rstop[1] != '\0') return bad();
+      if (rstop == stop + 2 || repeat < 1 || repeat > INT_MAX || *rstop != ')' ||
+          rstop[1] != '\0') {
+        return bad;
+      }
     } else if (*stop != '\0') {
-      return bad();
+      return bad;
     }
-    if (node < index + repeat) {
-      *out = static_cast<int>(tasks);
-      return Status::ok();
-    }
-    index += static_cast<int>(repeat);
+    runs.emplace_back(tasks, repeat);
+    if (end == text.size()) break;
     pos = end + 1;
   }
-  return Status(ErrorCode::kInvalidArgument, name + "='" + text + "' has no entry for node " +
-                                                 std::to_string(node));
+  long first = 0;
+  for (const auto& run : runs) {
+    if (node < first + run.second) {
+      *out = static_cast<int>(run.first);
+      return Status::ok();
+    }
+    first += run.second;
+  }
+  return Status(ErrorCode::kInvalidArgument,
+                name + "='" + text + "' has no entry for node " + std::to_string(node));
 }
 
 // Fills one launcher's rank/size/local rank/local size; *matched when its variables are there.
@@ -119,10 +126,14 @@ Status readLauncher(const GetEnvFn& getenv, const char* rankVar, const char* siz
 
 bool transportBuilt(TransportKind kind) {
   switch (kind) {
-    case TransportKind::kLoopback: return true;
-    case TransportKind::kMpi: return KOLO_HAVE_MPI != 0;
-    case TransportKind::kGloo: return KOLO_HAVE_GLOO != 0;
-    case TransportKind::kAuto: return KOLO_HAVE_MPI != 0 || KOLO_HAVE_GLOO != 0;
+    case TransportKind::kLoopback:
+      return true;
+    case TransportKind::kMpi:
+      return KOLO_HAVE_MPI != 0;
+    case TransportKind::kGloo:
+      return KOLO_HAVE_GLOO != 0;
+    case TransportKind::kAuto:
+      return KOLO_HAVE_MPI != 0 || KOLO_HAVE_GLOO != 0;
   }
   return false;
 }
@@ -145,8 +156,8 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenvIn) {
   GetEnvFn getenv = orDefault(getenvIn);
   bool matched = false;
   KOLO_RETURN_IF_ERROR(readLauncher(getenv, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                    cfg, &matched));
+                                    "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", cfg,
+                                    &matched));
   if (matched) return Status::ok();
   KOLO_RETURN_IF_ERROR(readLauncher(getenv, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
                                     "MPI_LOCALNRANKS", cfg, &matched));
@@ -191,8 +202,8 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
       if ((rank >= 0 && rank != t->rank()) || (size >= 0 && size != t->size())) {
         return Status(ErrorCode::kInvalidArgument,
                       "rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                          " was requested but MPI says rank " + std::to_string(t->rank()) +
-                          " of " + std::to_string(t->size()));
+                          " was requested but MPI says rank " + std::to_string(t->rank()) + " of " +
+                          std::to_string(t->size()));
       }
       break;
 #else

@@ -61,7 +61,9 @@ inline void storeFloat(DataType dt, double x, uint8_t* p) {
       std::memcpy(p, &f, 4);
       return;
     }
-    default: std::memcpy(p, &x, 8); return;
+    default:
+      std::memcpy(p, &x, 8);
+      return;
   }
 }
 
@@ -70,10 +72,18 @@ inline double loadFloat(DataType dt, const uint8_t* p) {
   float f;
   double d;
   switch (dt) {
-    case DataType::kFloat16: std::memcpy(&h, p, 2); return ops::halfToFloat(h);
-    case DataType::kBFloat16: std::memcpy(&h, p, 2); return ops::bfloat16ToFloat(h);
-    case DataType::kFloat32: std::memcpy(&f, p, 4); return f;
-    default: std::memcpy(&d, p, 8); return d;
+    case DataType::kFloat16:
+      std::memcpy(&h, p, 2);
+      return ops::halfToFloat(h);
+    case DataType::kBFloat16:
+      std::memcpy(&h, p, 2);
+      return ops::bfloat16ToFloat(h);
+    case DataType::kFloat32:
+      std::memcpy(&f, p, 4);
+      return f;
+    default:
+      std::memcpy(&d, p, 8);
+      return d;
   }
 }
 
@@ -102,14 +112,17 @@ T combineInt(T a, T b, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      return static_cast<T>(static_cast<U>(static_cast<uint64_t>(static_cast<U>(a)) +
-                                           static_cast<U>(b)));
+      return static_cast<T>(
+          static_cast<U>(static_cast<uint64_t>(static_cast<U>(a)) + static_cast<U>(b)));
     case ReduceOp::kProduct:
       return static_cast<T>(static_cast<U>(static_cast<uint64_t>(static_cast<U>(a)) *
                                            static_cast<uint64_t>(static_cast<U>(b))));
-    case ReduceOp::kMin: return b < a ? b : a;
-    case ReduceOp::kMax: return b > a ? b : a;
-    case ReduceOp::kBitAnd: return static_cast<T>(a & b);
+    case ReduceOp::kMin:
+      return b < a ? b : a;
+    case ReduceOp::kMax:
+      return b > a ? b : a;
+    case ReduceOp::kBitAnd:
+      return static_cast<T>(a & b);
   }
   return a;
 }
@@ -133,22 +146,34 @@ inline std::vector<uint8_t> referenceInts(DataType dt, ReduceOp op, int size, si
   for (int r = 1; r < size; ++r) {
     std::vector<uint8_t> in = reduceInput(dt, op, r, count, seed);
     switch (dt) {
-      case DataType::kUInt8: foldInts<uint8_t>(&acc, in, op); break;
-      case DataType::kInt8: foldInts<int8_t>(&acc, in, op); break;
-      case DataType::kUInt16: foldInts<uint16_t>(&acc, in, op); break;
-      case DataType::kInt16: foldInts<int16_t>(&acc, in, op); break;
-      case DataType::kInt32: foldInts<int32_t>(&acc, in, op); break;
-      case DataType::kInt64: foldInts<int64_t>(&acc, in, op); break;
+      case DataType::kUInt8:
+        foldInts<uint8_t>(&acc, in, op);
+        break;
+      case DataType::kInt8:
+        foldInts<int8_t>(&acc, in, op);
+        break;
+      case DataType::kUInt16:
+        foldInts<uint16_t>(&acc, in, op);
+        break;
+      case DataType::kInt16:
+        foldInts<int16_t>(&acc, in, op);
+        break;
+      case DataType::kInt32:
+        foldInts<int32_t>(&acc, in, op);
+        break;
+      case DataType::kInt64:
+        foldInts<int64_t>(&acc, in, op);
+        break;
       case DataType::kBool: {
-        const bool orOp = op == ReduceOp::kSum || op == ReduceOp::kAverage ||
-                          op == ReduceOp::kMax;
+        const bool orOp = op == ReduceOp::kSum || op == ReduceOp::kAverage || op == ReduceOp::kMax;
         for (size_t i = 0; i < count; ++i) {
-          acc[i] = orOp ? static_cast<uint8_t>(acc[i] | in[i])
-                        : static_cast<uint8_t>(acc[i] & in[i]);
+          acc[i] =
+              orOp ? static_cast<uint8_t>(acc[i] | in[i]) : static_cast<uint8_t>(acc[i] & in[i]);
         }
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   return acc;
@@ -181,8 +206,7 @@ inline std::vector<double> referenceFloats(DataType dt, ReduceOp op, int size, s
 // returns "" when all match. Integers bitwise, floats within a relative tolerance.
 inline std::string compareReduced(DataType dt, const uint8_t* got,
                                   const std::vector<uint8_t>& refInts,
-                                  const std::vector<double>& refFloats, size_t begin,
-                                  size_t end) {
+                                  const std::vector<double>& refFloats, size_t begin, size_t end) {
   const size_t elem = sizeOf(dt);
   if (!isFloatingPoint(dt)) {
     for (size_t i = begin; i < end; ++i) {

@@ -41,10 +41,10 @@ const ops::AlgorithmConfig& algos() { return gHarness->cfg.algorithms; }
 int rank() { return T().rank(); }
 int size() { return T().size(); }
 
-const std::vector<DataType> kDtypes = {
-    DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,  DataType::kInt16,
-    DataType::kInt32,   DataType::kInt64,    DataType::kFloat16, DataType::kBFloat16,
-    DataType::kFloat32, DataType::kFloat64,  DataType::kBool};
+const std::vector<DataType> kDtypes = {DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,
+                                       DataType::kInt16,   DataType::kInt32,    DataType::kInt64,
+                                       DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32,
+                                       DataType::kFloat64, DataType::kBool};
 constexpr size_t kBigBytes = size_t{64} << 20;
 
 enum class Path { kRing, kNative, kSelected };
@@ -85,8 +85,12 @@ void checkAllreduce(Path path, DataType dt, ReduceOp op, size_t count, uint64_t 
     case Path::kRing:
       s = ops::ringAllreduce(T(), data.data(), count, dt, op, algos().segmentBytes);
       break;
-    case Path::kNative: s = T().allreduce(data.data(), count, dt, op); break;
-    case Path::kSelected: s = ops::allreduce(T(), algos(), data.data(), count, dt, op); break;
+    case Path::kNative:
+      s = T().allreduce(data.data(), count, dt, op);
+      break;
+    case Path::kSelected:
+      s = ops::allreduce(T(), algos(), data.data(), count, dt, op);
+      break;
   }
   INFO("rank " << rank() << " allreduce " << pathName(path) << " " << toString(dt) << " "
                << toString(op) << " count " << count << ": " << s.toString());
@@ -124,8 +128,8 @@ void checkAllgatherv(Path path, const std::vector<size_t>& bytes, uint64_t seed,
   CHECK(out == expect);
 }
 
-Status reducescatterVia(Path path, const void* send, void* recv,
-                        const std::vector<size_t>& counts, DataType dt, ReduceOp op) {
+Status reducescatterVia(Path path, const void* send, void* recv, const std::vector<size_t>& counts,
+                        DataType dt, ReduceOp op) {
   if (path == Path::kRing) {
     return ops::ringReducescatter(T(), send, recv, counts, dt, op, algos().segmentBytes);
   }
@@ -137,10 +141,10 @@ void checkReducescatter(Path path, DataType dt, ReduceOp op, const std::vector<s
                         uint64_t seed) {
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
   const bool fp = isFloatingPoint(dt);
-  const std::vector<uint8_t> refInts = fp ? std::vector<uint8_t>{}
-                                          : referenceInts(dt, op, size(), total, seed);
-  const std::vector<double> refFloats = fp ? referenceFloats(dt, op, size(), total, seed)
-                                           : std::vector<double>{};
+  const std::vector<uint8_t> refInts =
+      fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), total, seed);
+  const std::vector<double> refFloats =
+      fp ? referenceFloats(dt, op, size(), total, seed) : std::vector<double>{};
   std::vector<uint8_t> in = reduceInput(dt, op, rank(), total, seed);
   const size_t me = static_cast<size_t>(rank());
   size_t begin = 0;
@@ -192,9 +196,10 @@ TEST_CASE("mp: allreduce, every path x dtype x op x count") {
       for (size_t count : smallCounts()) {
         ++seed;
         const bool fp = isFloatingPoint(dt);
-        const auto refInts = fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), count, seed);
-        const auto refFloats = fp ? referenceFloats(dt, op, size(), count, seed)
-                                  : std::vector<double>{};
+        const auto refInts =
+            fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), count, seed);
+        const auto refFloats =
+            fp ? referenceFloats(dt, op, size(), count, seed) : std::vector<double>{};
         for (Path p : paths(T().capabilities().nativeAllreduce)) {
           checkAllreduce(p, dt, op, count, seed, refInts, refFloats);
         }
@@ -210,8 +215,8 @@ TEST_CASE("mp: allreduce of 64 MiB") {
     const bool fp = isFloatingPoint(dt);
     const auto refInts =
         fp ? std::vector<uint8_t>{} : referenceInts(dt, ReduceOp::kSum, size(), count, seed);
-    const auto refFloats = fp ? referenceFloats(dt, ReduceOp::kSum, size(), count, seed)
-                              : std::vector<double>{};
+    const auto refFloats =
+        fp ? referenceFloats(dt, ReduceOp::kSum, size(), count, seed) : std::vector<double>{};
     for (Path p : paths(T().capabilities().nativeAllreduce)) {
       checkAllreduce(p, dt, ReduceOp::kSum, count, seed, refInts, refFloats);
     }
@@ -249,12 +254,12 @@ TEST_CASE("mp: broadcast from every root, every path x dtype x count, 64 MiB") {
           std::vector<uint8_t> expect(bytes), buf(bytes, 0x5A);
           fillBytes(expect.data(), bytes, root, ++seed);
           if (rank() == root) buf = expect;
-          Status s = p == Path::kRing     ? ops::p2pBroadcast(T(), buf.data(), bytes, root,
-                                                              algos().segmentBytes)
+          Status s = p == Path::kRing
+                         ? ops::p2pBroadcast(T(), buf.data(), bytes, root, algos().segmentBytes)
                      : p == Path::kNative ? T().broadcast(buf.data(), bytes, root)
                                           : ops::broadcast(T(), algos(), buf.data(), bytes, root);
-          INFO("rank " << rank() << " broadcast " << pathName(p) << " " << toString(dt)
-                       << " count " << count << " root " << root << ": " << s.toString());
+          INFO("rank " << rank() << " broadcast " << pathName(p) << " " << toString(dt) << " count "
+                       << count << " root " << root << ": " << s.toString());
           CHECK(s.isOk());
           CHECK(buf == expect);
         }
@@ -264,8 +269,8 @@ TEST_CASE("mp: broadcast from every root, every path x dtype x count, 64 MiB") {
     const int root = size() - 1;
     fillBytes(expect.data(), kBigBytes, root, ++seed);
     if (rank() == root) buf = expect;
-    Status s = p == Path::kRing ? ops::p2pBroadcast(T(), buf.data(), kBigBytes, root,
-                                                    algos().segmentBytes)
+    Status s = p == Path::kRing
+                   ? ops::p2pBroadcast(T(), buf.data(), kBigBytes, root, algos().segmentBytes)
                : p == Path::kNative ? T().broadcast(buf.data(), kBigBytes, root)
                                     : ops::broadcast(T(), algos(), buf.data(), kBigBytes, root);
     INFO("rank " << rank() << " broadcast 64 MiB " << pathName(p) << ": " << s.toString());
@@ -297,13 +302,12 @@ TEST_CASE("mp: alltoallv, every path x dtype x count, 64 MiB") {
       expect.insert(expect.end(), block.begin(), block.end());
     }
     std::vector<uint8_t> recv(expect.size(), 0x3C);
-    Status st = p == Path::kRing ? ops::p2pAlltoallv(T(), send.data(), sendBytes, recv.data(),
-                                                     recvBytes)
+    Status st = p == Path::kRing
+                    ? ops::p2pAlltoallv(T(), send.data(), sendBytes, recv.data(), recvBytes)
                 : p == Path::kNative
                     ? T().alltoallv(send.data(), sendBytes, recv.data(), recvBytes)
                     : ops::alltoallv(T(), algos(), send.data(), sendBytes, recv.data(), recvBytes);
-    INFO("rank " << rank() << " alltoallv " << pathName(p) << " " << what << ": "
-                 << st.toString());
+    INFO("rank " << rank() << " alltoallv " << pathName(p) << " " << what << ": " << st.toString());
     CHECK(st.isOk());
     CHECK(recv == expect);
   };
@@ -331,8 +335,8 @@ TEST_CASE("mp: reducescatter, every path x dtype x op x count, 64 MiB") {
         checkReducescatter(p, dt, op, skewed, ++seed);
       }
     }
-    checkReducescatter(p, DataType::kFloat32, ReduceOp::kSum,
-                       ops::evenSplit(kBigBytes / 4, size()), ++seed);
+    checkReducescatter(p, DataType::kFloat32, ReduceOp::kSum, ops::evenSplit(kBigBytes / 4, size()),
+                       ++seed);
   }
 }
 
@@ -484,7 +488,8 @@ int main(int argc, char** argv) {
   Status s = Config::fromEnvironment(&h.cfg);
   if (s.isOk()) s = detectLaunchEnvironment(&h.cfg);
   if (s.isOk() && resolveTransportKind(h.cfg) == TransportKind::kGloo) {
-    const auto wait = std::chrono::milliseconds(static_cast<int64_t>(h.cfg.startTimeoutSeconds * 1000));
+    const auto wait =
+        std::chrono::milliseconds(static_cast<int64_t>(h.cfg.startTimeoutSeconds * 1000));
     if (!h.cfg.rendezvousAddr.empty()) {
       s = makeTcpStore(h.cfg.rendezvousAddr, h.cfg.rendezvousPort, wait, &h.store);
     } else if (!h.cfg.rendezvousDir.empty()) {

@@ -7,12 +7,12 @@
 // sequence every rank advances identically, so consecutive collectives never share slots.
 // Gloo reports failures by exception and leaves the context unusable afterwards, so a failure
 // aborts the transport; a timeout in Gloo also closes every connection, which the peers see.
-#include <numeric>
-
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
 #include <gloo/broadcast.h>
+
+#include <numeric>
 
 #include "ops/reduce_cpu.h"
 #include "transport/gloo/gloo_internal.h"
@@ -34,12 +34,11 @@ Status GlooTransport::runNative(const char* what, Fn&& fn) {
   if (state_->abort.isSet()) return state_->abort.cause();
   // Gloo's messages name the peer's address, not its rank: they are passed on verbatim.
   const bool timedOut = text.find("Timed out") != std::string::npos;
-  Status s = timedOut ? Status(ErrorCode::kTimeout, std::string("gloo: native ") + what +
-                                                        " timed out after " +
-                                                        std::to_string(timeout().count()) +
-                                                        " ms: " + text)
-                      : Status(ErrorCode::kPeerLost,
-                               std::string("gloo: native ") + what + " failed: " + text);
+  Status s =
+      timedOut
+          ? Status(ErrorCode::kTimeout, std::string("gloo: native ") + what + " timed out after " +
+                                            std::to_string(timeout().count()) + " ms: " + text)
+          : Status(ErrorCode::kPeerLost, std::string("gloo: native ") + what + " failed: " + text);
   state_->abortWith(s);
   return s;
 }
@@ -52,11 +51,20 @@ Status GlooTransport::allreduce(void* data, size_t count, DataType dtype, Reduce
   if (count == 0) return Status::ok();
   gloo::AllreduceOptions opts(state_->context);
   switch (sizeOf(dtype)) {
-    case 1: opts.setOutput(static_cast<uint8_t*>(data), count); break;
-    case 2: opts.setOutput(static_cast<uint16_t*>(data), count); break;
-    case 4: opts.setOutput(static_cast<uint32_t*>(data), count); break;
-    case 8: opts.setOutput(static_cast<uint64_t*>(data), count); break;
-    default: return Status(ErrorCode::kUnsupported, "gloo: unexpected element size");
+    case 1:
+      opts.setOutput(static_cast<uint8_t*>(data), count);
+      break;
+    case 2:
+      opts.setOutput(static_cast<uint16_t*>(data), count);
+      break;
+    case 4:
+      opts.setOutput(static_cast<uint32_t*>(data), count);
+      break;
+    case 8:
+      opts.setOutput(static_cast<uint64_t*>(data), count);
+      break;
+    default:
+      return Status(ErrorCode::kUnsupported, "gloo: unexpected element size");
   }
   opts.setReduceFunction([dtype, op](void* out, const void* a, const void* b, size_t n) {
     ops::reduce3(out, a, b, n, dtype, op);
@@ -103,8 +111,8 @@ Status GlooTransport::broadcast(void* data, size_t bytes, int root) {
   return runNative("broadcast", [&] { gloo::broadcast(opts); });
 }
 
-Status GlooTransport::alltoallv(const void* send, const std::vector<size_t>& sendBytes,
-                                void* recv, const std::vector<size_t>& recvBytes) {
+Status GlooTransport::alltoallv(const void* send, const std::vector<size_t>& sendBytes, void* recv,
+                                const std::vector<size_t>& recvBytes) {
   KOLO_RETURN_IF_ERROR(checkUsable());
   const size_t n = static_cast<size_t>(state_->size);
   KOLO_REQUIRE(sendBytes.size() == n && recvBytes.size() == n, kInvalidArgument,

@@ -64,8 +64,7 @@ bool mentionsTimeout(const std::string& text) {
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return lower.find("timed out") != std::string::npos ||
-         lower.find("timeout") != std::string::npos;
+  return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
 
 struct Entry {
@@ -84,9 +83,9 @@ class GlooPending final : public PendingOps {
     if (open_ == 0) return;
     // A posted receive cannot be withdrawn from Gloo, and its pair would stall on the data
     // meant for it: the transport is done for. Failing the context also tells the peers.
-    state_->abortWith(Status(ErrorCode::kAborted,
-                             "gloo: a batch was abandoned with " + std::to_string(open_) +
-                                 " operation(s) outstanding (" + outstanding() + ")"));
+    state_->abortWith(
+        Status(ErrorCode::kAborted, "gloo: a batch was abandoned with " + std::to_string(open_) +
+                                        " operation(s) outstanding (" + outstanding() + ")"));
   }
 
   Entry& add(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, const P2POp& op) {
@@ -153,10 +152,9 @@ class GlooPending final : public PendingOps {
 
  private:
   Status lost(const Entry& e, const std::string& why) const {
-    return Status(ErrorCode::kPeerLost,
-                  "gloo: lost " + state_->describe(e.peer) + " during a " +
-                      (e.recv ? "receive of " : "send of ") + std::to_string(e.bytes) +
-                      " bytes: " + why);
+    return Status(ErrorCode::kPeerLost, "gloo: lost " + state_->describe(e.peer) + " during a " +
+                                            (e.recv ? "receive of " : "send of ") +
+                                            std::to_string(e.bytes) + " bytes: " + why);
   }
 
   std::string outstanding() const {
@@ -246,14 +244,14 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
     state->context = std::move(context);
   } catch (const std::exception& e) {
     if (!adapter.firstError().isOk()) {
-      return Status(adapter.firstError().code(),
-                    "gloo rendezvous of rank " + std::to_string(rank) + " of " +
-                        std::to_string(size) + ": " + adapter.firstError().message());
+      return Status(adapter.firstError().code(), "gloo rendezvous of rank " + std::to_string(rank) +
+                                                     " of " + std::to_string(size) + ": " +
+                                                     adapter.firstError().message());
     }
     std::string text = glooMessage(e);
     return Status(mentionsTimeout(text) ? ErrorCode::kTimeout : ErrorCode::kPeerLost,
-                  "gloo: connecting rank " + std::to_string(rank) + " of " +
-                      std::to_string(size) + " failed: " + text);
+                  "gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                      " failed: " + text);
   } catch (...) {
     return Status(ErrorCode::kInternal, "gloo: unknown exception while connecting");
   }
@@ -329,10 +327,9 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   std::vector<int> globals;
   for (int r : ranks) globals.push_back(state_->globalRanks[static_cast<size_t>(r)]);
   std::shared_ptr<GlooShared> child;
-  KOLO_RETURN_IF_ERROR(connectGroup(makePrefixStore(state_->store, prefix),
-                                    static_cast<int>(it - ranks.begin()),
-                                    static_cast<int>(ranks.size()), state_->device, timeout(),
-                                    std::move(globals), &child));
+  KOLO_RETURN_IF_ERROR(connectGroup(
+      makePrefixStore(state_->store, prefix), static_cast<int>(it - ranks.begin()),
+      static_cast<int>(ranks.size()), state_->device, timeout(), std::move(globals), &child));
   state_->addChild(child);
   auto t = std::make_unique<GlooTransport>(std::move(child));
   t->setTimeout(timeout());

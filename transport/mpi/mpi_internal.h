@@ -80,8 +80,7 @@ struct MpiShared {
 // Polls `*req` until it completes, the abort state is set (returns the cause) or the deadline
 // passes (kTimeout). On failure the request is left behind (MPI cannot cancel collectives) and
 // `state` is aborted, because MPI may still write the buffers. `what` names the operation.
-Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what,
-                   Deadline deadline);
+Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what, Deadline deadline);
 
 class MpiTransport final : public Transport {
  public:

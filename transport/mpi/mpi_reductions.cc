@@ -26,8 +26,8 @@ bool mpiFinalized() {
 // passes the types map() returned).
 bool dtypeOf(MPI_Datatype type, DataType* out) {
   const std::pair<MPI_Datatype, DataType> builtin[] = {
-      {MPI_FLOAT, DataType::kFloat32}, {MPI_DOUBLE, DataType::kFloat64},
-      {MPI_UINT8_T, DataType::kUInt8}, {MPI_INT8_T, DataType::kInt8},
+      {MPI_FLOAT, DataType::kFloat32},   {MPI_DOUBLE, DataType::kFloat64},
+      {MPI_UINT8_T, DataType::kUInt8},   {MPI_INT8_T, DataType::kInt8},
       {MPI_UINT16_T, DataType::kUInt16}, {MPI_INT16_T, DataType::kInt16}};
   for (const auto& b : builtin) {
     if (type == b.first) {
@@ -110,17 +110,28 @@ MpiReductions::~MpiReductions() {
 
 MPI_Datatype MpiReductions::type(DataType dtype) const {
   switch (dtype) {
-    case DataType::kUInt8: return MPI_UINT8_T;
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kUInt16: return MPI_UINT16_T;
-    case DataType::kInt16: return MPI_INT16_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kFloat16: return half_;
-    case DataType::kBFloat16: return bfloat_;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
-    case DataType::kBool: return MPI_C_BOOL;
+    case DataType::kUInt8:
+      return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kUInt16:
+      return MPI_UINT16_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kFloat16:
+      return half_;
+    case DataType::kBFloat16:
+      return bfloat_;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
+    case DataType::kBool:
+      return MPI_C_BOOL;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -138,10 +149,14 @@ Status MpiReductions::map(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_O
     switch (op) {
       case ReduceOp::kSum:
       case ReduceOp::kAverage:
-      case ReduceOp::kMax: *mpiOp = MPI_LOR; return Status::ok();
+      case ReduceOp::kMax:
+        *mpiOp = MPI_LOR;
+        return Status::ok();
       case ReduceOp::kMin:
       case ReduceOp::kProduct:
-      case ReduceOp::kBitAnd: *mpiOp = MPI_LAND; return Status::ok();
+      case ReduceOp::kBitAnd:
+        *mpiOp = MPI_LAND;
+        return Status::ok();
     }
     return Status(ErrorCode::kInvalidArgument, "mpi: invalid reduce op");
   }

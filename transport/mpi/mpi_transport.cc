@@ -39,10 +39,14 @@ void finalizeMpiAtExit() {
 
 const char* threadLevelName(int level) {
   switch (level) {
-    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
-    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
-    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
-    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+    case MPI_THREAD_SINGLE:
+      return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED:
+      return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED:
+      return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE:
+      return "MPI_THREAD_MULTIPLE";
   }
   return "unknown";
 }
@@ -118,9 +122,9 @@ class MpiPending final : public PendingOps {
       if (reqs_[i].recv) MPI_Cancel(&handles_[i]);
       MPI_Request_free(&handles_[i]);
     }
-    state_->abort.set(Status(ErrorCode::kAborted,
-                             "mpi: a batch was abandoned with " + std::to_string(open_) +
-                                 " operation(s) outstanding (" + outstanding() + ")"));
+    state_->abort.set(
+        Status(ErrorCode::kAborted, "mpi: a batch was abandoned with " + std::to_string(open_) +
+                                        " operation(s) outstanding (" + outstanding() + ")"));
   }
 
   Status test(bool* done) override {
@@ -145,18 +149,19 @@ class MpiPending final : public PendingOps {
       const Request& r = reqs_[static_cast<size_t>(indices_[k])];
       const MPI_Status& st = statuses_[static_cast<size_t>(k)];
       if (rc == MPI_ERR_IN_STATUS && st.MPI_ERROR != MPI_SUCCESS) {
-        failed_ = mpiError(st.MPI_ERROR, std::string(r.recv ? "receive from " : "send to ") +
-                                             state_->describe(r.peer),
-                           ErrorCode::kPeerLost);
+        failed_ =
+            mpiError(st.MPI_ERROR,
+                     std::string(r.recv ? "receive from " : "send to ") + state_->describe(r.peer),
+                     ErrorCode::kPeerLost);
         return failed_;
       }
       if (r.recv) {
         int got = 0;
         MPI_Get_count(&st, MPI_BYTE, &got);
         if (got != r.bytes) {
-          failed_ = Status(ErrorCode::kInternal,
-                           "mpi: " + state_->describe(r.peer) + " sent " + std::to_string(got) +
-                               " bytes where " + std::to_string(r.bytes) + " were posted");
+          failed_ = Status(ErrorCode::kInternal, "mpi: " + state_->describe(r.peer) + " sent " +
+                                                     std::to_string(got) + " bytes where " +
+                                                     std::to_string(r.bytes) + " were posted");
           return failed_;
         }
       }
@@ -249,8 +254,7 @@ std::string MpiShared::describe(int groupRank) const {
   return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
 }
 
-Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what,
-                   Deadline deadline) {
+Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what, Deadline deadline) {
   Backoff backoff;
   for (;;) {
     if (state.abort.isSet()) return state.abort.cause();
@@ -324,9 +328,10 @@ Status MpiTransport::post(const std::vector<P2POp>& ops, std::unique_ptr<Pending
                                   static_cast<int>(op.tag), state_->comm, &r.req);
       if (rc != MPI_SUCCESS) {
         MpiPending abandoned(state_, std::move(reqs));  // what started is abandoned at once
-        return mpiError(rc, std::string(isRecv ? "MPI_Irecv from " : "MPI_Isend to ") +
-                                state_->describe(op.peer),
-                        ErrorCode::kPeerLost);
+        return mpiError(
+            rc,
+            std::string(isRecv ? "MPI_Irecv from " : "MPI_Isend to ") + state_->describe(op.peer),
+            ErrorCode::kPeerLost);
       }
       reqs.push_back(r);
       offset += len;
@@ -350,9 +355,8 @@ Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
   MPI_Request barrier = MPI_REQUEST_NULL;
   int rc = MPI_Ibarrier(state_->comm, &barrier);
   if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Ibarrier");
-  KOLO_RETURN_IF_ERROR(waitRequest(*state_, &barrier,
-                                   "split barrier for set " + std::to_string(setId),
-                                   deadlineFromNow()));
+  KOLO_RETURN_IF_ERROR(waitRequest(
+      *state_, &barrier, "split barrier for set " + std::to_string(setId), deadlineFromNow()));
   auto child = std::make_shared<MpiShared>();
   rc = MPI_Comm_split(state_->comm, member ? 0 : MPI_UNDEFINED, state_->rank, &child->comm);
   if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_split");
@@ -386,8 +390,8 @@ Status createMpiTransport(std::unique_ptr<Transport>* out, std::chrono::millisec
   int rc = MPI_Comm_idup(MPI_COMM_WORLD, &comm, &req);
   if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_idup");
   MPI_Comm_size(MPI_COMM_WORLD, &state->size);
-  KOLO_RETURN_IF_ERROR(waitRequest(*state, &req, "MPI_Comm_idup of MPI_COMM_WORLD",
-                                   Clock::now() + startTimeout));
+  KOLO_RETURN_IF_ERROR(
+      waitRequest(*state, &req, "MPI_Comm_idup of MPI_COMM_WORLD", Clock::now() + startTimeout));
   state->comm = comm;
   KOLO_RETURN_IF_ERROR(describeComm(state.get()));
   state->globalRanks.resize(static_cast<size_t>(state->size));

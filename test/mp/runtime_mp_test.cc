@@ -1,0 +1,427 @@
+// The runtime through the C API as N processes (kolorun/Gloo or mpirun): every op x dtype,
+// in place and out of place, many async ops at once, errors on every rank followed by a good
+// op, duplicate names, join, barrier, process sets, re-init, stall shutdown. Every rank runs the
+// same tests in the same order; every value is checked on every rank.
+#include <catch2/catch.hpp>
+#include <kolo.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops/reduce_cpu.h"
+
+namespace {
+
+int R() { return kolo_rank(); }
+int N() { return kolo_size(); }
+
+struct Session {
+  Session() { REQUIRE(kolo_init() == KOLO_OK); }
+};
+
+const kolo_dtype_t kAllTypes[] = {KOLO_UINT8,   KOLO_INT8,     KOLO_UINT16,  KOLO_INT16,
+                                  KOLO_INT32,   KOLO_INT64,    KOLO_FLOAT16, KOLO_BFLOAT16,
+                                  KOLO_FLOAT32, KOLO_FLOAT64,  KOLO_BOOL};
+
+size_t sizeOf(kolo_dtype_t t) {
+  switch (t) {
+    case KOLO_UINT8: case KOLO_INT8: case KOLO_BOOL: return 1;
+    case KOLO_UINT16: case KOLO_INT16: case KOLO_FLOAT16: case KOLO_BFLOAT16: return 2;
+    case KOLO_INT32: case KOLO_FLOAT32: return 4;
+    default: return 8;
+  }
+}
+
+// A buffer of any dtype, read and written as doubles (all test values are exactly representable).
+struct Buf {
+  kolo_dtype_t t;
+  std::vector<unsigned char> bytes;
+  Buf(kolo_dtype_t type, size_t n) : t(type), bytes(n * sizeOf(type)) {}
+  size_t size() const { return bytes.size() / sizeOf(t); }
+  void set(size_t i, double v) {
+    unsigned char* p = bytes.data() + i * sizeOf(t);
+    switch (t) {
+      case KOLO_UINT8: *p = static_cast<uint8_t>(v); break;
+      case KOLO_INT8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
+      case KOLO_UINT16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
+      case KOLO_INT16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
+      case KOLO_INT32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+      case KOLO_INT64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+      case KOLO_FLOAT16: *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToHalf(static_cast<float>(v)); break;
+      case KOLO_BFLOAT16: *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToBfloat16(static_cast<float>(v)); break;
+      case KOLO_FLOAT32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
+      case KOLO_FLOAT64: *reinterpret_cast<double*>(p) = v; break;
+      case KOLO_BOOL: *p = v != 0 ? 1 : 0; break;
+    }
+  }
+  double get(size_t i) const {
+    const unsigned char* p = bytes.data() + i * sizeOf(t);
+    switch (t) {
+      case KOLO_UINT8: return *p;
+      case KOLO_INT8: return *reinterpret_cast<const int8_t*>(p);
+      case KOLO_UINT16: return *reinterpret_cast<const uint16_t*>(p);
+      case KOLO_INT16: return *reinterpret_cast<const int16_t*>(p);
+      case KOLO_INT32: return *reinterpret_cast<const int32_t*>(p);
+      case KOLO_INT64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+      case KOLO_FLOAT16: return kolo::ops::halfToFloat(*reinterpret_cast<const uint16_t*>(p));
+      case KOLO_BFLOAT16: return kolo::ops::bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
+      case KOLO_FLOAT32: return *reinterpret_cast<const float*>(p);
+      case KOLO_FLOAT64: return *reinterpret_cast<const double*>(p);
+      case KOLO_BOOL: return *p;
+    }
+    return 0;
+  }
+};
+
+struct Tensor {
+  std::vector<int64_t> shape;
+  kolo_tensor_t t;
+  Tensor(Buf& b, std::vector<int64_t> s) : shape(std::move(s)) {
+    t = {b.bytes.data(), b.t, static_cast<int32_t>(shape.size()), shape.data(), KOLO_CPU_DEVICE,
+         nullptr};
+  }
+};
+
+void waitOk(kolo_handle_t h) {
+  int rc = kolo_handle_wait(h, 120.0);
+  INFO("rank " << R() << ": " << kolo_last_error());
+  REQUIRE(rc == KOLO_OK);
+}
+
+// Contribution of `rank` at element i: small values whose sums/products stay exact everywhere.
+double value(kolo_dtype_t t, int rank, size_t i) {
+  if (t == KOLO_BOOL) return (i + rank) % 3 == 0 ? 1 : 0;
+  return static_cast<double>((i + rank) % 3 + 1);
+}
+
+double reduceRef(kolo_dtype_t t, kolo_reduce_op_t op, size_t i, int n) {
+  double acc = value(t, 0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = value(t, r, i);
+    switch (op) {
+      case KOLO_SUM: case KOLO_AVERAGE: acc = t == KOLO_BOOL ? (acc || v) : acc + v; break;
+      case KOLO_MIN: acc = std::min(acc, v); break;
+      case KOLO_MAX: acc = std::max(acc, v); break;
+      case KOLO_PRODUCT: acc = t == KOLO_BOOL ? (acc && v) : acc * v; break;
+    }
+  }
+  if (op == KOLO_AVERAGE && t != KOLO_BOOL) {
+    acc /= n;
+    bool integer = t != KOLO_FLOAT16 && t != KOLO_BFLOAT16 && t != KOLO_FLOAT32 && t != KOLO_FLOAT64;
+    if (integer) acc = std::round(acc);  // integers scale in double and round
+  }
+  return acc;
+}
+
+std::string tag(const char* what, kolo_dtype_t t, int k = 0) {
+  return std::string(what) + "." + kolo_status_string(0) + std::to_string(static_cast<int>(t)) + "." +
+         std::to_string(k);
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every dtype x op, in place and out of place, sizes 0..large") {
+  Session s;
+  const size_t sizes[] = {0, 1, static_cast<size_t>(N() - 1), 1001, 1 << 18};
+  const kolo_reduce_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
+  int k = 0;
+  for (kolo_dtype_t t : kAllTypes) {
+    for (kolo_reduce_op_t op : ops) {
+      for (size_t n : sizes) {
+        for (int outOfPlace = 0; outOfPlace < 2; ++outOfPlace, ++k) {
+          Buf in(t, n), out(t, n);
+          for (size_t i = 0; i < n; ++i) in.set(i, value(t, R(), i));
+          Tensor ti(in, {static_cast<int64_t>(n)}), to(out, {static_cast<int64_t>(n)});
+          kolo_handle_t h;
+          REQUIRE(kolo_allreduce_async(tag("ar", t, k).c_str(), &ti.t, outOfPlace ? &to.t : nullptr,
+                                       op, 1.0, 1.0, 0, nullptr, nullptr, &h) == KOLO_OK);
+          waitOk(h);
+          kolo_handle_release(h);
+          const Buf& res = outOfPlace ? out : in;
+          const double tol = (t == KOLO_FLOAT16 || t == KOLO_BFLOAT16) ? 2e-2 : 1e-6;
+          for (size_t i = 0; i < n; ++i) {
+            double expect = reduceRef(t, op, i, N());
+            INFO("dtype " << t << " op " << op << " n " << n << " i " << i);
+            REQUIRE(std::abs(res.get(i) - expect) <= tol * std::max(1.0, std::abs(expect)));
+          }
+          if (outOfPlace) {
+            for (size_t i = 0; i < n; ++i) REQUIRE(in.get(i) == value(t, R(), i));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
+  Session s;
+  int k = 0;
+  for (kolo_dtype_t t : kAllTypes) {
+    ++k;
+    // allgather: rank r sends r+1 rows of 3
+    Buf in(t, (R() + 1) * 3);
+    for (size_t i = 0; i < in.size(); ++i) in.set(i, value(t, R(), i));
+    Tensor ti(in, {R() + 1, 3});
+    kolo_handle_t h;
+    REQUIRE(kolo_allgather_async(tag("ag", t).c_str(), &ti.t, nullptr, nullptr, 0, nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    void* data;
+    int32_t ndim;
+    int64_t shape[KOLO_MAX_DIMS];
+    REQUIRE(kolo_handle_output(h, &data, &ndim, shape) == KOLO_OK);
+    REQUIRE(ndim == 2);
+    REQUIRE(shape[0] == N() * (N() + 1) / 2);
+    REQUIRE(shape[1] == 3);
+    Buf got(t, shape[0] * 3);
+    std::memcpy(got.bytes.data(), data, got.bytes.size());
+    size_t pos = 0;
+    for (int r = 0; r < N(); ++r)
+      for (size_t i = 0; i < static_cast<size_t>(r + 1) * 3; ++i) REQUIRE(got.get(pos++) == value(t, r, i));
+    kolo_handle_release(h);
+
+    // broadcast from the last rank
+    Buf b(t, 100);
+    for (size_t i = 0; i < 100; ++i) b.set(i, value(t, R(), i));
+    Tensor tb(b, {100});
+    REQUIRE(kolo_broadcast_async(tag("bc", t).c_str(), &tb.t, N() - 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    for (size_t i = 0; i < 100; ++i) REQUIRE(b.get(i) == value(t, N() - 1, i));
+    kolo_handle_release(h);
+
+    // alltoall: rank r sends (dst + 1) rows of 2 to dst; row values encode the source rank
+    std::vector<int32_t> splits(N());
+    int64_t rows = 0;
+    for (int d = 0; d < N(); ++d) rows += (splits[d] = d + 1);
+    Buf a(t, rows * 2);
+    for (size_t i = 0; i < a.size(); ++i) a.set(i, t == KOLO_BOOL ? 1 : R() + 1);
+    Tensor ta(a, {rows, 2});
+    REQUIRE(kolo_alltoall_async(tag("a2a", t).c_str(), &ta.t, splits.data(), N(), nullptr, nullptr, 0,
+                                nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    REQUIRE(kolo_handle_output(h, &data, &ndim, shape) == KOLO_OK);
+    REQUIRE(shape[0] == static_cast<int64_t>(N()) * (R() + 1));
+    std::vector<int32_t> recv(N());
+    REQUIRE(kolo_handle_received_splits(h, recv.data(), N()) == KOLO_OK);
+    Buf ga(t, shape[0] * 2);
+    std::memcpy(ga.bytes.data(), data, ga.bytes.size());
+    for (int src = 0; src < N(); ++src) {
+      REQUIRE(recv[src] == R() + 1);
+      for (int j = 0; j < (R() + 1) * 2; ++j) REQUIRE(ga.get(src * (R() + 1) * 2 + j) == (t == KOLO_BOOL ? 1 : src + 1));
+    }
+    kolo_handle_release(h);
+
+    // reducescatter (sum) of 2N+1 rows: rank 0 gets 3 rows, the others 2
+    if (t != KOLO_BOOL) {
+      int64_t total = 2 * N() + 1;
+      Buf rs(t, total);
+      for (int64_t i = 0; i < total; ++i) rs.set(i, value(t, R(), i));
+      Tensor tr(rs, {total});
+      REQUIRE(kolo_reducescatter_async(tag("rs", t).c_str(), &tr.t, KOLO_SUM, 1.0, 1.0, nullptr, nullptr, 0,
+                                       nullptr, nullptr, &h) == KOLO_OK);
+      waitOk(h);
+      REQUIRE(kolo_handle_output(h, &data, &ndim, shape) == KOLO_OK);
+      int64_t mine = R() == 0 ? 3 : 2, first = R() == 0 ? 0 : 3 + 2 * (R() - 1);
+      REQUIRE(shape[0] == mine);
+      Buf gr(t, mine);
+      std::memcpy(gr.bytes.data(), data, gr.bytes.size());
+      for (int64_t i = 0; i < mine; ++i) REQUIRE(gr.get(i) == reduceRef(t, KOLO_SUM, first + i, N()));
+      kolo_handle_release(h);
+    }
+  }
+}
+
+TEST_CASE("forty async ops of mixed dtypes in flight at once, over several steps") {
+  Session s;
+  for (int step = 0; step < 5; ++step) {
+    std::vector<Buf> bufs;
+    std::vector<Tensor> ts;
+    bufs.reserve(40);
+    ts.reserve(40);
+    std::vector<kolo_handle_t> hs;
+    for (int k = 0; k < 40; ++k) {
+      kolo_dtype_t t = kAllTypes[k % 10];  // no bool
+      bufs.emplace_back(t, 10 + 37 * k);
+      for (size_t i = 0; i < bufs.back().size(); ++i) bufs.back().set(i, value(t, R(), i));
+      ts.emplace_back(bufs.back(), std::vector<int64_t>{static_cast<int64_t>(bufs.back().size())});
+      kolo_handle_t h;
+      REQUIRE(kolo_allreduce_async(("mixed." + std::to_string(k)).c_str(), &ts.back().t, nullptr,
+                                   KOLO_SUM, 1.0, 1.0, 0, nullptr, nullptr, &h) == KOLO_OK);
+      hs.push_back(h);
+    }
+    for (auto h : hs) {
+      waitOk(h);
+      kolo_handle_release(h);
+    }
+    for (int k = 0; k < 40; ++k) {
+      for (size_t i = 0; i < bufs[k].size(); ++i) {
+        REQUIRE(bufs[k].get(i) == reduceRef(bufs[k].t, KOLO_SUM, i, N()));
+      }
+    }
+  }
+}
+
+TEST_CASE("a mismatch fails on every rank with the same message; the next op works") {
+  Session s;
+  std::vector<float> a(R() == N() - 1 ? 8 : 6, 1.f);
+  std::vector<int64_t> shape = {2, R() == N() - 1 ? 4 : 3};
+  kolo_tensor_t t = {a.data(), KOLO_FLOAT32, 2, shape.data(), KOLO_CPU_DEVICE, nullptr};
+  kolo_handle_t h;
+  REQUIRE(kolo_allreduce_async("grad/fc1", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
+  std::string msg = kolo_last_error();
+  std::string expect = "allreduce 'grad/fc1': rank 0 sent shape [2, 3], rank " +
+                       std::to_string(N() - 1) + " sent [2, 4]";
+  REQUIRE(msg.find(expect) != std::string::npos);
+  kolo_handle_release(h);
+
+  // dtype mismatch on broadcast
+  std::vector<int32_t> ints(4, R());
+  std::vector<int64_t> s4 = {4};
+  kolo_tensor_t tb = {ints.data(), R() == 0 ? KOLO_INT32 : KOLO_FLOAT32, 1, s4.data(), -1, nullptr};
+  REQUIRE(kolo_broadcast_async("bcast.dtype", &tb, 0, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
+  REQUIRE(std::string(kolo_last_error()).find("rank 0 sent dtype int32, rank 1 sent float32") != std::string::npos);
+  kolo_handle_release(h);
+
+  // root mismatch
+  kolo_tensor_t tr = {ints.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  REQUIRE(kolo_broadcast_async("bcast.root", &tr, R() == 0 ? 0 : 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
+  REQUIRE(std::string(kolo_last_error()).find("root") != std::string::npos);
+  kolo_handle_release(h);
+
+  std::vector<int32_t> ok(4, 1);
+  kolo_tensor_t tok = {ok.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  REQUIRE(kolo_allreduce_async("after.mismatch", &tok, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  for (int v : ok) REQUIRE(v == N());
+  kolo_handle_release(h);
+}
+
+TEST_CASE("a duplicate name in flight fails at once; the first op completes") {
+  Session s;
+  std::vector<int32_t> a(4, 1), b(4, 1);
+  std::vector<int64_t> s4 = {4};
+  kolo_tensor_t ta = {a.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  kolo_tensor_t tb = {b.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  kolo_handle_t h1, h2;
+  // Rank 0 holds the op back so that it is certainly still in flight on the other ranks.
+  if (R() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(kolo_allreduce_async("dup", &ta, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h1) == KOLO_OK);
+  if (R() != 0) {
+    REQUIRE(kolo_allreduce_async("dup", &tb, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h2) ==
+            KOLO_ERR_DUPLICATE_NAME);
+    REQUIRE(std::string(kolo_last_error()).find("'dup'") != std::string::npos);
+  }
+  waitOk(h1);
+  for (int v : a) REQUIRE(v == N());
+  kolo_handle_release(h1);
+}
+
+TEST_CASE("join: the joined rank contributes zeros; every rank gets the same last rank") {
+  Session s;
+  kolo_handle_t h;
+  if (R() != 0) {
+    std::vector<float> x(16, 2.f);
+    std::vector<int64_t> s16 = {16};
+    kolo_tensor_t t = {x.data(), KOLO_FLOAT32, 1, s16.data(), -1, nullptr};
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 * R()));
+    REQUIRE(kolo_allreduce_async("join.avg", &t, nullptr, KOLO_AVERAGE, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    kolo_handle_release(h);
+    for (float v : x) REQUIRE(v == Approx(2.0 * (N() - 1) / N()));
+  }
+  REQUIRE(kolo_join_async(nullptr, nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  int32_t last = -2;
+  REQUIRE(kolo_handle_join_result(h, &last) == KOLO_OK);
+  kolo_handle_release(h);
+  // Rank 0 joined first; the others joined after their allreduce, the last one N-1 (it slept
+  // longest), unless scheduling reordered them: check agreement through an allgather.
+  std::vector<int32_t> mine = {last};
+  std::vector<int64_t> s1 = {1};
+  kolo_tensor_t t = {mine.data(), KOLO_INT32, 1, s1.data(), -1, nullptr};
+  REQUIRE(kolo_allgather_async("join.last", &t, nullptr, nullptr, 0, nullptr, nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  void* data;
+  REQUIRE(kolo_handle_output(h, &data, nullptr, nullptr) == KOLO_OK);
+  for (int r = 0; r < N(); ++r) REQUIRE(static_cast<int32_t*>(data)[r] == last);
+  REQUIRE(last != 0);
+  kolo_handle_release(h);
+}
+
+TEST_CASE("barrier holds until the slowest rank arrives") {
+  Session s;
+  auto t0 = std::chrono::steady_clock::now();
+  if (R() == N() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  kolo_handle_t h;
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  kolo_handle_release(h);
+  REQUIRE(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(390));
+}
+
+TEST_CASE("process sets: members only, deterministic ids, removal") {
+  Session s;
+  if (N() < 2) return;
+  std::vector<int32_t> evens;
+  for (int r = 0; r < N(); r += 2) evens.push_back(r);
+  int32_t id = -1;
+  REQUIRE(kolo_add_process_set(evens.data(), static_cast<int32_t>(evens.size()), &id) == KOLO_OK);
+  REQUIRE(id >= 1);
+  int32_t size = 0, rank = -2;
+  REQUIRE(kolo_process_set_size(id, &size) == KOLO_OK);
+  REQUIRE(size == static_cast<int32_t>(evens.size()));
+  REQUIRE(kolo_process_set_rank(id, &rank) == KOLO_OK);
+  REQUIRE(rank == (R() % 2 == 0 ? R() / 2 : -1));
+  std::vector<int32_t> a(8, R());
+  std::vector<int64_t> s8 = {8};
+  kolo_tensor_t t = {a.data(), KOLO_INT32, 1, s8.data(), -1, nullptr};
+  kolo_handle_t h;
+  if (R() % 2 == 0) {
+    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    kolo_handle_release(h);
+    int expect = 0;
+    for (int r : evens) expect += r;
+    for (int v : a) REQUIRE(v == expect);
+  } else {
+    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr, &h) ==
+            KOLO_ERR_INVALID_ARGUMENT);
+  }
+  REQUIRE(kolo_remove_process_set(id) == KOLO_OK);
+  REQUIRE(kolo_process_set_size(id, &size) == KOLO_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("shutdown, then init again, works; the stall inspector ends a stuck op") {
+  REQUIRE(kolo_init() == KOLO_OK);
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+  REQUIRE(kolo_is_initialized() == 0);
+  REQUIRE(kolo_rank() == -1);
+  setenv("KOLO_STALL_CHECK_TIME_SECONDS", "0.5", 1);
+  setenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS", "1", 1);
+  REQUIRE(kolo_init() == KOLO_OK);
+  unsetenv("KOLO_STALL_CHECK_TIME_SECONDS");
+  unsetenv("KOLO_STALL_SHUTDOWN_TIME_SECONDS");
+  std::vector<int32_t> a(4, 1);
+  std::vector<int64_t> s4 = {4};
+  kolo_tensor_t t = {a.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  kolo_handle_t h;
+  if (R() == 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(kolo_allreduce_async("stuck", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_handle_wait(h, 30) == KOLO_ERR_STALLED);
+    REQUIRE(std::string(kolo_last_error()).find("stuck") != std::string::npos);
+    REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+    kolo_handle_release(h);
+  }
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  kolo_handle_release(h);
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+}
