@@ -47,6 +47,7 @@ struct Options {
   long root = 0;
   size_t segmentBytes = 0;  // 0: KOLO_SEGMENT_BYTES (Config)
   bool check = true;
+  bool median = false;  // --stat median: the time column is the median, not the mean
   std::string csvPath;
 };
 
@@ -54,13 +55,14 @@ const char kUsage[] =
     "usage: kolo-bench [--min-bytes N] [--max-bytes N] [--step-factor F] [--iters N]\n"
     "                  [--warmup N] [--ops LIST] [--dtype LIST] [--redop LIST]\n"
     "                  [--algorithms LIST] [--root R] [--segment-bytes N] [--no-check]\n"
-    "                  [--csv FILE]\n"
+    "                  [--stat mean|median] [--csv FILE]\n"
     "  sizes accept K/M/G suffixes (binary): --min-bytes 4 --max-bytes 256M (defaults)\n"
     "  --step-factor 2 (default) or 4 ...; --iters 20, --warmup 5 (defaults)\n"
     "  --ops allreduce,allgather,broadcast,alltoall,reducescatter (default: all)\n"
     "  --dtype float32 (default; any of float16,bfloat16,float32,float64,[u]int8,[u]int16,\n"
     "          int32,int64); --redop sum (default; sum,min,max,product)\n"
     "  --algorithms ring,native (default; also auto = what kolo's selection picks)\n"
+    "  --stat mean (default, as nccl-tests) or median over the iterations\n"
     "Run it under a launcher: mpirun -np N kolo-bench ... | kolorun -np N kolo-bench ...\n";
 
 // Parses argv into *o; on failure *error says why.
@@ -95,6 +97,9 @@ bool parseOptions(int argc, char** argv, Options* o, std::string* error) {
       ok = parseInt(v, 0, 1 << 24, &o->root);
     } else if (flag == "--segment-bytes") {
       ok = parseBytes(v, &o->segmentBytes) && o->segmentBytes > 0;
+    } else if (flag == "--stat") {
+      ok = v == "mean" || v == "median";
+      o->median = v == "median";
     } else if (flag == "--csv") {
       o->csvPath = v;
     } else if (flag == "--ops") {
@@ -185,9 +190,8 @@ Status measure(Transport& t, CaseRunner& runner, const Options& o, Row* row) {
   // Iteration i took as long as its slowest rank; the row reports the mean of that.
   KOLO_RETURN_IF_ERROR(
       ops::ringAllreduce(t, us.data(), us.size(), DataType::kFloat64, ReduceOp::kMax, 4096));
-  double sum = 0;
-  for (double x : us) sum += x;
-  row->timeUs = sum / static_cast<double>(us.size());
+  const SampleStats stats = statsOf(us);
+  row->timeUs = o.median ? stats.median : stats.mean;
   row->algbw = static_cast<double>(row->shape.bytes) / (row->timeUs * 1e-6) / 1e9;
   row->busbw = row->algbw * busBandwidthFactor(row->collective, t.size());
   if (o.check) {
@@ -198,6 +202,31 @@ Status measure(Transport& t, CaseRunner& runner, const Options& o, Row* row) {
     row->wrong = total;
   }
   return Status::ok();
+}
+
+// Transports set up connections and shared-memory segments on first use; without this the
+// first row of a sweep pays for that. Runs every selected collective and algorithm a few times
+// at the smallest size (untimed, unchecked).
+Status warmUpJob(Transport& t, CaseRunner& runner, const Options& o) {
+  constexpr int kRounds = 20;
+  const Capabilities caps = t.capabilities();
+  for (Collective c : o.collectives) {
+    CaseShape shape;
+    if (!shapeFor(c, o.minBytes, o.dtypes.front(), t.size(), &shape) &&
+        !shapeFor(c, 64 * 1024, o.dtypes.front(), t.size(), &shape)) {
+      continue;
+    }
+    KOLO_RETURN_IF_ERROR(runner.setup(c, shape, o.dtypes.front(), o.redops.front()));
+    for (ops::Algorithm a : o.algorithms) {
+      if (a == ops::Algorithm::kNative && !nativeCapable(caps, c)) continue;
+      for (int i = 0; i < kRounds; ++i) {
+        Status s = runner.runOnce(a, nullptr);
+        if (s.code() == ErrorCode::kUnsupported) break;
+        KOLO_RETURN_IF_ERROR(s);
+      }
+    }
+  }
+  return barrier(t);
 }
 
 void printSectionHeader(Collective c) {
@@ -221,18 +250,18 @@ void printRow(const Row& r) {
   std::fflush(stdout);
 }
 
-void writeCsvRow(std::FILE* f, const Transport& t, const Row& r) {
+void writeCsvRow(std::FILE* f, const Transport& t, const Row& r, const char* stat) {
   if (f == nullptr) return;
   const char* redop = isReducing(r.collective) ? toString(r.redop) : "none";
   if (r.timeUs < 0) {
-    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,,,,\n", t.name(), t.size(),
+    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,,,,,%s\n", t.name(), t.size(),
                  toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
-                 ops::toString(r.algorithm), r.impl.c_str());
+                 ops::toString(r.algorithm), r.impl.c_str(), stat);
   } else {
-    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,%.3f,%.6f,%.6f,%lld\n", t.name(), t.size(),
-                 toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
-                 ops::toString(r.algorithm), r.impl.c_str(), r.timeUs, r.algbw, r.busbw,
-                 static_cast<long long>(r.wrong));
+    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s\n", t.name(),
+                 t.size(), toString(r.collective), r.shape.bytes, r.shape.count,
+                 toString(r.dtype), redop, ops::toString(r.algorithm), r.impl.c_str(), r.timeUs,
+                 r.algbw, r.busbw, r.wrong < 0 ? "" : std::to_string(r.wrong).c_str(), stat);
   }
   std::fflush(f);
 }
@@ -300,7 +329,7 @@ int run(const Options& o) {
       csvFailed = 1;
     } else {
       std::fprintf(csv, "transport,ranks,collective,bytes,count,dtype,redop,algorithm,impl,"
-                        "time_us,algbw_gbps,busbw_gbps,wrong\n");
+                        "time_us,algbw_gbps,busbw_gbps,wrong,time_stat\n");
     }
   }
   s = maxOverRanks(t, &csvFailed);
@@ -311,11 +340,14 @@ int run(const Options& o) {
     std::printf("# kolo-bench: transport %s, %d ranks, iters %ld, warmup %ld, segment %zu B, "
                 "check %s\n",
                 t.name(), t.size(), o.iters, o.warmup, segment, o.check ? "on" : "off");
-    std::printf("# time = mean over iterations of the slowest rank's time; busbw uses nccl-tests' "
-                "factors; wrong = elements differing from the exact result, all ranks\n");
+    std::printf("# time = %s over iterations of the slowest rank's time; busbw uses nccl-tests' "
+                "factors; wrong = elements differing from the exact result, all ranks\n",
+                o.median ? "median" : "mean");
   }
   CaseRunner runner(t, segment, static_cast<int>(o.root));
   const Capabilities caps = t.capabilities();
+  s = warmUpJob(t, runner, o);
+  if (!s.isOk()) return fail(&t, s);
   std::vector<Row> rows;
   for (Collective c : o.collectives) {
     if (leader) printSectionHeader(c);
@@ -343,7 +375,7 @@ int run(const Options& o) {
               }
               if (leader) {
                 printRow(row);
-                writeCsvRow(csv, t, row);
+                writeCsvRow(csv, t, row, o.median ? "median" : "mean");
               }
               rows.push_back(row);
             }
