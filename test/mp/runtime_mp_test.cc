@@ -127,7 +127,7 @@ std::string tag(const char* what, kolo_dtype_t t, int k = 0) {
 
 TEST_CASE("allreduce: every dtype x op, in place and out of place, sizes 0..large") {
   Session s;
-  const size_t sizes[] = {0, 1, static_cast<size_t>(N() - 1), 1001, 1 << 18};
+  const size_t sizes[] = {0, 1, static_cast<size_t>(N() - 1), 1001, 1 << 17};
   const kolo_reduce_op_t ops[] = {KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
   int k = 0;
   for (kolo_dtype_t t : kAllTypes) {
@@ -144,14 +144,15 @@ TEST_CASE("allreduce: every dtype x op, in place and out of place, sizes 0..larg
           kolo_handle_release(h);
           const Buf& res = outOfPlace ? out : in;
           const double tol = (t == KOLO_FLOAT16 || t == KOLO_BFLOAT16) ? 2e-2 : 1e-6;
+          size_t bad = 0, firstBad = 0;
           for (size_t i = 0; i < n; ++i) {
             double expect = reduceRef(t, op, i, N());
-            INFO("dtype " << t << " op " << op << " n " << n << " i " << i);
-            REQUIRE(std::abs(res.get(i) - expect) <= tol * std::max(1.0, std::abs(expect)));
+            bool ok = std::abs(res.get(i) - expect) <= tol * std::max(1.0, std::abs(expect));
+            if (outOfPlace) ok = ok && in.get(i) == value(t, R(), i);  // input untouched
+            if (!ok && bad++ == 0) firstBad = i;
           }
-          if (outOfPlace) {
-            for (size_t i = 0; i < n; ++i) REQUIRE(in.get(i) == value(t, R(), i));
-          }
+          INFO("dtype " << t << " op " << op << " n " << n << " first wrong element " << firstBad);
+          REQUIRE(bad == 0);
         }
       }
     }
@@ -420,8 +421,8 @@ TEST_CASE("shutdown, then init again, works; the stall inspector ends a stuck op
     REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
     kolo_handle_release(h);
   }
-  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
-  waitOk(h);
-  kolo_handle_release(h);
+  // No barrier here: it would itself stall past the 1 s limit while rank 0 waits. The other
+  // ranks stay up (idle) until rank 0 has seen its error, then everyone shuts down.
+  if (R() != 0) std::this_thread::sleep_for(std::chrono::seconds(4));
   REQUIRE(kolo_shutdown() == KOLO_OK);
 }
