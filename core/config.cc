@@ -171,6 +171,8 @@ Status Config::fromEnvironment(Config* out,
 
   KOLO_RETURN_IF_ERROR(env.getInt("FUSION_THRESHOLD", int64_t{0}, int64_t{1} << 40,
                                   &c.fusionThresholdBytes));
+  KOLO_RETURN_IF_ERROR(env.getInt("FUSION_DIRECT_BYTES", int64_t{0}, int64_t{1} << 40,
+                                  &c.fusionDirectBytes));
   KOLO_RETURN_IF_ERROR(env.getDouble("CYCLE_TIME", 0, 60000, &c.cycleTimeMs));
   KOLO_RETURN_IF_ERROR(env.getInt("CACHE_CAPACITY", 0, 1 << 20, &c.cacheCapacity));
   bool stallDisable = false;
@@ -211,7 +213,8 @@ std::string Config::toString() const {
     << "\nKOLO_RENDEZVOUS_ADDR=" << rendezvousAddr << "\nKOLO_RENDEZVOUS_PORT=" << rendezvousPort
     << "\nKOLO_RENDEZVOUS_DIR=" << rendezvousDir << "\nKOLO_GLOO_IFACE=" << glooIface
     << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds
-    << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
+    << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
+    << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds

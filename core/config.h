@@ -30,6 +30,8 @@ struct Config {
 
   // --- the coordinator ---------------------------------------------------------------------
   int64_t fusionThresholdBytes = 128ll << 20;  // KOLO_FUSION_THRESHOLD (0 = no fusion)
+  int64_t fusionDirectBytes = 1ll << 20;       // KOLO_FUSION_DIRECT_BYTES: tensors this big skip
+                                               //   the fusion buffer (0 = fuse whatever fits)
   double cycleTimeMs = 1.0;                    // KOLO_CYCLE_TIME
   int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
   bool stallCheck = true;                      // KOLO_STALL_CHECK_DISABLE=1 turns it off

@@ -27,6 +27,16 @@ std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
 
+// The control plane always runs kolo's own p2p algorithms: their failures name the peer that
+// was lost or that stopped answering ("lost rank 2", "timed out waiting for receive from rank
+// 2"), which is the first thing a user needs when a job dies. A transport's native collective
+// (Gloo's) reports only a socket address, and only "timed out" when a peer stops.
+ops::AlgorithmConfig controlPlane(ops::AlgorithmConfig c) {
+  c.allreduce = ops::Algorithm::kRing;
+  c.broadcast = ops::Algorithm::kRing;
+  return c;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(Deps deps)
@@ -167,7 +177,7 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   }
   (*view)[kFlagNothingNew] = nothingNew ? 1 : 0;
   (*view)[kFlagIdle] = idle ? 1 : 0;
-  return ops::allreduce(*d_.global, d_.config.algorithms, view->data(), view->size(),
+  return ops::allreduce(*d_.global, controlPlane(d_.config.algorithms), view->data(), view->size(),
                         DataType::kUInt8, ReduceOp::kMin);
 }
 
@@ -272,13 +282,13 @@ Status Coordinator::gatherAtRoot(const std::vector<uint8_t>& mine,
 
 Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
   uint64_t len = bytes->size();
-  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, d_.config.algorithms, &len, sizeof(len), 0));
+  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, controlPlane(d_.config.algorithms), &len, sizeof(len), 0));
   if (len > (uint64_t{1} << 32)) {
     return Status(ErrorCode::kInternal, "rank 0 announced a " + std::to_string(len) +
                                             "-byte response list");
   }
   bytes->resize(len);
-  return ops::broadcast(*d_.global, d_.config.algorithms, bytes->data(), len, 0);
+  return ops::broadcast(*d_.global, controlPlane(d_.config.algorithms), bytes->data(), len, 0);
 }
 
 void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
@@ -321,7 +331,8 @@ void Coordinator::completeEntry(const std::string& name, const Status& s) {
 
 Status Coordinator::executeAll(const std::vector<Response>& ready) {
   if (ready.empty()) return Status::ok();
-  auto batches = planFusion(ready, d_.config.fusionThresholdBytes, d_.size);
+  auto batches =
+      planFusion(ready, d_.config.fusionThresholdBytes, d_.size, d_.config.fusionDirectBytes);
   for (const auto& batch : batches) {
     const Response& first = ready[batch.indices.front()];
     ProcessSet set;

@@ -70,15 +70,32 @@ bool canFuse(const Response& a, const Response& b) {
 }
 
 std::vector<FusionBatch> planFusion(const std::vector<Response>& responses, int64_t thresholdBytes,
-                                    int /*worldSize*/) {
+                                    int /*worldSize*/, int64_t directBytes) {
   const size_t n = responses.size();
   std::vector<uint64_t> bytes(n);
   for (size_t i = 0; i < n; ++i) bytes[i] = rawBytes(responses[i]);
   const uint64_t threshold = thresholdBytes > 0 ? static_cast<uint64_t>(thresholdBytes) : 0;
 
   std::vector<bool> assigned(n, false);
+  if (directBytes > 0) {
+    // Tensors that are big on their own are taken out first; they run without copies.
+    for (size_t i = 0; i < n; ++i) {
+      if (fusible(responses[i]) && responses[i].group < 0 &&
+          bytes[i] >= static_cast<uint64_t>(directBytes)) {
+        assigned[i] = true;
+      }
+    }
+  }
+  std::vector<bool> direct = assigned;
   std::vector<FusionBatch> batches;
   for (size_t i = 0; i < n; ++i) {
+    if (direct[i]) {
+      FusionBatch alone;
+      alone.indices = {i};
+      alone.bytes = payloadBytes(responses[i]);
+      batches.push_back(std::move(alone));
+      continue;
+    }
     if (assigned[i]) continue;
     assigned[i] = true;
     std::vector<size_t> members = {i};

@@ -12,6 +12,8 @@
 //   single response that is larger on its own (it is alone). thresholdBytes <= 0: no fusion.
 // - Grouped responses (same Response::group) are added as a whole when the whole group fits;
 //   a group larger than the threshold is packed member by member.
+// - A response of at least directBytes (> 0) is never fused: it is big enough for the collective
+//   to run on the tensor itself, and skipping the fusion buffer saves two copies of it.
 // - Everything else (errors, broadcast, alltoall, reducescatter, barrier, join, process set) is a
 //   batch of its own.
 // - Batches are ordered by their first index; indices inside a batch ascend.
@@ -34,7 +36,7 @@ struct FusionBatch {
 };
 
 std::vector<FusionBatch> planFusion(const std::vector<Response>& responses, int64_t thresholdBytes,
-                                    int worldSize);
+                                    int worldSize, int64_t directBytes = 0);
 
 // Bytes a response moves through the fusion buffer: allreduce, broadcast and reducescatter the
 // tensor's size; allgather the gathered output (sum of rankDim0 x row elements x dtype size);

@@ -208,3 +208,22 @@ TEST_CASE("random plans cover every index once, respect the threshold and are de
     for (size_t i = 0; i < n; ++i) CHECK(seen[i] == 1);
   }
 }
+
+TEST_CASE("tensors at or above directBytes run alone, the small ones still fuse") {
+  std::vector<Response> rs;
+  for (int64_t elems : {10, 1 << 20, 20, 300000, 30}) {
+    Response r;
+    r.type = OpType::kAllreduce;
+    r.name = "t" + std::to_string(rs.size());
+    r.dtype = DataType::kFloat32;
+    r.shape = {elems};
+    rs.push_back(r);
+  }
+  auto batches = planFusion(rs, 64 << 20, 2, 1 << 20);  // direct from 1 MiB (262144 floats)
+  REQUIRE(batches.size() == 3);
+  CHECK(batches[0].indices == std::vector<size_t>{0, 2, 4});
+  CHECK(batches[1].indices == std::vector<size_t>{1});
+  CHECK(batches[2].indices == std::vector<size_t>{3});
+  auto fused = planFusion(rs, 64 << 20, 2, 0);  // 0: everything that fits is fused
+  REQUIRE(fused.size() == 1);
+}
