@@ -87,13 +87,13 @@ inline double loadFloat(DataType dt, const uint8_t* p) {
   }
 }
 
-// Rank `rank`'s input of `count` elements for reducing with `op`.
+// Elements [first, first + count) of rank `rank`'s input for reducing with `op`.
 inline std::vector<uint8_t> reduceInput(DataType dt, ReduceOp op, int rank, size_t count,
-                                        uint64_t seed) {
+                                        uint64_t seed, size_t first = 0) {
   const size_t elem = sizeOf(dt);
   std::vector<uint8_t> out(count * elem);
   for (size_t i = 0; i < count; ++i) {
-    const uint64_t bits = bitsAt(rank, i, seed);
+    const uint64_t bits = bitsAt(rank, first + i, seed);
     uint8_t* p = out.data() + i * elem;
     if (isFloatingPoint(dt)) {
       storeFloat(dt, floatInput(op, bits), p);
@@ -139,12 +139,13 @@ void foldInts(std::vector<uint8_t>* acc, const std::vector<uint8_t>& in, ReduceO
   }
 }
 
-// Reference for integer and bool dtypes: the exact expected bytes.
+// Reference for integer and bool dtypes: the exact expected bytes of elements
+// [first, first + count).
 inline std::vector<uint8_t> referenceInts(DataType dt, ReduceOp op, int size, size_t count,
-                                          uint64_t seed) {
-  std::vector<uint8_t> acc = reduceInput(dt, op, 0, count, seed);
+                                          uint64_t seed, size_t first = 0) {
+  std::vector<uint8_t> acc = reduceInput(dt, op, 0, count, seed, first);
   for (int r = 1; r < size; ++r) {
-    std::vector<uint8_t> in = reduceInput(dt, op, r, count, seed);
+    std::vector<uint8_t> in = reduceInput(dt, op, r, count, seed, first);
     switch (dt) {
       case DataType::kUInt8:
         foldInts<uint8_t>(&acc, in, op);
@@ -179,13 +180,13 @@ inline std::vector<uint8_t> referenceInts(DataType dt, ReduceOp op, int size, si
   return acc;
 }
 
-// Reference for floating-point dtypes, in double.
+// Reference for floating-point dtypes, in double, of elements [first, first + count).
 inline std::vector<double> referenceFloats(DataType dt, ReduceOp op, int size, size_t count,
-                                           uint64_t seed) {
+                                           uint64_t seed, size_t first = 0) {
   std::vector<double> acc(count);
   for (int r = 0; r < size; ++r) {
     for (size_t i = 0; i < count; ++i) {
-      const double x = floatInput(op, bitsAt(r, i, seed));
+      const double x = floatInput(op, bitsAt(r, first + i, seed));
       if (r == 0) {
         acc[i] = x;
       } else if (op == ReduceOp::kProduct) {
@@ -202,16 +203,18 @@ inline std::vector<double> referenceFloats(DataType dt, ReduceOp op, int size, s
   return acc;
 }
 
-// Describes the first mismatch of `got` against the reference of elements [begin, end), or
-// returns "" when all match. Integers bitwise, floats within a relative tolerance.
+// Describes the first mismatch of the `count` elements at `got` against the reference (which
+// starts at the same element), or returns "" when all match. Integers bitwise, floats within a
+// relative tolerance. `first` only numbers the elements in the message.
 inline std::string compareReduced(DataType dt, const uint8_t* got,
                                   const std::vector<uint8_t>& refInts,
-                                  const std::vector<double>& refFloats, size_t begin, size_t end) {
+                                  const std::vector<double>& refFloats, size_t count,
+                                  size_t first = 0) {
   const size_t elem = sizeOf(dt);
   if (!isFloatingPoint(dt)) {
-    for (size_t i = begin; i < end; ++i) {
-      if (std::memcmp(got + (i - begin) * elem, refInts.data() + i * elem, elem) != 0) {
-        return "element " + std::to_string(i) + " differs bitwise";
+    for (size_t i = 0; i < count; ++i) {
+      if (std::memcmp(got + i * elem, refInts.data() + i * elem, elem) != 0) {
+        return "element " + std::to_string(first + i) + " differs bitwise";
       }
     }
     return "";
@@ -219,11 +222,11 @@ inline std::string compareReduced(DataType dt, const uint8_t* got,
   const double tol = dt == DataType::kFloat16 || dt == DataType::kBFloat16 ? 1e-2
                      : dt == DataType::kFloat32                            ? 1e-5
                                                                            : 1e-12;
-  for (size_t i = begin; i < end; ++i) {
-    const double g = loadFloat(dt, got + (i - begin) * elem);
+  for (size_t i = 0; i < count; ++i) {
+    const double g = loadFloat(dt, got + i * elem);
     const double want = refFloats[i];
     if (!(std::fabs(g - want) <= tol * (1.0 + std::fabs(want)))) {
-      return "element " + std::to_string(i) + " is " + std::to_string(g) + ", expected " +
+      return "element " + std::to_string(first + i) + " is " + std::to_string(g) + ", expected " +
              std::to_string(want);
     }
   }

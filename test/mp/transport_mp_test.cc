@@ -55,6 +55,8 @@ std::vector<Path> paths(bool native) {
   if (native) return {Path::kRing, Path::kNative, Path::kSelected};
   return {Path::kRing, Path::kSelected};
 }
+// The 64 MiB cases run ours and the transport's; the selected entry point runs one of the two.
+bool bigCase(Path p) { return p != Path::kSelected; }
 
 // {0, 1, size-1, a count not divisible by size}, without duplicates.
 std::vector<size_t> smallCounts() {
@@ -95,7 +97,7 @@ void checkAllreduce(Path path, DataType dt, ReduceOp op, size_t count, uint64_t 
   INFO("rank " << rank() << " allreduce " << pathName(path) << " " << toString(dt) << " "
                << toString(op) << " count " << count << ": " << s.toString());
   CHECK(s.isOk());
-  CHECK(compareReduced(dt, data.data(), refInts, refFloats, 0, count) == "");
+  CHECK(compareReduced(dt, data.data(), refInts, refFloats, count) == "");
 }
 
 Status allgathervVia(Path path, const void* send, size_t sendBytes, void* recv,
@@ -128,6 +130,12 @@ void checkAllgatherv(Path path, const std::vector<size_t>& bytes, uint64_t seed,
   CHECK(out == expect);
 }
 
+Status broadcastVia(Path path, void* data, size_t bytes, int root) {
+  if (path == Path::kRing) return ops::p2pBroadcast(T(), data, bytes, root, algos().segmentBytes);
+  if (path == Path::kNative) return T().broadcast(data, bytes, root);
+  return ops::broadcast(T(), algos(), data, bytes, root);
+}
+
 Status reducescatterVia(Path path, const void* send, void* recv, const std::vector<size_t>& counts,
                         DataType dt, ReduceOp op) {
   if (path == Path::kRing) {
@@ -140,21 +148,22 @@ Status reducescatterVia(Path path, const void* send, void* recv, const std::vect
 void checkReducescatter(Path path, DataType dt, ReduceOp op, const std::vector<size_t>& counts,
                         uint64_t seed) {
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  const bool fp = isFloatingPoint(dt);
-  const std::vector<uint8_t> refInts =
-      fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), total, seed);
-  const std::vector<double> refFloats =
-      fp ? referenceFloats(dt, op, size(), total, seed) : std::vector<double>{};
-  std::vector<uint8_t> in = reduceInput(dt, op, rank(), total, seed);
   const size_t me = static_cast<size_t>(rank());
   size_t begin = 0;
   for (size_t r = 0; r < me; ++r) begin += counts[r];
+  // Only this rank's block of the reduced result is needed.
+  const bool fp = isFloatingPoint(dt);
+  const std::vector<uint8_t> refInts =
+      fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), counts[me], seed, begin);
+  const std::vector<double> refFloats =
+      fp ? referenceFloats(dt, op, size(), counts[me], seed, begin) : std::vector<double>{};
+  std::vector<uint8_t> in = reduceInput(dt, op, rank(), total, seed);
   std::vector<uint8_t> out(counts[me] * sizeOf(dt) + 1, 0xEE);
   Status s = reducescatterVia(path, in.data(), out.data(), counts, dt, op);
   INFO("rank " << rank() << " reducescatter " << pathName(path) << " " << toString(dt) << " "
                << toString(op) << " total " << total << ": " << s.toString());
   CHECK(s.isOk());
-  CHECK(compareReduced(dt, out.data(), refInts, refFloats, begin, begin + counts[me]) == "");
+  CHECK(compareReduced(dt, out.data(), refInts, refFloats, counts[me], begin) == "");
   CHECK(out.back() == 0xEE);  // nothing written past this rank's block
 }
 
@@ -218,7 +227,7 @@ TEST_CASE("mp: allreduce of 64 MiB") {
     const auto refFloats =
         fp ? referenceFloats(dt, ReduceOp::kSum, size(), count, seed) : std::vector<double>{};
     for (Path p : paths(T().capabilities().nativeAllreduce)) {
-      checkAllreduce(p, dt, ReduceOp::kSum, count, seed, refInts, refFloats);
+      if (bigCase(p)) checkAllreduce(p, dt, ReduceOp::kSum, count, seed, refInts, refFloats);
     }
   }
 }
@@ -240,7 +249,7 @@ TEST_CASE("mp: allgatherv, every path x dtype x count, unequal blocks, aliasing,
     std::vector<size_t> blocks(static_cast<size_t>(size()), 4 * 1001);
     checkAllgatherv(p, blocks, ++seed, true, "aliasing send");
     std::vector<size_t> big(static_cast<size_t>(size()), kBigBytes / size() / 4 * 4);
-    checkAllgatherv(p, big, ++seed, false, "64 MiB");
+    if (bigCase(p)) checkAllgatherv(p, big, ++seed, false, "64 MiB");
   }
 }
 
@@ -254,10 +263,7 @@ TEST_CASE("mp: broadcast from every root, every path x dtype x count, 64 MiB") {
           std::vector<uint8_t> expect(bytes), buf(bytes, 0x5A);
           fillBytes(expect.data(), bytes, root, ++seed);
           if (rank() == root) buf = expect;
-          Status s = p == Path::kRing
-                         ? ops::p2pBroadcast(T(), buf.data(), bytes, root, algos().segmentBytes)
-                     : p == Path::kNative ? T().broadcast(buf.data(), bytes, root)
-                                          : ops::broadcast(T(), algos(), buf.data(), bytes, root);
+          Status s = broadcastVia(p, buf.data(), bytes, root);
           INFO("rank " << rank() << " broadcast " << pathName(p) << " " << toString(dt) << " count "
                        << count << " root " << root << ": " << s.toString());
           CHECK(s.isOk());
@@ -265,14 +271,12 @@ TEST_CASE("mp: broadcast from every root, every path x dtype x count, 64 MiB") {
         }
       }
     }
+    if (!bigCase(p)) continue;
     std::vector<uint8_t> expect(kBigBytes), buf(kBigBytes, 0);
     const int root = size() - 1;
     fillBytes(expect.data(), kBigBytes, root, ++seed);
     if (rank() == root) buf = expect;
-    Status s = p == Path::kRing
-                   ? ops::p2pBroadcast(T(), buf.data(), kBigBytes, root, algos().segmentBytes)
-               : p == Path::kNative ? T().broadcast(buf.data(), kBigBytes, root)
-                                    : ops::broadcast(T(), algos(), buf.data(), kBigBytes, root);
+    Status s = broadcastVia(p, buf.data(), kBigBytes, root);
     INFO("rank " << rank() << " broadcast 64 MiB " << pathName(p) << ": " << s.toString());
     CHECK(s.isOk());
     CHECK(buf == expect);
@@ -317,7 +321,7 @@ TEST_CASE("mp: alltoallv, every path x dtype x count, 64 MiB") {
         run(p, sizeOf(dt), count, 1, std::string(toString(dt)) + " count " + std::to_string(count));
       }
     }
-    run(p, 1, kBigBytes / (n * n) / 4096, 4096, "64 MiB");
+    if (bigCase(p)) run(p, 1, kBigBytes / (n * n) / 4096, 4096, "64 MiB");
   }
 }
 
@@ -335,8 +339,10 @@ TEST_CASE("mp: reducescatter, every path x dtype x op x count, 64 MiB") {
         checkReducescatter(p, dt, op, skewed, ++seed);
       }
     }
-    checkReducescatter(p, DataType::kFloat32, ReduceOp::kSum, ops::evenSplit(kBigBytes / 4, size()),
-                       ++seed);
+    if (bigCase(p)) {
+      checkReducescatter(p, DataType::kFloat32, ReduceOp::kSum,
+                         ops::evenSplit(kBigBytes / 4, size()), ++seed);
+    }
   }
 }
 

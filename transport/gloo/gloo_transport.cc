@@ -83,9 +83,14 @@ class GlooPending final : public PendingOps {
     if (open_ == 0) return;
     // A posted receive cannot be withdrawn from Gloo, and its pair would stall on the data
     // meant for it: the transport is done for. Failing the context also tells the peers.
-    state_->abortWith(
-        Status(ErrorCode::kAborted, "gloo: a batch was abandoned with " + std::to_string(open_) +
-                                        " operation(s) outstanding (" + outstanding() + ")"));
+    // The first failure this batch saw is the most useful cause for every later call.
+    const std::string abandoned = "gloo: a batch was abandoned with " + std::to_string(open_) +
+                                  " operation(s) outstanding (" + outstanding() + ")";
+    if (!lastTimeout_.isOk()) {
+      state_->abortWith(Status(ErrorCode::kTimeout, lastTimeout_.message() + "; " + abandoned));
+    } else {
+      state_->abortWith(Status(ErrorCode::kAborted, abandoned));
+    }
   }
 
   Entry& add(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, const P2POp& op) {
@@ -103,7 +108,9 @@ class GlooPending final : public PendingOps {
   Status postFailed(Entry& e, const std::exception& ex) {
     e.done = true;  // nothing of it is pending in Gloo
     --open_;
-    return lost(e, glooMessage(ex));
+    Status s = lost(e, glooMessage(ex));
+    state_->abortWith(s);
+    return s;
   }
 
   Status test(bool* done) override {
@@ -130,6 +137,7 @@ class GlooPending final : public PendingOps {
         } catch (...) {
         }
         failed_ = state_->abort.isSet() ? state_->abort.cause() : lost(e, text);
+        state_->abortWith(failed_);  // the pair is closed; peers learn it at once
         return failed_;
       }
     }
@@ -144,7 +152,8 @@ class GlooPending final : public PendingOps {
       KOLO_RETURN_IF_ERROR(test(&done));
       if (done) return Status::ok();
       if (Clock::now() >= deadline) {
-        return Status(ErrorCode::kTimeout, "gloo: timed out waiting for " + outstanding());
+        lastTimeout_ = Status(ErrorCode::kTimeout, "gloo: timed out waiting for " + outstanding());
+        return lastTimeout_;
       }
       backoff.pause();
     }
@@ -175,6 +184,7 @@ class GlooPending final : public PendingOps {
   std::vector<Entry> entries_;
   size_t open_ = 0;
   Status failed_;
+  Status lastTimeout_;
 };
 
 void ignoreSigpipe() {

@@ -115,16 +115,23 @@ class MpiPending final : public PendingOps {
 
   ~MpiPending() override {
     if (open_ == 0 || mpiFinalized()) return;
+    const std::string abandoned = "mpi: a batch was abandoned with " + std::to_string(open_) +
+                                  " operation(s) outstanding (" + outstanding() + ")";
     // Receives can be cancelled; sends cannot (MPI keeps reading their buffers), so an
-    // abandoned batch leaves the transport unusable.
+    // abandoned batch leaves the transport unusable. The first failure the batch saw is the
+    // most useful cause for every later call.
     for (size_t i = 0; i < handles_.size(); ++i) {
       if (handles_[i] == MPI_REQUEST_NULL) continue;
       if (reqs_[i].recv) MPI_Cancel(&handles_[i]);
       MPI_Request_free(&handles_[i]);
     }
-    state_->abort.set(
-        Status(ErrorCode::kAborted, "mpi: a batch was abandoned with " + std::to_string(open_) +
-                                        " operation(s) outstanding (" + outstanding() + ")"));
+    if (!failed_.isOk()) {
+      state_->abort.set(failed_);
+    } else if (!lastTimeout_.isOk()) {
+      state_->abort.set(Status(ErrorCode::kTimeout, lastTimeout_.message() + "; " + abandoned));
+    } else {
+      state_->abort.set(Status(ErrorCode::kAborted, abandoned));
+    }
   }
 
   Status test(bool* done) override {
@@ -178,7 +185,8 @@ class MpiPending final : public PendingOps {
       KOLO_RETURN_IF_ERROR(test(&done));
       if (done) return Status::ok();
       if (Clock::now() >= deadline) {
-        return Status(ErrorCode::kTimeout, "mpi: timed out waiting for " + outstanding());
+        lastTimeout_ = Status(ErrorCode::kTimeout, "mpi: timed out waiting for " + outstanding());
+        return lastTimeout_;
       }
       backoff.pause();
     }
@@ -207,6 +215,7 @@ class MpiPending final : public PendingOps {
   std::vector<MPI_Status> statuses_;
   size_t open_;
   Status failed_;
+  Status lastTimeout_;
 };
 
 }  // namespace
