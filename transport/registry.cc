@@ -122,6 +122,11 @@ Status readLauncher(const GetEnvFn& getenv, const char* rankVar, const char* siz
   return Status::ok();
 }
 
+// "", "localhost", 127.x.x.x or ::1: a rendezvous on this host only.
+bool isLoopbackAddress(const std::string& addr) {
+  return addr.empty() || addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
 bool transportBuilt(TransportKind kind) {
@@ -219,8 +224,12 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
       KOLO_REQUIRE(rank >= 0 && size >= 1 && rank < size, kInvalidArgument,
                    "the Gloo transport needs KOLO_RANK and KOLO_SIZE (got rank " +
                        std::to_string(rank) + " of " + std::to_string(size) + ")");
+      // Loopback is enough when every rank is known to share this host; otherwise listen on
+      // this host's name so that ranks elsewhere can connect (KOLO_GLOO_IFACE overrides both).
       std::string host;
-      if (cfg.glooIface.empty() && cfg.localSize > 0 && cfg.localSize < size) {
+      const bool singleHost = (cfg.localSize > 0 && cfg.localSize == size) ||
+                              (cfg.localSize <= 0 && isLoopbackAddress(cfg.rendezvousAddr));
+      if (cfg.glooIface.empty() && !singleHost) {
         host = cfg.hostname;
         if (host.empty()) {
           char name[HOST_NAME_MAX + 1] = {0};

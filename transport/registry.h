@@ -41,11 +41,12 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 
 // Creates and connects the transport resolveTransportKind(cfg) names, as rank `rank` of `size`
 // (-1: take cfg.rank / cfg.size), and sets its timeout to cfg.timeoutSeconds. Collective: every
-// rank calls it. MPI takes rank and size from MPI itself (a disagreement with the given ones is
-// kInvalidArgument); Gloo needs `store` and listens on cfg.glooIface when set, else on
-// cfg.hostname (or this host's name) when the job spans hosts (localSize < size), else on
-// 127.0.0.1. Waits at most cfg.startTimeoutSeconds for the other ranks. Errors: kUnsupported for
-// a transport this build lacks (or kLoopback, which only in-process tests create), the
+// rank calls it, and waits at most cfg.startTimeoutSeconds for the others. MPI takes rank and
+// size from MPI itself (a disagreement with the given ones is kInvalidArgument). Gloo needs
+// `store`; it listens on cfg.glooIface when set, else on 127.0.0.1 when every rank is known to
+// run on this host (localSize == size, or no local size and a loopback or absent
+// KOLO_RENDEZVOUS_ADDR), else on cfg.hostname (or this host's name). Errors: kUnsupported for a
+// transport this build lacks (or kLoopback, which only in-process tests create), the
 // transport's own errors otherwise.
 Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank, int size,
                        std::unique_ptr<Transport>* out);
