@@ -4,6 +4,7 @@ timeline. Runs under a launcher with N ranks."""
 import json
 import os
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -256,3 +257,36 @@ def test_timeline(kolo_world):
         assert isinstance(events, list) and events
     with pytest.raises(ValueError):
         k.start_timeline("")
+
+
+def test_waiting_releases_the_gil(kolo_world):
+    """While rank 0 waits ~0.6 s for the others, a Python thread keeps running at about the
+    rate it has during time.sleep (if the wait held the GIL it would get a few 5 ms slices)."""
+    k = kolo_world
+    if k.size() == 1:
+        pytest.skip("needs a peer to wait for")
+    counter = [0]
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            counter[0] += 1
+
+    def rate(action):
+        before, t0 = counter[0], time.monotonic()
+        action()
+        return (counter[0] - before) / (time.monotonic() - t0)
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        if k.rank() == 0:
+            idle = rate(lambda: time.sleep(0.3))
+            busy = rate(lambda: k.allreduce(np.ones(4), name="gil_wait"))
+            assert busy > 0.2 * idle, (busy, idle)
+        else:
+            time.sleep(0.9)
+            k.allreduce(np.ones(4), name="gil_wait")
+    finally:
+        stop.set()
+        thread.join()
