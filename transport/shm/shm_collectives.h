@@ -1,0 +1,69 @@
+// Native collectives over the segment's staging slots (internal to transport/shm).
+//
+// Allreduce, the one that matters. The buffer is processed in chunks of chunkBytes; chunk k is
+// cut into n parts (part q is reduced by rank q). For chunk k, rank r:
+//   1. copies every part but its own from its buffer into its own staging slot (publish);
+//   2. waits until every rank published chunk k, then reduces part r across the n inputs (its
+//      own buffer for its own contribution, the others' slots for theirs) into the part-r
+//      position of its own slot -- left free in step 1 -- and into its own buffer;
+//   3. copies every other part q's result out of rank q's slot into its buffer.
+// Per rank and chunk that is (n-1)/n of the chunk copied in, 1/n reduced, (n-1)/n copied out:
+// the user buffer is read once and written once, and staging stays in cache. Step 3 of chunk k
+// is deferred until after step 2 of chunk k+1 (whose wait already proves every rank reduced
+// chunk k), and the slots rotate over three buffers, so the only wait per chunk is step 2's:
+// a rank publishing chunk k+1 while a peer still copies chunk k out is safe by construction.
+// Reductions run in rank order (rank 0's input first), so every rank's copy of a part is the
+// same bits and the result does not depend on which rank reduced it.
+//
+// Broadcast: the root publishes chunks into its slot, the others copy them out. Allgatherv:
+// every rank publishes up to chunkBytes of its block per round, everybody copies every block.
+// Reducescatter: per round each rank publishes its contribution to every other rank's block,
+// then reduces its own block's piece straight into recv.
+//
+// Every chunk carries a descriptor (collective, dtype, op, count, root, chunk index) next to
+// the slot: a rank that sees a peer's differ fails the call with kMismatch naming both, the
+// same way on every rank, and the group stays usable.
+//
+// Blocking: each wait has the transport's timeout (deadline from now); failures as
+// Segment::waitUntil. Thread safety: one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <vector>
+
+#include "core/status.h"
+#include "core/types.h"
+#include "transport/shm/shm_segment.h"
+
+namespace kolo::shm {
+
+class Collectives {
+ public:
+  explicit Collectives(Segment* segment) : seg_(segment) {}
+
+  Status allreduce(void* data, size_t count, DataType dtype, ReduceOp op,
+                   std::chrono::milliseconds timeout);
+  Status broadcast(void* data, size_t bytes, int root, std::chrono::milliseconds timeout);
+  Status allgatherv(const void* send, size_t sendBytes, void* recv,
+                    const std::vector<size_t>& recvBytes, std::chrono::milliseconds timeout);
+  Status reducescatter(const void* send, void* recv, const std::vector<size_t>& recvCounts,
+                       DataType dtype, ReduceOp op, std::chrono::milliseconds timeout);
+
+ private:
+  enum Counter { kPublished, kReduced, kConsumed };
+  std::atomic<uint32_t>& counter(int r, Counter c);
+  // Waits until counter c of every rank but this one reached `target` (wrap-safe).
+  Status waitAll(Counter c, uint32_t target, const char* what, std::chrono::milliseconds timeout);
+  // Chunk g may write staging buffer g % kStagingBuffers once every rank consumed chunk g-3.
+  Status waitBufferFree(uint32_t g, const char* what, std::chrono::milliseconds timeout);
+  void set(Counter c, uint32_t value);
+  // After waiting for every rank's publication of chunk g: kMismatch if a descriptor differs.
+  Status checkDescriptors(uint32_t g, const CallDesc& mine) const;
+  // Ends chunks [first, g] on this rank after a failure, so the counters stay in step.
+  void skipTo(uint32_t g);
+
+  Segment* seg_;
+  uint32_t seq_ = 0;  // chunks this group started, the same on every rank
+};
+
+}  // namespace kolo::shm
