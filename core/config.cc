@@ -17,6 +17,15 @@ const char* toString(TransportKind k) {
   return "unknown";
 }
 
+const char* toString(ShmMode m) {
+  switch (m) {
+    case ShmMode::kAuto: return "auto";
+    case ShmMode::kOn: return "on";
+    case ShmMode::kOff: return "off";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Looks up KOLO_<name>, then each fallback (HOROVOD_<name> first).
@@ -168,6 +177,9 @@ Status Config::fromEnvironment(Config* out,
   env.getString("RENDEZVOUS_DIR", &c.rendezvousDir);
   env.getString("GLOO_IFACE", &c.glooIface);
   KOLO_RETURN_IF_ERROR(env.getDouble("START_TIMEOUT", 1, 86400, &c.startTimeoutSeconds));
+  std::string shm = "auto";
+  KOLO_RETURN_IF_ERROR(env.getChoice("SHM", {"auto", "on", "off"}, &shm));
+  c.shm = shm == "on" ? ShmMode::kOn : shm == "off" ? ShmMode::kOff : ShmMode::kAuto;
 
   KOLO_RETURN_IF_ERROR(env.getInt("FUSION_THRESHOLD", int64_t{0}, int64_t{1} << 40,
                                   &c.fusionThresholdBytes));
@@ -212,7 +224,7 @@ std::string Config::toString() const {
     << "\nKOLO_CROSS_SIZE=" << crossSize << "\nKOLO_HOSTNAME=" << hostname
     << "\nKOLO_RENDEZVOUS_ADDR=" << rendezvousAddr << "\nKOLO_RENDEZVOUS_PORT=" << rendezvousPort
     << "\nKOLO_RENDEZVOUS_DIR=" << rendezvousDir << "\nKOLO_GLOO_IFACE=" << glooIface
-    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds
+    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm)
     << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck

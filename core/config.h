@@ -15,6 +15,10 @@ namespace kolo {
 enum class TransportKind { kAuto = 0, kLoopback = 1, kMpi = 2, kGloo = 3 };
 const char* toString(TransportKind k);
 
+// KOLO_SHM: put a shared-memory transport over the base one when every rank is on this host.
+enum class ShmMode { kAuto = 0, kOn = 1, kOff = 2 };
+const char* toString(ShmMode m);
+
 struct Config {
   // --- who am I (set by kolorun, mpirun or srun; -1 = unknown) --------------------------------
   TransportKind transport = TransportKind::kAuto;  // KOLO_CONTROLLER=auto|mpi|gloo
@@ -27,6 +31,7 @@ struct Config {
   std::string rendezvousDir;                       // KOLO_RENDEZVOUS_DIR (file store)
   std::string glooIface;                           // KOLO_GLOO_IFACE (network interface)
   double startTimeoutSeconds = 120;                // KOLO_START_TIMEOUT
+  ShmMode shm = ShmMode::kAuto;                    // KOLO_SHM=auto|on|off
 
   // --- the coordinator ---------------------------------------------------------------------
   int64_t fusionThresholdBytes = 128ll << 20;  // KOLO_FUSION_THRESHOLD (0 = no fusion)

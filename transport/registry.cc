@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kolo/build_config.h"
+#include "transport/shm/shm_transport.h"
 
 #if KOLO_HAVE_MPI
 #include "transport/mpi/mpi_transport.h"
@@ -246,6 +247,7 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
     }
   }
   t->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.timeoutSeconds * 1000.0)));
+  KOLO_RETURN_IF_ERROR(applyShmConfig(cfg, &t));  // KOLO_SHM: shared memory on one host
   *out = std::move(t);
   return Status::ok();
 }
