@@ -152,7 +152,7 @@ def mpi_threads_supported():
 
 
 def transport_name():
-    """"mpi", "gloo" or "loopback" ("" before init)."""
+    """The transport the job runs on ("gloo", "mpi", "shm", "loopback"; "" before init)."""
     name = _lib.lib.kolo_transport_name()
     return name.decode() if name else ""
 
