@@ -1,0 +1,11 @@
+# The timeline through the runtime, under kolorun (Gloo) at 2 and 3 ranks.
+add_executable(kolo_mp_timeline_test timeline_mp_test.cc $<TARGET_OBJECTS:kolo_catch_main>)
+target_link_libraries(kolo_mp_timeline_test PRIVATE kolo Catch2::Catch2)
+foreach(np 2 3)
+  set(dir ${CMAKE_CURRENT_BINARY_DIR}/timeline_np${np})
+  add_test(NAME kolo_mp_timeline_np${np}
+    COMMAND ${CMAKE_COMMAND} -E env KOLO_TEST_TIMELINE_DIR=${dir}
+            sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && exec \"$0\" \"$@\""
+            ${kolo_kolorun} -np ${np} $<TARGET_FILE:kolo_mp_timeline_test>)
+  set_tests_properties(kolo_mp_timeline_np${np} PROPERTIES LABELS "mp" TIMEOUT 120)
+endforeach()

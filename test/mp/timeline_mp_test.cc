@@ -1,0 +1,110 @@
+// The timeline through the runtime as N processes: KOLO_TIMELINE with all-ranks mode and cycle
+// marks, then start/stop/start at run time. Every rank checks its own files: valid JSON (parsed
+// by python3's json module), the tensor names, NEGOTIATE_ALLREDUCE, ALLREDUCE, the activities,
+// CYCLE_START, dtype/shape args and the start time.
+#include <catch2/catch.hpp>
+#include <kolo.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool validJson(const std::string& path) {
+  std::string cmd = "/usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' '" + path + "'";
+  return std::system(cmd.c_str()) == 0;
+}
+
+void allreduceSome(const std::string& prefix, int count) {
+  std::vector<std::vector<float>> bufs(count, std::vector<float>(1000, 1.f));
+  std::vector<int64_t> shape = {10, 100};
+  std::vector<kolo_handle_t> hs(count);
+  for (int i = 0; i < count; ++i) {
+    kolo_tensor_t t = {bufs[i].data(), KOLO_FLOAT32, 2, shape.data(), KOLO_CPU_DEVICE, nullptr};
+    REQUIRE(kolo_allreduce_async((prefix + std::to_string(i)).c_str(), &t, nullptr, KOLO_SUM, 1, 1,
+                                 0, nullptr, nullptr, &hs[i]) == KOLO_OK);
+  }
+  for (auto h : hs) {
+    REQUIRE(kolo_handle_wait(h, 60) == KOLO_OK);
+    kolo_handle_release(h);
+  }
+}
+
+void barrier() {
+  kolo_handle_t h;
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 60) == KOLO_OK);
+  kolo_handle_release(h);
+}
+
+}  // namespace
+
+TEST_CASE("KOLO_TIMELINE with all ranks and cycle marks; start/stop/start at run time") {
+  const char* dirEnv = std::getenv("KOLO_TEST_TIMELINE_DIR");
+  REQUIRE(dirEnv != nullptr);
+  const std::string dir = dirEnv;
+  setenv("KOLO_TIMELINE", (dir + "/env.json").c_str(), 1);
+  setenv("KOLO_TIMELINE_ALL_RANKS", "1", 1);
+  setenv("KOLO_TIMELINE_MARK_CYCLES", "1", 1);
+  REQUIRE(kolo_init() == KOLO_OK);
+  const int rank = kolo_rank();
+  allreduceSome("grad/layer", 20);  // several fused into one batch
+  std::vector<float> big(1 << 19, 1.f);  // 2 MiB: runs alone, without the fusion buffer
+  int64_t bigShape[1] = {1 << 19};
+  kolo_tensor_t tb = {big.data(), KOLO_FLOAT32, 1, bigShape, KOLO_CPU_DEVICE, nullptr};
+  kolo_handle_t h;
+  REQUIRE(kolo_allreduce_async("grad/big", &tb, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 60) == KOLO_OK);
+  kolo_handle_release(h);
+
+  // Run-time control: a new file each time; starting twice with the same file is harmless.
+  const std::string first = dir + "/first.json", second = dir + "/second.json";
+  REQUIRE(kolo_start_timeline(first.c_str(), 0) == KOLO_OK);
+  REQUIRE(kolo_start_timeline(first.c_str(), 0) == KOLO_OK);
+  allreduceSome("phase1/t", 3);
+  REQUIRE(kolo_stop_timeline() == KOLO_OK);
+  allreduceSome("between/t", 2);
+  REQUIRE(kolo_start_timeline(second.c_str(), 1) == KOLO_OK);
+  allreduceSome("phase2/t", 3);
+  barrier();
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+
+  // KOLO_TIMELINE_ALL_RANKS: "env.json" -> "env.<rank>.json" on every rank.
+  const std::string envFile = dir + "/env." + std::to_string(rank) + ".json";
+  REQUIRE(validJson(envFile));
+  std::string env = readFile(envFile);
+  for (const char* needle :
+       {"grad/layer0", "grad/layer19", "grad/big", "NEGOTIATE_ALLREDUCE", "\"ALLREDUCE\"",
+        "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER", "CYCLE_START", "float32",
+        "start_time"}) {
+    INFO("rank " << rank << " looks for " << needle << " in " << envFile);
+    CHECK(env.find(needle) != std::string::npos);
+  }
+  // The transport step of the job: ring, or the transport's native collective.
+  CHECK((env.find("RING_ALLREDUCE") != std::string::npos ||
+         env.find("_ALLREDUCE\"") != std::string::npos));
+
+  // Run-time files follow the all-ranks rule too.
+  const std::string f1 = dir + "/first." + std::to_string(rank) + ".json";
+  const std::string f2 = dir + "/second." + std::to_string(rank) + ".json";
+  REQUIRE(validJson(f1));
+  REQUIRE(validJson(f2));
+  std::string a = readFile(f1), b = readFile(f2);
+  CHECK(a.find("phase1/t0") != std::string::npos);
+  CHECK(a.find("phase2/t0") == std::string::npos);
+  CHECK(a.find("between/t0") == std::string::npos);
+  CHECK(a.find("CYCLE_START") == std::string::npos);
+  CHECK(b.find("phase2/t2") != std::string::npos);
+  CHECK(b.find("phase1/t0") == std::string::npos);
+  CHECK(b.find("CYCLE_START") != std::string::npos);
+}
