@@ -38,9 +38,20 @@ def test_topology(kolo_world):
 
 
 def test_init_twice_is_noop(kolo_world):
-    r = kolo_world.rank()
-    kolo_world.init()
-    assert kolo_world.rank() == r
+    k = kolo_world
+    r = k.rank()
+    k.init()
+    assert k.rank() == r
+    # Horovod's init(process_sets=[...]) registers the sets (collectively).
+    last = k.ProcessSet([k.size() - 1])
+    k.init(process_sets=[last])
+    assert last.process_set_id is not None and last.size() == 1
+    assert last.included() == (r == k.size() - 1)
+    k.remove_process_set(last)
+    with pytest.raises(ValueError):
+        k.init(comm=[0])
+    with pytest.raises(ValueError):
+        k.init(process_sets="static")
 
 
 def test_ranks_agree(kolo_world):

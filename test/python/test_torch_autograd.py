@@ -139,3 +139,33 @@ def test_reducescatter_grad(hvd):
         expect.append(float(q + 1) if (r == n - 1 or n == 1) else 0.0)
         expect.append(float(q + 1) if r == 0 else 0.0)
     torch.testing.assert_close(x.grad, torch.tensor(expect).unsqueeze(1))
+
+
+def test_sync_batch_norm_matches_global_batch(hvd):
+    n, r, _ = _world(hvd)
+    g = torch.Generator().manual_seed(7)
+    full = torch.randn(4 * n, 3, 5, generator=g, dtype=torch.float64)
+    target = torch.randn(4 * n, 3, 5, generator=g, dtype=torch.float64)
+    reference = torch.nn.BatchNorm1d(3).double()
+    sync = hvd.SyncBatchNorm(3).double()
+    with torch.no_grad():
+        for bn in (reference, sync):
+            bn.weight.copy_(torch.tensor([0.5, 1.0, 2.0]))
+            bn.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+    x_ref = full.clone().requires_grad_(True)
+    y_ref = reference(x_ref)
+    ((y_ref - target) ** 2).sum().backward()
+    rows = slice(4 * r, 4 * (r + 1))
+    x = full[rows].clone().requires_grad_(True)
+    y = sync(x)
+    ((y - target[rows]) ** 2).sum().backward()
+    torch.testing.assert_close(y.detach(), y_ref.detach()[rows])
+    torch.testing.assert_close(x.grad, x_ref.grad[rows])
+    # Parameter gradients are per-rank partial sums; their allreduce is the full-batch one.
+    torch.testing.assert_close(hvd.allreduce(sync.weight.grad, op=hvd.Sum), reference.weight.grad)
+    torch.testing.assert_close(hvd.allreduce(sync.bias.grad, op=hvd.Sum), reference.bias.grad)
+    torch.testing.assert_close(sync.running_mean, reference.running_mean)
+    torch.testing.assert_close(sync.running_var, reference.running_var)
+    sync.eval()
+    reference.eval()
+    torch.testing.assert_close(sync(full[rows]), reference(full[rows]))

@@ -30,6 +30,8 @@ from kolo.torch.mpi_ops import (allgather, allgather_async, allreduce, allreduce
                                 grouped_reducescatter_async, join, poll, reducescatter,
                                 reducescatter_async, sparse_allreduce_async, synchronize)
 from kolo.torch.optimizer import DistributedOptimizer
+from kolo.torch.sync_batch_norm import SyncBatchNorm
+from kolo.torch.trainer import KoloModule, Trainer  # the Trainer adapter (trainer.py)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -45,5 +47,5 @@ __all__ = [
     "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
     "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async", "join",
     "barrier", "poll", "synchronize", "DistributedOptimizer", "broadcast_parameters",
-    "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+    "broadcast_optimizer_state", "broadcast_object", "allgather_object", "SyncBatchNorm",
 ]

@@ -1,0 +1,65 @@
+"""SyncBatchNorm, as horovod.torch.SyncBatchNorm: batch normalization whose training-mode
+statistics cover the whole global batch (every rank's samples), not just the local one.
+
+Per forward pass one differentiable allreduce (Sum) carries the per-channel sums, sums of
+squares and the sample count; mean and biased variance follow from them, and autograd's
+gradient through that allreduce (the same Sum allreduce of the gradients) makes the backward
+pass match a single process that saw the global batch. Statistics are accumulated in float32
+for half-precision inputs. In eval mode, or in a job of one rank, it is plain batch norm.
+"""
+
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from kolo.basics import size
+from kolo.common import Sum
+from kolo.process_sets import global_process_set
+from kolo.torch.mpi_ops import allreduce
+
+
+class SyncBatchNorm(_BatchNorm):
+    """Drop-in for torch.nn.BatchNorm{1,2,3}d in data-parallel training (any input with a
+    channel dimension 1 and at least 2 dimensions)."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_set=global_process_set):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self.process_set = process_set
+
+    def _check_input_dim(self, input):
+        if input.dim() < 2:
+            raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        if not self.training or size() == 1:
+            return super().forward(input)
+        factor = 0.0
+        if self.track_running_stats:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:
+                factor = 1.0 / float(self.num_batches_tracked)
+            else:
+                factor = self.momentum
+        channels = input.size(1)
+        work = input.float() if input.dtype in (torch.float16, torch.bfloat16) else input
+        dims = [0] + list(range(2, input.dim()))
+        count = torch.tensor([float(input.numel() // max(1, channels))], dtype=work.dtype,
+                             device=work.device)
+        stats = torch.cat([work.sum(dims), (work * work).sum(dims), count])
+        total = allreduce(stats, op=Sum, process_set=self.process_set)
+        n = total[2 * channels]
+        mean = total[:channels] / n
+        var = (total[channels:2 * channels] / n - mean * mean).clamp(min=0)
+        if self.track_running_stats:
+            with torch.no_grad():
+                unbiased = var * (n / (n - 1)) if n.item() > 1 else var
+                self.running_mean.mul_(1 - factor).add_(mean.detach().to(self.running_mean.dtype),
+                                                        alpha=factor)
+                self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype),
+                                                       alpha=factor)
+        shape = [1, channels] + [1] * (input.dim() - 2)
+        out = (work - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        if self.affine:
+            out = out * self.weight.view(shape).to(out.dtype) + self.bias.view(shape).to(out.dtype)
+        return out.to(input.dtype)
