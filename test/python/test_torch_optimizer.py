@@ -176,7 +176,7 @@ def test_synchronize_skip_and_zero_grad_guard(hvd):
 
 
 def test_unused_parameter_on_some_ranks(hvd):
-    n, r = hvd.size(), hvd.rank()
+    r = hvd.rank()
     torch.manual_seed(5)
     a = torch.nn.Linear(3, 3).double()
     b = torch.nn.Linear(3, 3).double()
@@ -229,7 +229,7 @@ def test_broadcast_parameters_forms(hvd):
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_broadcast_optimizer_state(hvd, kind):
-    n, r = hvd.size(), hvd.rank()
+    r = hvd.rank()
     m = _model()
     if kind == "sgd":
         opt = torch.optim.SGD(m.parameters(), lr=0.01 * (r + 1), momentum=0.5 + 0.1 * r)
