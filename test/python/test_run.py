@@ -59,3 +59,34 @@ def test_run_arguments():
         kolo.run("not callable", np=1)
     with pytest.raises(ValueError):
         kolo.run(_work, np=2, hosts="a:1,b:1")
+
+
+def _lose_a_peer(folder):
+    import os
+    import time
+
+    import numpy as np
+
+    import kolo
+    kolo.init()
+    kolo.barrier()
+    if kolo.rank() == 1:
+        os._exit(3)  # dies without a word
+    start = time.monotonic()
+    try:
+        kolo.allreduce(np.ones(4), name="after_the_loss")
+        outcome = "no error"
+    except kolo.KoloInternalError as e:
+        outcome = "%s|%s" % (e.status_name, e)
+    with open(os.path.join(folder, "rank0.txt"), "w") as f:
+        f.write("%.1f|%s" % (time.monotonic() - start, outcome))
+    return outcome
+
+
+def test_lost_peer_fails_pending_ops(tmp_path):
+    import kolo
+    with pytest.raises(RuntimeError, match="rank 1 exited with code 3"):
+        kolo.run(_lose_a_peer, args=(str(tmp_path),), np=2, env={"KOLO_TIMEOUT_SECONDS": "3"})
+    seconds, status, message = (tmp_path / "rank0.txt").read_text().split("|", 2)
+    assert status in ("PEER_LOST", "ABORTED", "TIMEOUT", "SHUTDOWN"), message
+    assert float(seconds) < 60
