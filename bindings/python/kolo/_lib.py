@@ -19,7 +19,7 @@ import ctypes.util
 import glob
 import os
 
-# ---- constants mirrored from kolo.h ---------------------------------------------------------------
+# ---- constants mirrored from kolo.h ---------------------------------------------------------
 OK = 0
 ERR_INVALID_ARGUMENT = 1
 ERR_MISMATCH = 2

@@ -78,10 +78,11 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
     d_out = A.describe(output, label) if output is not None else None
     full = common.names.make("allreduce", name, ps_id)
 
+    out_ref = ctypes.byref(d_out) if d_out is not None else None
+
     def submit(hp):
-        return _lib.lib.kolo_allreduce_async(
-            _encode(full), ctypes.byref(d_in), ctypes.byref(d_out) if d_out is not None else None, c_op,
-            pre, post, ps_id, _NO_CB, None, hp)
+        return _lib.lib.kolo_allreduce_async(_encode(full), ctypes.byref(d_in), out_ref, c_op,
+                                             pre, post, ps_id, _NO_CB, None, hp)
 
     if inplace:
         finish = lambda hs: _copy_back(A, tensor, work)  # noqa: E731
