@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 
@@ -31,10 +32,20 @@ bool mpiFinalized() {
   return finalized != 0;
 }
 
+// Set once any MPI transport of this process aborted (a peer timed out, a batch was abandoned).
+// Process-wide like MPI itself: it decides what the atexit hook below may do.
+std::atomic<bool>& anyTransportAborted() {
+  static std::atomic<bool> aborted{false};
+  return aborted;
+}
+
 // Registered with atexit when kolo initialized MPI: MPI cannot be re-initialized after
-// MPI_Finalize, so it has to stay up until the process ends.
+// MPI_Finalize, so it has to stay up until the process ends. After an abort it is not
+// finalized: MPI_Finalize synchronizes with every rank, so a survivor would block forever in
+// exit() on the peer that stopped answering. Exiting without it lets mpirun see the failure and
+// tear the job down (the stopped rank included).
 void finalizeMpiAtExit() {
-  if (!mpiFinalized()) MPI_Finalize();
+  if (!mpiFinalized() && !anyTransportAborted().load()) MPI_Finalize();
 }
 
 const char* threadLevelName(int level) {
@@ -238,6 +249,7 @@ MpiShared::~MpiShared() {
 
 void MpiShared::abortWith(const Status& cause) {
   abort.set(cause);
+  anyTransportAborted().store(true);
   std::vector<std::shared_ptr<MpiShared>> alive;
   {
     std::lock_guard<std::mutex> lock(childrenMu_);
