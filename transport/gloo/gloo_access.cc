@@ -7,6 +7,7 @@
 // against, and is used exactly as Gloo itself uses it (the buffer's mutex guards its counters
 // and exception; signalException is what Gloo calls from a user thread after a timeout).
 #include <gloo/transport/tcp/context.h>
+#include <gloo/transport/tcp/pair.h>
 #include <gloo/transport/tcp/unbound_buffer.h>
 
 #include <cstring>
@@ -34,6 +35,12 @@ struct BufferAccess : TcpBuffer {
   }
 };
 
+struct PairAccess : gloo::transport::tcp::Pair {
+  static std::string peer(gloo::transport::tcp::Pair* p) {
+    return (p->*(&PairAccess::peer_)).str();
+  }
+};
+
 struct ContextAccess : TcpContext {
   static void signal(TcpContext* c, const std::string& message) {
     (c->*(&ContextAccess::signalException))(message);
@@ -52,6 +59,16 @@ BufferState peekBuffer(gloo::transport::UnboundBuffer* buffer, bool recv,
 void GlooContext::fail(const std::string& message) {
   auto tcp = std::dynamic_pointer_cast<TcpContext>(transportContext_);
   if (tcp) ContextAccess::signal(tcp.get(), message);
+}
+
+std::string peerAddress(gloo::rendezvous::Context& context, int rank) {
+  if (rank < 0 || rank >= context.size || rank == context.rank) return "";
+  try {
+    auto* pair = dynamic_cast<gloo::transport::tcp::Pair*>(context.getPair(rank).get());
+    return pair == nullptr ? "" : PairAccess::peer(pair);
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 std::string glooMessage(const std::exception& e) {

@@ -32,13 +32,22 @@ Status GlooTransport::runNative(const char* what, Fn&& fn) {
     text = "unknown exception";
   }
   if (state_->abort.isSet()) return state_->abort.cause();
-  // Gloo's messages name the peer's address, not its rank: they are passed on verbatim.
+  // Gloo's messages name the peer's address, not its rank: map it back to the rank.
   const bool timedOut = text.find("Timed out") != std::string::npos;
+  int peer = -1;
+  for (int r = 0; r < state_->size && !timedOut; ++r) {
+    std::string addr = peerAddress(*state_->context, r);
+    if (!addr.empty() && text.find(addr) != std::string::npos) peer = r;
+  }
   Status s =
       timedOut
           ? Status(ErrorCode::kTimeout, std::string("gloo: native ") + what + " timed out after " +
                                             std::to_string(timeout().count()) + " ms: " + text)
-          : Status(ErrorCode::kPeerLost, std::string("gloo: native ") + what + " failed: " + text);
+          : Status(ErrorCode::kPeerLost,
+                   std::string("gloo: native ") + what + " failed" +
+                       (peer >= 0 ? ", lost " + state_->describe(peer) : std::string()) + ": " +
+                       text);
+  if (peer >= 0) s = state_->explainLoss(peer, s);
   state_->abortWith(s);
   return s;
 }

@@ -50,13 +50,15 @@ class Backoff {
   long sleepUs_ = 0;
 };
 
-// ---- the two places where kolo reaches past Gloo's public API (gloo_access.cc) ---------------
+// ---- the places where kolo reaches past Gloo's public API (gloo_access.cc) ---------------
 // Gloo 0.0~git20220518 offers no non-blocking completion test and no way to interrupt a wait
 // from another thread: its waitRecv/waitSend throw on timeout *and* close every connection of
 // the context. kolo therefore (1) peeks at a tcp::UnboundBuffer's completion counters and
 // pending exception under the buffer's own mutex, and (2) fails a whole context through
-// tcp::Context::signalException, the very call Gloo makes after an application timeout. Both
-// are protected members of the installed headers, reached through derived accessor classes.
+// tcp::Context::signalException, the very call Gloo makes after an application timeout. Its
+// errors name a peer's address only, so (3) reads a tcp::Pair's peer address to map it back to
+// a rank. All are protected members of the installed headers, reached through derived
+// accessor classes.
 
 enum class BufferState { kPending, kDone, kFailed };
 // Requires a buffer created by a tcp device. On kFailed, *error is the pending exception.
@@ -74,6 +76,10 @@ class GlooContext : public gloo::rendezvous::Context {
 // "[/path/pair.cc:612] Connection closed by peer" -> "Connection closed by peer"
 std::string glooMessage(const std::exception& e);
 
+// The address Gloo prints for the peer `rank` of a connected context ("[127.0.0.1]:4242"), as
+// it appears in Gloo's error messages; empty if unknown.
+std::string peerAddress(gloo::rendezvous::Context& context, int rank);
+
 // State shared by a transport and its batches.
 struct GlooShared {
   std::shared_ptr<GlooContext> context;
@@ -87,8 +93,14 @@ struct GlooShared {
   // Records the cause (first wins) and fails the Gloo context, so that every wait on it -- ours
   // and those inside Gloo's own collectives -- returns promptly, and peers see the connections
   // close instead of waiting for their timeout. Transports split from this one abort too.
+  // Before failing the context it leaves the cause in the store as this rank's abort note.
   void abortWith(const Status& cause);
   void addChild(const std::shared_ptr<GlooShared>& child);
+  // `direct` is the failure seen on the connection to `groupRank`. When that peer aborted
+  // first (it left an abort note), its own cause is returned instead, marked as relayed: a
+  // survivor then names the rank that was really lost, not the survivor that passed the
+  // failure on by closing its connections. Waits at most kAbortNoteWait for the note.
+  Status explainLoss(int groupRank, const Status& direct) const;
 
  private:
   std::mutex childrenMu_;

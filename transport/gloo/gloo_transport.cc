@@ -108,7 +108,7 @@ class GlooPending final : public PendingOps {
   Status postFailed(Entry& e, const std::exception& ex) {
     e.done = true;  // nothing of it is pending in Gloo
     --open_;
-    Status s = lost(e, glooMessage(ex));
+    Status s = state_->explainLoss(e.peer, lost(e, glooMessage(ex)));
     state_->abortWith(s);
     return s;
   }
@@ -136,7 +136,8 @@ class GlooPending final : public PendingOps {
           text = glooMessage(ex);
         } catch (...) {
         }
-        failed_ = state_->abort.isSet() ? state_->abort.cause() : lost(e, text);
+        failed_ = state_->abort.isSet() ? state_->abort.cause()
+                                        : state_->explainLoss(e.peer, lost(e, text));
         state_->abortWith(failed_);  // the pair is closed; peers learn it at once
         return failed_;
       }
@@ -208,8 +209,21 @@ void Backoff::pause() {
   nanosleep(&ts, nullptr);
 }
 
+// Abort notes: "kolo/abort/<group rank>" in the group's store holds "<code>:<message>" of the
+// cause a rank aborted with. It is written before the rank's connections close, so a peer that
+// sees them close finds it at once; kAbortNoteWait only covers Gloo closing a context by itself
+// (its own timeouts) just before kolo writes the note.
+constexpr char kAbortNoteKey[] = "kolo/abort/";
+constexpr std::chrono::milliseconds kAbortNoteWait{200};
+
 void GlooShared::abortWith(const Status& cause) {
   if (!abort.set(cause)) return;
+  if (context && store) {
+    // Best effort: without a store (it may be gone) peers just name this rank.
+    const std::string text = std::to_string(static_cast<int>(cause.code())) + ":" + cause.message();
+    store->set(kAbortNoteKey + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()))
+        .ignore();
+  }
   if (context) context->fail("kolo: transport aborted: " + cause.toString());
   std::vector<std::shared_ptr<GlooShared>> alive;
   {
@@ -227,6 +241,21 @@ void GlooShared::addChild(const std::shared_ptr<GlooShared>& child) {
                                  [](const std::weak_ptr<GlooShared>& w) { return w.expired(); }),
                   children_.end());
   children_.push_back(child);
+}
+
+Status GlooShared::explainLoss(int groupRank, const Status& direct) const {
+  if (!store || groupRank < 0 || groupRank >= size) return direct;
+  std::vector<uint8_t> note;
+  if (!store->get(kAbortNoteKey + std::to_string(groupRank), &note, kAbortNoteWait).isOk()) {
+    return direct;  // no note: the peer itself died or closed its connections
+  }
+  std::string text(note.begin(), note.end());
+  size_t colon = text.find(':');
+  int code = colon == std::string::npos ? 0 : std::atoi(text.substr(0, colon).c_str());
+  if (code <= 0 || code > static_cast<int>(ErrorCode::kJoined)) return direct;
+  return Status(static_cast<ErrorCode>(code), text.substr(colon + 1) + " (seen by " +
+                                                  describe(groupRank) +
+                                                  ", which then closed its connections)");
 }
 
 std::string GlooShared::describe(int groupRank) const {
