@@ -177,8 +177,8 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   }
   (*view)[kFlagNothingNew] = nothingNew ? 1 : 0;
   (*view)[kFlagIdle] = idle ? 1 : 0;
-  return ops::allreduce(*d_.global, controlPlane(d_.config.algorithms), view->data(), view->size(),
-                        DataType::kUInt8, ReduceOp::kMin);
+  return ops::allreduce(*d_.global, controlPlane(d_.config.algorithms), view->data(),
+                        view->size(), DataType::kUInt8, ReduceOp::kMin);
 }
 
 Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, ResponseList* out) {
@@ -282,13 +282,14 @@ Status Coordinator::gatherAtRoot(const std::vector<uint8_t>& mine,
 
 Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
   uint64_t len = bytes->size();
-  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, controlPlane(d_.config.algorithms), &len, sizeof(len), 0));
+  const ops::AlgorithmConfig algs = controlPlane(d_.config.algorithms);
+  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, algs, &len, sizeof(len), 0));
   if (len > (uint64_t{1} << 32)) {
     return Status(ErrorCode::kInternal, "rank 0 announced a " + std::to_string(len) +
                                             "-byte response list");
   }
   bytes->resize(len);
-  return ops::broadcast(*d_.global, controlPlane(d_.config.algorithms), bytes->data(), len, 0);
+  return ops::broadcast(*d_.global, algs, bytes->data(), len, 0);
 }
 
 void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {

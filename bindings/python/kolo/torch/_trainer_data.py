@@ -28,10 +28,11 @@ def _loader_parameters():
         return set(_CARRIED) | {"batch_size", "sampler", "shuffle"}
 
 
-def shard_loader(loader, rank, size, seed, what):
+def shard_loader(loader, rank, size, seed, what, shuffle=None):
     """Returns (loader, sampler): `loader` re-made over DistributedSampler(num_replicas=size,
     rank=rank, shuffle=<as the original loader>) with its batch size, collate_fn, workers etc.
 
+    shuffle=False forces an ordered shard (validation: every sample once, in order).
     A loader that already uses a DistributedSampler is returned as it is. `what` names the
     loader in errors ("train_dataloader"). Raises TypeError/ValueError for what cannot be
     sharded this way (not a DataLoader, an IterableDataset, a custom sampler or batch sampler);
@@ -54,12 +55,13 @@ def shard_loader(loader, rank, size, seed, what):
         if sampler.replacement or sampler._num_samples is not None:
             raise ValueError("%s samples with replacement or a num_samples; DistributedSampler "
                              "cannot reproduce that%s" % (what, hint))
-        shuffle = True
+        shuffled = True
     elif type(sampler) is SequentialSampler:
-        shuffle = False
+        shuffled = False
     else:
         raise ValueError("%s uses a custom sampler (%s)%s" % (what, type(sampler).__name__, hint))
 
+    shuffle = shuffled if shuffle is None else bool(shuffle)
     dist = DistributedSampler(loader.dataset, num_replicas=size, rank=rank, shuffle=shuffle,
                               seed=seed, drop_last=False)
     accepted = _loader_parameters()

@@ -141,3 +141,15 @@ class Schedules:
         states = broadcast_object([c.scheduler.state_dict() for c in self.configs], root_rank,
                                   name="kolo.trainer.lr_schedulers")
         self.load_state_dicts(states)
+
+
+def load_state_keeping_groups(optimizer, state_dict):
+    """optimizer.load_state_dict(state_dict), keeping the param_group dicts as the same objects.
+
+    torch's load_state_dict replaces them with new dicts, which would cut a DistributedOptimizer
+    off from the lr schedulers built on the optimizer it wraps (they share those dicts)."""
+    groups = optimizer.param_groups
+    optimizer.load_state_dict(state_dict)
+    for old, new in zip(groups, optimizer.param_groups):
+        old.update(new)  # new["params"] is old["params"]
+    optimizer.param_groups = groups

@@ -36,7 +36,8 @@ from kolo.torch.mpi_ops import allreduce
 from kolo.torch.optimizer import DistributedOptimizer
 from kolo.common import Max
 from kolo.torch._trainer_module import KoloModule, attach, lightning_module_type
-from kolo.torch._trainer_optim import Schedules, configure_optimizers
+from kolo.torch._trainer_optim import (Schedules, configure_optimizers,
+                                       load_state_keeping_groups)
 
 __all__ = ["Trainer", "KoloModule"]
 
@@ -176,6 +177,9 @@ class Trainer:
                 optimizer, named_parameters=named, compression=self.compression,
                 backward_passes_per_step=self.accumulate_grad_batches,
                 gradient_predivide_factor=self.gradient_predivide_factor)
+            # The wrapper is a new optimizer over the same param_groups: carry over any state
+            # the module's optimizer already has (it is broadcast from root_rank below).
+            self.optimizer.state.update(optimizer.state)
             schedules = Schedules(self.lr_schedulers, self.optimizer)
             start_epoch = self._initial_state(module, self.optimizer, schedules, ckpt_path)
             schedules.resume_at(start_epoch, self.global_step)
@@ -285,7 +289,8 @@ class Trainer:
             loaders = make()
         if loaders is None:
             return None
-        self.val_dataloader, self.val_sampler = self._shard(loaders, "val_dataloader")
+        self.val_dataloader, self.val_sampler = self._shard(loaders, "val_dataloader",
+                                                            shuffle=False)
         return self.val_dataloader
 
     def _run_validation(self, module, loader, history):
@@ -308,10 +313,11 @@ class Trainer:
         self._publish(metrics.reduce_across_ranks(self._epoch_log.local(), "val"), history)
 
     # ---- state -----------------------------------------------------------------------------------
-    def _shard(self, loader, what):
+    def _shard(self, loader, what, shuffle=None):
         if not self.use_distributed_sampler:
             return loader, getattr(loader, "sampler", None)
-        return data.shard_loader(loader, self.global_rank, self.world_size, self.seed, what)
+        return data.shard_loader(loader, self.global_rank, self.world_size, self.seed, what,
+                                 shuffle)
 
     def _initial_state(self, module, opt, schedules, ckpt_path):
         """Makes every rank start from root_rank's parameters and optimizer state (restored
@@ -321,7 +327,7 @@ class Trainer:
             def load():
                 ckpt = torch.load(os.fspath(ckpt_path), map_location="cpu")
                 module.load_state_dict(ckpt["state_dict"])
-                opt.load_state_dict(ckpt["optimizer_states"][0])
+                load_state_keeping_groups(opt, ckpt["optimizer_states"][0])
                 schedules.load_state_dicts(ckpt.get("lr_schedulers", []))
                 return ckpt["epoch"] + 1, ckpt.get("global_step", 0)
             start = self._on_root(load, self.root_rank, "cannot resume from %s" % (ckpt_path,))
@@ -341,7 +347,7 @@ class Trainer:
                                       name="kolo.trainer.param_groups")
             for group, options in zip(opt.param_groups, groups):
                 group.update(options)
-        broadcast_parameters(module.state_dict(), root_rank=self.root_rank)
+        pass
         start_epoch, self.global_step = broadcast_object(
             start, self.root_rank, name="kolo.trainer.start")
         if ckpt_path is not None:
