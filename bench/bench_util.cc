@@ -74,11 +74,10 @@ bool parseDataType(const std::string& text, DataType* out) {
     const char* name;
     DataType dtype;
   };
-  static const Alias kAliases[] = {
-      {"fp16", DataType::kFloat16},  {"half", DataType::kFloat16},
-      {"bf16", DataType::kBFloat16}, {"fp32", DataType::kFloat32},
-      {"float", DataType::kFloat32}, {"fp64", DataType::kFloat64},
-      {"double", DataType::kFloat64}};
+  static const Alias kAliases[] = {{"fp16", DataType::kFloat16},  {"half", DataType::kFloat16},
+                                   {"bf16", DataType::kBFloat16}, {"fp32", DataType::kFloat32},
+                                   {"float", DataType::kFloat32}, {"fp64", DataType::kFloat64},
+                                   {"double", DataType::kFloat64}};
   for (const Alias& a : kAliases) {
     if (t == a.name) {
       *out = a.dtype;

@@ -189,8 +189,7 @@ Status CaseRunner::runOnce(ops::Algorithm algorithm, std::string* usedName) {
     }
     case Collective::kReducescatter:
       return ops::reducescatter(t_, cfg, send_.data(), recv_.data(),
-                                std::vector<size_t>(n, shape_.blockCount), dtype_, op_,
-                                usedName);
+                                std::vector<size_t>(n, shape_.blockCount), dtype_, op_, usedName);
   }
   return Status(ErrorCode::kInternal, "unknown collective");
 }

@@ -9,11 +9,11 @@
 //
 // Method, per row: `warmup` untimed runs, a barrier, `iters` timed runs back to back, each timed
 // on every rank; the row's time is the mean over the iterations of the maximum over the ranks
-// (an op is as slow as its slowest rank). Then the inputs are refilled with a deterministic pattern,
-// the outputs poisoned, the collective runs once more and every rank counts the elements that
-// differ bitwise from the exact expected result; "wrong" is the total over all ranks.
-// algbw = bytes / time; busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n, allgather,
-// reducescatter and alltoall (n-1)/n, broadcast 1). bench/README.md explains the columns.
+// (an op is as slow as its slowest rank). Then the inputs are refilled with a deterministic
+// pattern, the outputs poisoned, the collective runs once more and every rank counts the elements
+// that differ bitwise from the exact expected result; "wrong" is the total over all ranks. algbw =
+// bytes / time; busbw = algbw x nccl-tests' factor (allreduce 2(n-1)/n, allgather, reducescatter
+// and alltoall (n-1)/n, broadcast 1). bench/README.md explains the columns.
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -238,9 +238,9 @@ void printSectionHeader(Collective c) {
 void printRow(const Row& r) {
   const char* redop = isReducing(r.collective) ? toString(r.redop) : "-";
   if (r.timeUs < 0) {
-    std::printf("  %12zu %12zu %9s %8s %9s %11s %11s %11s %7s  %s\n", r.shape.bytes,
-                r.shape.count, toString(r.dtype), redop, ops::toString(r.algorithm), "n/a", "n/a",
-                "n/a", "n/a", r.impl.c_str());
+    std::printf("  %12zu %12zu %9s %8s %9s %11s %11s %11s %7s  %s\n", r.shape.bytes, r.shape.count,
+                toString(r.dtype), redop, ops::toString(r.algorithm), "n/a", "n/a", "n/a", "n/a",
+                r.impl.c_str());
   } else {
     const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
     std::printf("  %12zu %12zu %9s %8s %9s %11.2f %11.3f %11.3f %7s  %s\n", r.shape.bytes,
@@ -258,10 +258,10 @@ void writeCsvRow(std::FILE* f, const Transport& t, const Row& r, const char* sta
                  toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
                  ops::toString(r.algorithm), r.impl.c_str(), stat);
   } else {
-    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s\n", t.name(),
-                 t.size(), toString(r.collective), r.shape.bytes, r.shape.count,
-                 toString(r.dtype), redop, ops::toString(r.algorithm), r.impl.c_str(), r.timeUs,
-                 r.algbw, r.busbw, r.wrong < 0 ? "" : std::to_string(r.wrong).c_str(), stat);
+    std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s\n", t.name(), t.size(),
+                 toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
+                 ops::toString(r.algorithm), r.impl.c_str(), r.timeUs, r.algbw, r.busbw,
+                 r.wrong < 0 ? "" : std::to_string(r.wrong).c_str(), stat);
   }
   std::fflush(f);
 }
@@ -284,8 +284,9 @@ void printSummary(const std::vector<Row>& rows) {
     double& slot = r.algorithm == ops::Algorithm::kNative ? it->second.second : it->second.first;
     if (slot < 0 || r.timeUs < slot) slot = r.timeUs;
   }
-  std::printf("#\n# summary: best kolo (ring/auto) vs best native; ratio = native time / kolo "
-              "time (> 1: kolo faster)\n");
+  std::printf(
+      "#\n# summary: best kolo (ring/auto) vs best native; ratio = native time / kolo "
+      "time (> 1: kolo faster)\n");
   std::printf("# %13s %12s %9s %8s %12s %12s %7s\n", "collective", "bytes", "dtype", "redop",
               "kolo(us)", "native(us)", "ratio");
   for (const Key& k : order) {
@@ -313,9 +314,9 @@ int run(const Options& o) {
   Transport& t = *job.transport;
   const bool leader = t.rank() == 0;
   if (o.root >= t.size()) {
-    return fail(&t, Status(ErrorCode::kInvalidArgument,
-                           "--root " + std::to_string(o.root) + " is not below the job size " +
-                               std::to_string(t.size())));
+    return fail(&t, Status(ErrorCode::kInvalidArgument, "--root " + std::to_string(o.root) +
+                                                            " is not below the job size " +
+                                                            std::to_string(t.size())));
   }
   const size_t segment = o.segmentBytes > 0 ? o.segmentBytes : job.config.algorithms.segmentBytes;
 
@@ -328,8 +329,9 @@ int run(const Options& o) {
       std::fprintf(stderr, "kolo-bench: cannot write %s\n", o.csvPath.c_str());
       csvFailed = 1;
     } else {
-      std::fprintf(csv, "transport,ranks,collective,bytes,count,dtype,redop,algorithm,impl,"
-                        "time_us,algbw_gbps,busbw_gbps,wrong,time_stat\n");
+      std::fprintf(csv,
+                   "transport,ranks,collective,bytes,count,dtype,redop,algorithm,impl,"
+                   "time_us,algbw_gbps,busbw_gbps,wrong,time_stat\n");
     }
   }
   s = maxOverRanks(t, &csvFailed);
@@ -337,12 +339,14 @@ int run(const Options& o) {
   if (csvFailed != 0) return 1;
 
   if (leader) {
-    std::printf("# kolo-bench: transport %s, %d ranks, iters %ld, warmup %ld, segment %zu B, "
-                "check %s\n",
-                t.name(), t.size(), o.iters, o.warmup, segment, o.check ? "on" : "off");
-    std::printf("# time = %s over iterations of the slowest rank's time; busbw uses nccl-tests' "
-                "factors; wrong = elements differing from the exact result, all ranks\n",
-                o.median ? "median" : "mean");
+    std::printf(
+        "# kolo-bench: transport %s, %d ranks, iters %ld, warmup %ld, segment %zu B, "
+        "check %s\n",
+        t.name(), t.size(), o.iters, o.warmup, segment, o.check ? "on" : "off");
+    std::printf(
+        "# time = %s over iterations of the slowest rank's time; busbw uses nccl-tests' "
+        "factors; wrong = elements differing from the exact result, all ranks\n",
+        o.median ? "median" : "mean");
   }
   CaseRunner runner(t, segment, static_cast<int>(o.root));
   const Capabilities caps = t.capabilities();

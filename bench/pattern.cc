@@ -13,9 +13,7 @@
 namespace kolo::bench {
 namespace {
 
-bool isUnsigned(DataType dtype) {
-  return dtype == DataType::kUInt8 || dtype == DataType::kUInt16;
-}
+bool isUnsigned(DataType dtype) { return dtype == DataType::kUInt8 || dtype == DataType::kUInt16; }
 
 // Writes `v` as element `i` of `dtype` at `base`. Integers keep their low bits (two's
 // complement, little-endian), i.e. the value modulo 2^bits.

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Plots kolo-bench CSV files: one PNG per collective, bus bandwidth against message size.
 
-    /usr/bin/python3 bench/plot.py mpi.csv [gloo.csv ...] [--out-dir DIR] [--metric busbw|algbw|time]
+    /usr/bin/python3 bench/plot.py mpi.csv [gloo.csv ...] [--out-dir DIR]
+                                   [--metric busbw|algbw|time]
 
 Every (transport, ranks, algorithm, dtype, redop) found in the files becomes one line, so the
 native baseline and kolo's ring, or two transports, land on the same axes. Files are written as

@@ -134,7 +134,6 @@ Status readSizes(const std::string& path, std::vector<size_t>* sizes) {
   return Status::ok();
 }
 
-
 // ---- the runtime through the C API -----------------------------------------------------------
 Status apiStatus(int rc, const std::string& what) {
   if (rc == KOLO_OK) return Status::ok();
@@ -175,7 +174,9 @@ Status maxOverRanks(std::vector<double>* v) {
   return runtimeAllreduce("bench.max", v->data(), KOLO_FLOAT64, v->size(), KOLO_MAX);
 }
 
-Status sumOverRanks(int64_t* v) { return runtimeAllreduce("bench.sum", v, KOLO_INT64, 1, KOLO_SUM); }
+Status sumOverRanks(int64_t* v) {
+  return runtimeAllreduce("bench.sum", v, KOLO_INT64, 1, KOLO_SUM);
+}
 
 // Runs `fn` warmup + iters times through the runtime; per-iteration us, MAX over ranks.
 template <typename Fn>
@@ -217,7 +218,7 @@ Status runtimeStep(Gradients& g, bool single) {
     ApiTensor tensor(g.data.data() + g.offsets[submitted], KOLO_FLOAT32, g.sizes[submitted]);
     first = submitAllreduce(g.names[submitted], tensor, KOLO_SUM, &handles[submitted]);
   }
-  if (!first.isOk()) --submitted;  // the failed submission returned no handle
+  if (!first.isOk()) --submitted;           // the failed submission returned no handle
   for (size_t i = 0; i < submitted; ++i) {  // wait for all submitted ones, even after an error
     Status s = waitAndRelease(handles[i], g.names[i]);
     if (first.isOk()) first = s;
@@ -226,8 +227,8 @@ Status runtimeStep(Gradients& g, bool single) {
 }
 
 struct StepResult {
-  double ms = -1;       // mean over steps of the slowest rank's step time
-  int64_t wrong = -1;   // wrong elements after one checked step (-1: not run)
+  double ms = -1;      // mean over steps of the slowest rank's step time
+  int64_t wrong = -1;  // wrong elements after one checked step (-1: not run)
 };
 
 // Times steps after warm-up, then checks one step started from the pattern.
@@ -235,8 +236,8 @@ Status timeSteps(const Options& o, Gradients& g, bool single, int rank, int rank
                  StepResult* out) {
   fillPattern(g.data.data(), g.total, DataType::kFloat32, ReduceOp::kSum, rank, 0);
   std::vector<double> us;
-  KOLO_RETURN_IF_ERROR(
-      timeLoop(o.warmupSteps, o.steps, [&] { return runtimeStep(g, single); }, &us));
+  KOLO_RETURN_IF_ERROR(timeLoop(
+      o.warmupSteps, o.steps, [&] { return runtimeStep(g, single); }, &us));
   out->ms = statsOf(us).mean / 1000.0;
   fillPattern(g.data.data(), g.total, DataType::kFloat32, ReduceOp::kSum, rank, 0);
   KOLO_RETURN_IF_ERROR(runtimeStep(g, single));
@@ -271,8 +272,7 @@ Status runtimePhase(const Options& o, const char* threshold, bool firstPhase, Gr
     std::vector<double> us;
     s = timeLoop(
         o.latencyWarmup, o.latencyIters,
-        [&] { return runtimeAllreduce("bench.latency", &value, KOLO_FLOAT32, 1, KOLO_SUM); },
-        &us);
+        [&] { return runtimeAllreduce("bench.latency", &value, KOLO_FLOAT32, 1, KOLO_SUM); }, &us);
     r->latRuntime = statsOf(us);
     if (s.isOk()) s = timeSteps(o, g, /*single=*/true, r->rank, r->ranks, &r->bulkRuntime);
   }
@@ -297,8 +297,8 @@ void printStepRow(const char* what, const StepResult& s, size_t bytes) {
 }
 
 void printLatencyRow(const std::string& what, const SampleStats& s) {
-  std::printf("  %-52s %10s %10s %10s\n", what.c_str(), fmt(s.median).c_str(),
-              fmt(s.p90).c_str(), fmt(s.mean).c_str());
+  std::printf("  %-52s %10s %10s %10s\n", what.c_str(), fmt(s.median).c_str(), fmt(s.p90).c_str(),
+              fmt(s.mean).c_str());
 }
 
 void report(const Options& o, const Gradients& g, const Results& r) {
@@ -307,30 +307,31 @@ void report(const Options& o, const Gradients& g, const Results& r) {
   const std::string native =
       "transport native" + (b.nativeName.empty() ? std::string() : " (" + b.nativeName + ")");
   std::printf("# kolo-runtime-bench: transport %s, %d ranks\n#\n", r.transport.c_str(), r.ranks);
-  std::printf("# small-op latency: one 4-byte float32 allreduce, %ld iterations after %ld "
-              "(slowest rank per iteration)\n",
-              o.latencyIters, o.latencyWarmup);
+  std::printf(
+      "# small-op latency: one 4-byte float32 allreduce, %ld iterations after %ld "
+      "(slowest rank per iteration)\n",
+      o.latencyIters, o.latencyWarmup);
   std::printf("# %-52s %10s %10s %10s\n", "path", "median(us)", "p90(us)", "mean(us)");
   printLatencyRow("runtime (kolo_allreduce_async + handle_wait)", r.latRuntime);
   if (o.baseline) {
     printLatencyRow(native + ", no runtime", b.latNative);
     printLatencyRow("kolo ring on the transport, no runtime", b.latRing);
   }
-  std::printf("#\n# ResNet-50 step: %zu float32 gradients, %zu bytes (%s), %ld steps after %ld "
-              "warm-up (mean of the slowest rank)\n",
-              g.sizes.size(), bytes, humanBytes(bytes).c_str(), o.steps, o.warmupSteps);
-  std::printf("# %-52s %10s %10s %12s %7s\n", "case", "ms/step", "steps/s", "algbw(GB/s)",
-              "wrong");
-  const std::string on = "runtime, " + std::to_string(g.sizes.size()) +
-                         " tensors, fusion on (" + r.fusedThreshold + ")";
+  std::printf(
+      "#\n# ResNet-50 step: %zu float32 gradients, %zu bytes (%s), %ld steps after %ld "
+      "warm-up (mean of the slowest rank)\n",
+      g.sizes.size(), bytes, humanBytes(bytes).c_str(), o.steps, o.warmupSteps);
+  std::printf("# %-52s %10s %10s %12s %7s\n", "case", "ms/step", "steps/s", "algbw(GB/s)", "wrong");
+  const std::string on = "runtime, " + std::to_string(g.sizes.size()) + " tensors, fusion on (" +
+                         r.fusedThreshold + ")";
   const std::string off =
       "runtime, " + std::to_string(g.sizes.size()) + " tensors, fusion off (threshold 0)";
   if (o.fusionOn) printStepRow(on.c_str(), r.fused, bytes);
   if (o.fusionOff) printStepRow(off.c_str(), r.unfused, bytes);
   printStepRow("runtime, the same bytes as one tensor", r.bulkRuntime, bytes);
   if (o.baseline) {
-    printStepRow((native + ", one buffer").c_str(),
-                 StepResult{b.bulkNativeMs, b.bulkNativeWrong}, bytes);
+    printStepRow((native + ", one buffer").c_str(), StepResult{b.bulkNativeMs, b.bulkNativeWrong},
+                 bytes);
     printStepRow("kolo ring on the transport, one buffer",
                  StepResult{b.bulkRingMs, b.bulkRingWrong}, bytes);
   }

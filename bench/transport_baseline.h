@@ -18,19 +18,19 @@
 namespace kolo::bench {
 
 struct BaselineOptions {
-  long latencyIters = 1000;   // 4-byte allreduces timed
+  long latencyIters = 1000;  // 4-byte allreduces timed
   long latencyWarmup = 50;
-  long steps = 20;            // bulk allreduces timed
+  long steps = 20;  // bulk allreduces timed
   long warmupSteps = 3;
-  size_t bulkCount = 0;       // float32 elements of the bulk allreduce
+  size_t bulkCount = 0;  // float32 elements of the bulk allreduce
 };
 
 struct BaselineResult {
-  std::string transport;       // "mpi", "gloo"
+  std::string transport;  // "mpi", "gloo"
   int ranks = 0;
-  bool nativeAvailable = false;  // the transport has a native allreduce
-  std::string nativeName;        // e.g. "MPI_ALLREDUCE"
-  SampleStats latNative, latRing;  // us per 4-byte allreduce, slowest rank per iteration
+  bool nativeAvailable = false;               // the transport has a native allreduce
+  std::string nativeName;                     // e.g. "MPI_ALLREDUCE"
+  SampleStats latNative, latRing;             // us per 4-byte allreduce, slowest rank per iteration
   double bulkNativeMs = -1, bulkRingMs = -1;  // mean ms per bulk allreduce, slowest rank
   int64_t bulkNativeWrong = -1, bulkRingWrong = -1;  // wrong elements after one checked run
 };
