@@ -10,6 +10,7 @@
 
 #include "core/topology.h"
 #include "transport/registry.h"
+#include "transport/shm/shm_transport.h"
 
 namespace kolo::bench {
 namespace {
@@ -68,6 +69,12 @@ Status connectBenchJob(const std::string& storePrefix, BenchJob* out) {
   out->store = std::move(store);
   out->transport = std::move(transport);
   return Status::ok();
+}
+
+std::string describeTransport(const Transport& t) {
+  const Transport& base = controlTransport(t);
+  if (&base == &t) return t.name();
+  return std::string(t.name()) + " (over " + base.name() + ")";
 }
 
 }  // namespace kolo::bench

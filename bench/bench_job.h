@@ -33,4 +33,8 @@ struct BenchJob {
 // Errors: the Config's, the store's (kTimeout when a rank does not show up) and the transport's.
 Status connectBenchJob(const std::string& storePrefix, BenchJob* out);
 
+// "mpi", "gloo", or "shm (over mpi)" when KOLO_SHM put the shared-memory transport on top of
+// the launcher's transport (the default on one host: set KOLO_SHM=off to measure MPI or Gloo).
+std::string describeTransport(const Transport& t);
+
 }  // namespace kolo::bench

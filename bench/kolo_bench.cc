@@ -342,7 +342,7 @@ int run(const Options& o) {
     std::printf(
         "# kolo-bench: transport %s, %d ranks, iters %ld, warmup %ld, segment %zu B, "
         "check %s\n",
-        t.name(), t.size(), o.iters, o.warmup, segment, o.check ? "on" : "off");
+        describeTransport(t).c_str(), t.size(), o.iters, o.warmup, segment, o.check ? "on" : "off");
     std::printf(
         "# time = %s over iterations of the slowest rank's time; busbw uses nccl-tests' "
         "factors; wrong = elements differing from the exact result, all ranks\n",

@@ -249,7 +249,7 @@ Status timeSteps(const Options& o, Gradients& g, bool single, int rank, int rank
 }
 
 struct Results {
-  std::string transport;
+  std::string transport, transportDetail;  // kolo_transport_name(); with its base for shm
   int rank = -1, ranks = 0;
   std::string fusedThreshold;  // what "fusion on" ran with
   SampleStats latRuntime;
@@ -264,6 +264,12 @@ Status runtimePhase(const Options& o, const char* threshold, bool firstPhase, Gr
   if (threshold != nullptr) setenv("KOLO_FUSION_THRESHOLD", threshold, 1);
   KOLO_RETURN_IF_ERROR(apiStatus(kolo_init(), "kolo_init"));
   r->transport = kolo_transport_name();
+  r->transportDetail = r->transport;
+  if (r->transport == "shm") {  // shared memory over the launcher's transport (KOLO_SHM)
+    r->transportDetail += kolo_mpi_enabled()    ? " (over mpi)"
+                          : kolo_gloo_enabled() ? " (over gloo)"
+                                                : "";
+  }
   r->rank = kolo_rank();
   r->ranks = kolo_size();
   Status s;
@@ -306,7 +312,10 @@ void report(const Options& o, const Gradients& g, const Results& r) {
   const BaselineResult& b = r.baseline;
   const std::string native =
       "transport native" + (b.nativeName.empty() ? std::string() : " (" + b.nativeName + ")");
-  std::printf("# kolo-runtime-bench: transport %s, %d ranks\n#\n", r.transport.c_str(), r.ranks);
+  std::printf("# kolo-runtime-bench: %d ranks, runtime transport %s", r.ranks,
+              r.transportDetail.c_str());
+  if (o.baseline) std::printf(", baseline transport %s", b.transport.c_str());
+  std::printf("\n#\n");
   std::printf(
       "# small-op latency: one 4-byte float32 allreduce, %ld iterations after %ld "
       "(slowest rank per iteration)\n",

@@ -68,7 +68,7 @@ Status measureTransportBaseline(const BaselineOptions& o, BaselineResult* out) {
   const size_t segment = job.config.algorithms.segmentBytes;
   const ops::AlgorithmConfig ring = forced(ops::Algorithm::kRing, segment);
   const ops::AlgorithmConfig native = forced(ops::Algorithm::kNative, segment);
-  out->transport = t.name();
+  out->transport = describeTransport(t);
   out->ranks = t.size();
   out->nativeAvailable = t.capabilities().nativeAllreduce;
 

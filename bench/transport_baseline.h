@@ -26,7 +26,7 @@ struct BaselineOptions {
 };
 
 struct BaselineResult {
-  std::string transport;  // "mpi", "gloo"
+  std::string transport;  // describeTransport(): "mpi", "gloo", "shm (over mpi)"
   int ranks = 0;
   bool nativeAvailable = false;               // the transport has a native allreduce
   std::string nativeName;                     // e.g. "MPI_ALLREDUCE"
