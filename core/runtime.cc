@@ -269,6 +269,12 @@ Status Runtime::allreduce(const std::string& name, const TensorView& input,
   KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
   KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
   auto e = makeEntry(OpType::kAllreduce, name, input, processSet);
+  // kolo.h: only a tensor without elements may have a NULL data pointer (in place is "no
+  // output" or output data == input data), so a NULL output is a mistake, not in place.
+  if (output && output->data == nullptr && output->numElements() != 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("allreduce", name) + "the output tensor data pointer is NULL");
+  }
   if (output && output->data != nullptr && output->data != input.data) {
     if (output->dtype != input.dtype || output->shape != input.shape ||
         output->device != input.device) {
@@ -313,6 +319,10 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
     KOLO_RETURN_IF_ERROR(validate("grouped_allreduce", member, inputs[i], processSet, &set));
     KOLO_RETURN_IF_ERROR(checkScales(where("grouped_allreduce", member), op, prescale, postscale));
     auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);
+    if (outputs && (*outputs)[i].data == nullptr && (*outputs)[i].numElements() != 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    where("grouped_allreduce", member) + "the output tensor data pointer is NULL");
+    }
     if (outputs && (*outputs)[i].data != nullptr && (*outputs)[i].data != inputs[i].data) {
       const TensorView& o = (*outputs)[i];
       if (o.dtype != inputs[i].dtype || o.shape != inputs[i].shape) {
