@@ -4,6 +4,7 @@
 #define KOLO_BUILDING_LIBRARY 1
 #include "bindings/c/kolo.h"
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -314,6 +315,10 @@ int kolo_handle_poll(kolo_handle_t h, int* done) {
 int kolo_handle_wait(kolo_handle_t h, double timeout_seconds) {
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
+  // NaN compares false with everything: it would become a garbage deadline, not "no limit".
+  if (std::isnan(timeout_seconds)) {
+    return invalid("kolo_handle_wait: the timeout is NaN (a negative timeout waits without limit)");
+  }
   Status s;
   if (timeout_seconds < 0) {
     s = rec->state->wait();
