@@ -347,7 +347,7 @@ class Trainer:
                                       name="kolo.trainer.param_groups")
             for group, options in zip(opt.param_groups, groups):
                 group.update(options)
-        pass
+        broadcast_parameters(module.state_dict(), root_rank=self.root_rank)
         start_epoch, self.global_step = broadcast_object(
             start, self.root_rank, name="kolo.trainer.start")
         if ckpt_path is not None:
