@@ -1,0 +1,558 @@
+// Bad input through the C API (libkolo.so, kolo.h only), in one process (a job of one rank:
+// no launcher, loopback transport). Every bad call must return the documented code with a
+// message naming what is wrong, leave nothing enqueued, and leave the runtime usable: each
+// section ends with a correct, checked allreduce. The number of bad inputs tried is printed at
+// exit ("c_api_bad_input: N bad inputs ...").
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo.h"
+
+namespace {
+
+using Catch::Matchers::Contains;
+
+std::atomic<int> gTried{0};
+
+struct Summary {
+  ~Summary() {
+    std::fprintf(stderr, "c_api_bad_input: %d bad inputs tried, each checked for its code and "
+                 "message\n", gTried.load());
+  }
+} gSummary;
+
+std::string lastError() { return kolo_last_error(); }
+
+// One bad input: the call returned `rc`; it must be `code` and the message must hold every
+// needle.
+void expectError(int rc, int code, std::initializer_list<std::string> needles) {
+  ++gTried;
+  INFO("last error: " << lastError());
+  CHECK(rc == code);
+  CHECK(std::string(kolo_status_string(rc)) == kolo_status_string(code));
+  for (const auto& n : needles) CHECK_THAT(lastError(), Contains(n));
+}
+
+// A kolo_tensor_t that owns its shape (not copyable: `shape` points into `dims`).
+struct Tensor : kolo_tensor_t {
+  std::vector<int64_t> dims;
+  Tensor(void* d, kolo_dtype_t dt, std::vector<int64_t> s) : kolo_tensor_t{}, dims(std::move(s)) {
+    data = d;
+    dtype = dt;
+    ndim = static_cast<int32_t>(dims.size());
+    shape = dims.data();
+    device = KOLO_CPU_DEVICE;
+    stream = nullptr;
+  }
+  Tensor(const Tensor&) = delete;
+  Tensor& operator=(const Tensor&) = delete;
+};
+
+// A correct op: the runtime must still work. In a job of one rank the sum is the input.
+void expectUsable() {
+  static std::atomic<int> serial{0};
+  std::vector<int32_t> v = {3, -7, 11, 42};
+  Tensor t(v.data(), KOLO_INT32, {4});
+  kolo_handle_t h = 0;
+  std::string name = "usable." + std::to_string(serial++);
+  REQUIRE(kolo_allreduce_async(name.c_str(), &t, nullptr, KOLO_SUM, 1.0, 1.0,
+                               KOLO_GLOBAL_PROCESS_SET, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  CHECK(v == std::vector<int32_t>({3, -7, 11, 42}));
+}
+
+int allreduce(const char* name, const kolo_tensor_t* in, kolo_reduce_op_t op = KOLO_SUM,
+              double pre = 1.0, double post = 1.0, int32_t set = 0,
+              const kolo_tensor_t* out = nullptr) {
+  kolo_handle_t h = 0;
+  int rc = kolo_allreduce_async(name, in, out, op, pre, post, set, nullptr, nullptr, &h);
+  if (rc == KOLO_OK) {
+    rc = kolo_handle_wait(h, 30.0);
+    kolo_handle_release(h);  // succeeds, so the wait's error text stays
+  }
+  return rc;
+}
+
+// Submits, waits and releases; returns the first failing code (the error text stays that
+// call's).
+int runOp(int submitRc, kolo_handle_t h) {
+  if (submitRc != KOLO_OK) return submitRc;
+  int rc = kolo_handle_wait(h, 30.0);
+  if (rc != KOLO_OK) return rc;
+  return kolo_handle_release(h);
+}
+
+struct Session {
+  Session() { REQUIRE(kolo_init() == KOLO_OK); }
+  ~Session() { kolo_shutdown(); }
+};
+
+}  // namespace
+
+TEST_CASE("null pointers name the argument") {
+  Session s;
+  std::vector<float> v(4, 1.0f);
+  Tensor t(v.data(), KOLO_FLOAT32, {4});
+  kolo_handle_t h = 0;
+
+  expectError(kolo_allreduce_async("a", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, nullptr),
+              KOLO_ERR_INVALID_ARGUMENT, {"handle output pointer is NULL"});
+  expectError(kolo_allreduce_async("a", nullptr, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
+  CHECK(h == 0);
+  kolo_tensor_t noShape = t;
+  noShape.shape = nullptr;
+  expectError(kolo_allreduce_async("a", &noShape, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"NULL shape"});
+  Tensor noData(nullptr, KOLO_FLOAT32, {4});
+  expectError(allreduce("nodata", &noData), KOLO_ERR_INVALID_ARGUMENT,
+              {"'nodata'", "data pointer is NULL"});
+  Tensor noOut(nullptr, KOLO_FLOAT32, {4});
+  expectError(allreduce("noout", &t, KOLO_SUM, 1, 1, 0, &noOut), KOLO_ERR_INVALID_ARGUMENT,
+              {"'noout'", "output", "NULL"});
+  expectError(allreduce(nullptr, &t), KOLO_ERR_INVALID_ARGUMENT, {"name is empty"});
+  expectError(kolo_allgather_async("g", nullptr, nullptr, nullptr, 0, nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
+  expectError(kolo_broadcast_async("b", nullptr, 0, 0, nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"tensor is NULL"});
+  expectError(kolo_alltoall_async("x", nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
+                                  &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
+  expectError(kolo_reducescatter_async("r", nullptr, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
+                                       nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
+  expectError(kolo_grouped_allreduce_async("gr", 2, nullptr, nullptr, KOLO_SUM, 1, 1, 0, nullptr,
+                                           nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'gr'", "n > 0"});
+  expectError(kolo_barrier_async(0, nullptr, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"handle output pointer is NULL"});
+  expectError(kolo_join_async(nullptr, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"handle output pointer is NULL"});
+
+  // Handle accessors and queries with NULL out-pointers, on a valid, completed handle.
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  expectError(kolo_handle_poll(h, nullptr), KOLO_ERR_INVALID_ARGUMENT, {"done is NULL"});
+  expectError(kolo_handle_status(h, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"status is NULL"});
+  expectError(kolo_handle_join_result(h, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"last_joined_rank is NULL"});
+  expectError(kolo_handle_received_splits(h, nullptr, 1), KOLO_ERR_INVALID_ARGUMENT,
+              {"splits buffer"});
+  CHECK(kolo_handle_output(h, nullptr, nullptr, nullptr) == KOLO_OK);  // all optional
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+
+  int32_t id = 0, one = 0;
+  expectError(kolo_process_set_size(0, nullptr), KOLO_ERR_INVALID_ARGUMENT, {"size is NULL"});
+  expectError(kolo_process_set_rank(0, nullptr), KOLO_ERR_INVALID_ARGUMENT, {"rank is NULL"});
+  expectError(kolo_process_set_ranks(0, &one, 1, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"n is NULL"});
+  expectError(kolo_add_process_set(nullptr, 1, &id), KOLO_ERR_INVALID_ARGUMENT,
+              {"non-empty rank list"});
+  expectError(kolo_add_process_set(&one, 1, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"id pointer"});
+  expectError(kolo_start_timeline(nullptr, 0), KOLO_ERR_INVALID_ARGUMENT,
+              {"timeline path is empty"});
+  for (int code : {-1, 14, 999, std::numeric_limits<int>::min()}) {
+    ++gTried;
+    const char* text = kolo_status_string(code);
+    REQUIRE(text != nullptr);
+    CHECK(std::string(text).size() > 0);
+  }
+  expectUsable();
+}
+
+TEST_CASE("negative and overflowing sizes") {
+  Session s;
+  std::vector<double> v(8, 2.0);
+  kolo_handle_t h = 0;
+  for (int32_t ndim : {-1, 17, std::numeric_limits<int32_t>::min()}) {
+    std::vector<int64_t> shape(17, 1);
+    kolo_tensor_t t = {v.data(), KOLO_FLOAT64, ndim, shape.data(), KOLO_CPU_DEVICE, nullptr};
+    expectError(allreduce("nd", &t), KOLO_ERR_INVALID_ARGUMENT,
+                {"ndim " + std::to_string(ndim)});
+  }
+  Tensor neg(v.data(), KOLO_FLOAT64, {2, -4});
+  expectError(allreduce("neg", &neg), KOLO_ERR_INVALID_ARGUMENT,
+              {"'neg'", "dimension 1 is negative (-4)"});
+  const int64_t big = int64_t{1} << 40;
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (auto shape : {std::vector<int64_t>{big, big}, std::vector<int64_t>{kMax},
+                     std::vector<int64_t>{3, kMax / 2}, std::vector<int64_t>{big, big, 0}}) {
+    Tensor t(v.data(), KOLO_FLOAT64, shape);
+    expectError(allreduce("huge", &t), KOLO_ERR_INVALID_ARGUMENT, {"'huge'", "overflows"});
+  }
+  Tensor t(v.data(), KOLO_FLOAT64, {8});
+  int32_t splitsNeg[1] = {-1}, splitsTwo[2] = {4, 4}, splitsShort[1] = {5};
+  expectError(kolo_alltoall_async("a2a", &t, splitsTwo, -1, nullptr, nullptr, 0, nullptr,
+                                  nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "n_splits is negative"});
+  expectError(kolo_alltoall_async("a2a", &t, splitsNeg, 1, nullptr, nullptr, 0, nullptr,
+                                  nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "split is negative"});
+  expectError(kolo_alltoall_async("a2a", &t, splitsTwo, 2, nullptr, nullptr, 0, nullptr,
+                                  nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "got 2 splits for a set of 1"});
+  expectError(kolo_alltoall_async("a2a", &t, splitsShort, 1, nullptr, nullptr, 0, nullptr,
+                                  nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "splits sum to 5 but dimension 0 is 8"});
+  for (int32_t root : {-1, 1, std::numeric_limits<int32_t>::max()}) {
+    expectError(kolo_broadcast_async("bc", &t, root, 0, nullptr, nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT,
+                {"'bc'", "root " + std::to_string(root) + " is outside [0, 1)"});
+  }
+  for (int32_t n : {0, -3}) {
+    expectError(kolo_grouped_allreduce_async("grp", n, &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr,
+                                             nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {"'grp'", "n > 0"});
+  }
+  int32_t id = -1;
+  int32_t r5[1] = {5}, dup[2] = {0, 0}, r0[1] = {0};
+  expectError(kolo_add_process_set(r0, 0, &id), KOLO_ERR_INVALID_ARGUMENT, {"non-empty"});
+  expectError(kolo_add_process_set(r0, -2, &id), KOLO_ERR_INVALID_ARGUMENT, {"non-empty"});
+  expectError(kolo_add_process_set(r5, 1, &id), KOLO_ERR_INVALID_ARGUMENT,
+              {"rank 5 is outside [0, 1)"});
+  expectError(kolo_add_process_set(dup, 2, &id), KOLO_ERR_INVALID_ARGUMENT,
+              {"ascending and unique"});
+  expectError(kolo_remove_process_set(0), KOLO_ERR_INVALID_ARGUMENT, {"global process set"});
+  for (int32_t set : {77, -1}) {
+    int32_t size = 0;
+    std::string what = "process set " + std::to_string(set) + " does not exist";
+    expectError(kolo_remove_process_set(set), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_process_set_size(set, &size), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(allreduce("inset", &t, KOLO_SUM, 1, 1, set), KOLO_ERR_INVALID_ARGUMENT,
+                {"'inset'", what});
+  }
+  // received_splits with a buffer too small for the set.
+  REQUIRE(kolo_alltoall_async("a2a.ok", &t, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
+                              &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  int32_t got[1] = {-1};
+  expectError(kolo_handle_received_splits(h, got, 0), KOLO_ERR_INVALID_ARGUMENT,
+              {"holds 0 entries, 1 needed"});
+  expectError(kolo_handle_received_splits(h, got, -4), KOLO_ERR_INVALID_ARGUMENT,
+              {"holds -4 entries"});
+  REQUIRE(kolo_handle_received_splits(h, got, 1) == KOLO_OK);
+  CHECK(got[0] == 8);
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  expectUsable();
+}
+
+TEST_CASE("unknown dtype, reduce op, scale and device") {
+  Session s;
+  std::vector<int32_t> v(6, 1);
+  kolo_handle_t h = 0;
+  for (int dt : {11, 99, -1, std::numeric_limits<int>::max()}) {
+    Tensor t(v.data(), static_cast<kolo_dtype_t>(dt), {6});
+    std::string what = "unknown dtype " + std::to_string(dt);
+    expectError(allreduce("dt", &t), KOLO_ERR_INVALID_ARGUMENT, {"'dt'", what});
+    expectError(kolo_allgather_async("dt", &t, nullptr, nullptr, 0, nullptr, nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_broadcast_async("dt", &t, 0, 0, nullptr, nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_alltoall_async("dt", &t, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
+                                    &h),
+                KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_reducescatter_async("dt", &t, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
+                                         nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {what});
+  }
+  Tensor t(v.data(), KOLO_INT32, {6});
+  for (int op : {5, 6, 99, -1}) {
+    std::string what = "unknown reduce op " + std::to_string(op);
+    auto rop = static_cast<kolo_reduce_op_t>(op);
+    expectError(allreduce("op", &t, rop), KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
+    expectError(kolo_reducescatter_async("op", &t, rop, 1, 1, nullptr, nullptr, 0, nullptr,
+                                         nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
+    expectError(kolo_grouped_allreduce_async("op", 1, &t, nullptr, rop, 1, 1, 0, nullptr,
+                                             nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {what});
+  }
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {std::nan(""), inf, -inf}) {
+    expectError(allreduce("scale", &t, KOLO_SUM, bad, 1.0), KOLO_ERR_INVALID_ARGUMENT,
+                {"'scale'", "scale factors must be finite"});
+    expectError(allreduce("scale", &t, KOLO_SUM, 1.0, bad), KOLO_ERR_INVALID_ARGUMENT,
+                {"'scale'", "scale factors must be finite"});
+  }
+  for (int32_t device : {-2, 0, 7}) {
+    kolo_tensor_t d = t;
+    d.device = device;
+    int want = (device < -1 || !kolo_cuda_built()) ? (device < -1 ? KOLO_ERR_INVALID_ARGUMENT
+                                                                   : KOLO_ERR_UNSUPPORTED)
+                                                   : KOLO_ERR_INVALID_ARGUMENT;
+    if (kolo_cuda_built() && device >= 0) continue;  // a real device path: not bad input here
+    expectError(allreduce("dev", &d), want, {"'dev'", "device " + std::to_string(device)});
+  }
+  expectUsable();
+}
+
+TEST_CASE("zero-dimension and zero-element tensors") {
+  Session s;
+  kolo_handle_t h = 0;
+  int32_t scalar = 5;
+  Tensor sc(&scalar, KOLO_INT32, {});
+  expectError(kolo_allgather_async("sc", &sc, nullptr, nullptr, 0, nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'sc'", "scalar (0-dimensional)"});
+  expectError(kolo_alltoall_async("sc", &sc, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
+                                  &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'sc'", "scalar (0-dimensional)"});
+  expectError(kolo_reducescatter_async("sc", &sc, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
+                                       nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'sc'", "scalar (0-dimensional)"});
+  // Where they are allowed they work: a scalar allreduce and broadcast, empty tensors with a
+  // NULL data pointer.
+  CHECK(allreduce("sc.ok", &sc, KOLO_MAX) == KOLO_OK);
+  CHECK(scalar == 5);
+  int rc = kolo_broadcast_async("sc.bc", &sc, 0, 0, nullptr, nullptr, &h);
+  CHECK(runOp(rc, h) == KOLO_OK);
+  Tensor empty(nullptr, KOLO_FLOAT32, {0});
+  CHECK(allreduce("empty", &empty) == KOLO_OK);
+  Tensor empty2(nullptr, KOLO_FLOAT32, {0, 3});
+  REQUIRE(kolo_allgather_async("empty.g", &empty2, nullptr, nullptr, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  int32_t ndim = 0;
+  int64_t shape[KOLO_MAX_DIMS] = {-1, -1};
+  REQUIRE(kolo_handle_output(h, nullptr, &ndim, shape) == KOLO_OK);
+  CHECK(ndim == 2);
+  CHECK(shape[0] == 0);
+  CHECK(shape[1] == 3);
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  expectUsable();
+}
+
+TEST_CASE("mismatched buffers") {
+  Session s;
+  kolo_handle_t h = 0;
+  std::vector<float> in(6, 1.0f), out(6, 0.0f);
+  std::vector<double> outD(6, 0.0);
+  Tensor t(in.data(), KOLO_FLOAT32, {6});
+  Tensor wrongShape(out.data(), KOLO_FLOAT32, {2, 3});
+  Tensor wrongDtype(outD.data(), KOLO_FLOAT64, {6});
+  expectError(allreduce("mm", &t, KOLO_SUM, 1, 1, 0, &wrongShape), KOLO_ERR_INVALID_ARGUMENT,
+              {"'mm'", "does not match the input", "[2, 3]"});
+  expectError(allreduce("mm", &t, KOLO_SUM, 1, 1, 0, &wrongDtype), KOLO_ERR_INVALID_ARGUMENT,
+              {"'mm'", "does not match the input", "float64"});
+  kolo_tensor_t ins[2] = {t, t};
+  kolo_tensor_t outs[2] = {t, wrongShape};
+  expectError(kolo_grouped_allreduce_async("gmm", 2, ins, outs, KOLO_SUM, 1, 1, 0, nullptr,
+                                           nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'gmm.1'", "does not match"});
+  // An allocator that refuses: the op fails with INVALID_ARGUMENT naming the tensor.
+  auto refuse = [](void*, size_t, int32_t, const int64_t*) -> void* { return nullptr; };
+  int rc = kolo_allgather_async("noalloc", &t, refuse, nullptr, 0, nullptr, nullptr, &h);
+  REQUIRE(rc == KOLO_OK);
+  expectError(kolo_handle_wait(h, 30.0), KOLO_ERR_INVALID_ARGUMENT, {"noalloc"});
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  expectUsable();
+}
+
+TEST_CASE("names: empty, too long, duplicate in flight") {
+  Session s;
+  std::vector<int64_t> v(3, 9);
+  Tensor t(v.data(), KOLO_INT64, {3});
+  expectError(allreduce("", &t), KOLO_ERR_INVALID_ARGUMENT, {"name is empty"});
+  std::string n1025(1025, 'n'), n1024(1024, 'n'), huge(1 << 20, 'h');
+  expectError(allreduce(n1025.c_str(), &t), KOLO_ERR_INVALID_ARGUMENT,
+              {"1025 bytes long (at most 1024)"});
+  expectError(allreduce(huge.c_str(), &t), KOLO_ERR_INVALID_ARGUMENT,
+              {"1048576 bytes long (at most 1024)"});
+  CHECK(allreduce(n1024.c_str(), &t) == KOLO_OK);
+  CHECK(v == std::vector<int64_t>(3, 9));
+
+  // Duplicate: an allocator that holds the first op in flight until released (bounded).
+  struct Gate {
+    std::atomic<bool> open{false};
+    std::atomic<bool> entered{false};
+    std::vector<char> buffer;
+  } gate;
+  auto hold = [](void* user, size_t bytes, int32_t, const int64_t*) -> void* {
+    auto* g = static_cast<Gate*>(user);
+    g->entered = true;
+    auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!g->open && std::chrono::steady_clock::now() < stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    g->buffer.resize(bytes);
+    return g->buffer.data();
+  };
+  kolo_handle_t h1 = 0, h2 = 0;
+  REQUIRE(kolo_allgather_async("twice", &t, hold, &gate, 0, nullptr, nullptr, &h1) == KOLO_OK);
+  auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!gate.entered && std::chrono::steady_clock::now() < stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(gate.entered);
+  expectError(kolo_allreduce_async("twice", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
+                                   &h2),
+              KOLO_ERR_DUPLICATE_NAME, {"'twice'", "already in flight"});
+  CHECK(h2 == 0);
+  gate.open = true;
+  REQUIRE(kolo_handle_wait(h1, 30.0) == KOLO_OK);
+  REQUIRE(kolo_handle_release(h1) == KOLO_OK);
+  // Once it completed the name is free again.
+  CHECK(allreduce("twice", &t) == KOLO_OK);
+  expectUsable();
+}
+
+TEST_CASE("handles: released, forged, bad timeouts") {
+  Session s;
+  kolo_handle_t h = 0;
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (kolo_handle_t bad : {h, int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min(), kMax,
+                            int64_t{123456789}}) {
+    int done = 0, st = 0;
+    int32_t last = 0, splits[1];
+    const char* text = nullptr;
+    void* data = nullptr;
+    std::string what = "handle " + std::to_string(bad) + " is unknown";
+    expectError(kolo_handle_wait(bad, 1.0), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_wait(bad, -1.0), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_poll(bad, &done), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_status(bad, &st, &text), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_output(bad, &data, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+                {what});
+    expectError(kolo_handle_join_result(bad, &last), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_received_splits(bad, splits, 1), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_release(bad), KOLO_ERR_INVALID_ARGUMENT, {what});
+  }
+  // A NaN timeout is not a wait without limit: it is rejected.
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
+  expectError(kolo_handle_wait(h, std::nan("")), KOLO_ERR_INVALID_ARGUMENT,
+              {"timeout is NaN"});
+  CHECK(kolo_handle_wait(h, std::numeric_limits<double>::infinity()) == KOLO_OK);
+  CHECK(kolo_handle_wait(h, 1e300) == KOLO_OK);
+  REQUIRE(kolo_handle_release(h) == KOLO_OK);
+  expectUsable();
+}
+
+TEST_CASE("lifecycle: before init, init twice, after shutdown, init again") {
+  REQUIRE(kolo_is_initialized() == 0);
+  std::vector<int32_t> v(2, 1);
+  Tensor t(v.data(), KOLO_INT32, {2});
+  kolo_handle_t h = 0, other = 0;
+  int32_t one = 0, id = 0, size = 0;
+  auto notInit = [&](const char* phase) {
+    INFO(phase);
+    CHECK(kolo_rank() == -1);
+    CHECK(kolo_size() == -1);
+    CHECK(std::string(kolo_transport_name()).empty());
+    expectError(allreduce("x", &t), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
+    expectError(kolo_barrier_async(0, nullptr, nullptr, &other), KOLO_ERR_NOT_INITIALIZED,
+                {"not initialized"});
+    CHECK(other == 0);
+    expectError(kolo_join_async(nullptr, nullptr, &other), KOLO_ERR_NOT_INITIALIZED,
+                {"not initialized"});
+    expectError(kolo_add_process_set(&one, 1, &id), KOLO_ERR_NOT_INITIALIZED,
+                {"not initialized"});
+    expectError(kolo_process_set_size(0, &size), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
+    expectError(kolo_start_timeline("/tmp/kolo_bad_input_timeline.json", 0),
+                KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
+    expectError(kolo_stop_timeline(), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
+  };
+  notInit("before init");
+  REQUIRE(kolo_init() == KOLO_OK);
+  CHECK(kolo_init() == KOLO_OK);  // twice: a no-op
+  ++gTried;
+  CHECK(kolo_size() == 1);
+  CHECK(kolo_rank() == 0);
+  REQUIRE(kolo_allreduce_async("before.shutdown", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
+                               &h) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+  CHECK(kolo_shutdown() == KOLO_OK);  // idempotent
+  ++gTried;
+  notInit("after shutdown");
+  // A handle issued before the shutdown still answers.
+  int st = -2;
+  CHECK(kolo_handle_status(h, &st, nullptr) == KOLO_OK);
+  CHECK(st == KOLO_OK);
+  CHECK(kolo_handle_release(h) == KOLO_OK);
+  // Init again works, and so do ops.
+  REQUIRE(kolo_init() == KOLO_OK);
+  expectUsable();
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+}
+
+TEST_CASE("invalid KOLO_* values fail init naming the variable") {
+  struct Bad {
+    const char* var;
+    const char* value;
+    const char* expect;  // besides the variable's name
+  };
+  const Bad cases[] = {
+      {"KOLO_FUSION_THRESHOLD", "abc", "an integer"},
+      {"KOLO_FUSION_THRESHOLD", "-5", "an integer"},
+      {"KOLO_FUSION_THRESHOLD", "10MB", "an integer"},
+      {"KOLO_FUSION_THRESHOLD", "99999999999999999999999", "an integer"},
+      {"HOROVOD_FUSION_THRESHOLD", "lots", "an integer"},
+      {"KOLO_CYCLE_TIME", "-1", "a number"},
+      {"KOLO_CYCLE_TIME", "nan", "a number"},
+      {"KOLO_CYCLE_TIME", "inf", "a number"},
+      {"KOLO_CACHE_CAPACITY", "-3", "an integer"},
+      {"KOLO_TIMEOUT_SECONDS", "0", "a number"},
+      {"KOLO_TIMEOUT_SECONDS", "soon", "a number"},
+      {"KOLO_HEARTBEAT_SECONDS", "20", "KOLO_TIMEOUT_SECONDS"},
+      {"KOLO_HEARTBEAT_SECONDS", "0", "a number"},
+      {"KOLO_START_TIMEOUT", "-1", "a number"},
+      {"KOLO_STALL_CHECK_TIME_SECONDS", "-1", "a number"},
+      {"KOLO_STALL_CHECK_DISABLE", "maybe", "a boolean"},
+      {"KOLO_TIMELINE_MARK_CYCLES", "2", "a boolean"},
+      {"KOLO_CONTROLLER", "carrier-pigeon", "one of"},
+      {"KOLO_SHM", "sometimes", "one of"},
+      {"KOLO_ALLREDUCE_ALGORITHM", "fast", "one of"},
+      {"KOLO_ALLGATHER_ALGORITHM", "ring2", "one of"},
+      {"KOLO_SEGMENT_BYTES", "0", "an integer"},
+      {"KOLO_LOG_LEVEL", "loud", "one of"},
+      {"KOLO_RANK", "abc", "an integer"},
+      {"KOLO_RANK", "-1", "an integer"},
+      {"KOLO_SIZE", "0", "an integer"},
+      {"KOLO_SIZE", "2", "KOLO_RANK"},
+      {"KOLO_RENDEZVOUS_PORT", "70000", "an integer"},
+      {"KOLO_TIMELINE", "/nonexistent-dir/kolo/timeline.json", "/nonexistent-dir/kolo"},
+  };
+  REQUIRE(kolo_is_initialized() == 0);
+  for (const Bad& b : cases) {
+    INFO(b.var << "=" << b.value);
+    REQUIRE(setenv(b.var, b.value, 1) == 0);
+    int rc = kolo_init();
+    std::string msg = lastError();
+    unsetenv(b.var);
+    ++gTried;
+    CHECK(rc != KOLO_OK);
+    CHECK(kolo_is_initialized() == 0);
+    CHECK_THAT(msg, Contains(b.var) || Contains(b.value));
+    CHECK_THAT(msg, Contains(b.expect));
+    if (rc == KOLO_OK) kolo_shutdown();
+  }
+  // KOLO_RANK >= KOLO_SIZE names both.
+  setenv("KOLO_RANK", "5", 1);
+  setenv("KOLO_SIZE", "2", 1);
+  int rc = kolo_init();
+  std::string msg = lastError();
+  unsetenv("KOLO_RANK");
+  unsetenv("KOLO_SIZE");
+  ++gTried;
+  CHECK(rc == KOLO_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(msg, Contains("KOLO_RANK=5") && Contains("KOLO_SIZE=2"));
+  // With the environment clean again, init works.
+  REQUIRE(kolo_init() == KOLO_OK);
+  expectUsable();
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+}

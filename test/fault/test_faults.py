@@ -1,0 +1,224 @@
+"""Fault injection, multi-process: a rank killed, stopped, exiting or closing its sockets; the
+rendezvous store gone; the same faults under kolorun and mpirun.
+
+Run: /usr/bin/python3 -m pytest -q test/fault/test_faults.py (paths: see faultlib.py).
+Each job has a hard deadline (faultlib.HARD_S); every test checks that no process it started
+(marked with a unique --tag) is left behind. KOLO_TIMEOUT_SECONDS is 3 in every job.
+"""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+import faultlib as fl
+from faultlib import EXIT_INIT_FAILED, EXIT_NAMED, Job, SLACK_S, TIMEOUT_S
+
+NP = 3
+TRANSPORTS = {"shm": "auto", "tcp": "off"}  # KOLO_SHM: shared memory, or Gloo over TCP
+FAULT_CODES = {"PEER_LOST", "ABORTED", "TIMEOUT"}
+
+# (mode, victim, transports). close-sockets is TCP only: the shm transport does not use sockets
+# once connected, so shutting them down is not a fault there.
+KILL_CASES = [
+    ("kill-before", 0, "shm tcp"), ("kill-before", 2, "shm tcp"),
+    ("kill-during", 0, "shm tcp"), ("kill-during", 1, "shm tcp"),
+    ("kill-after", 1, "shm tcp"), ("kill-after", 2, "shm tcp"),
+    ("kill-mid", 0, "shm tcp"), ("kill-mid", 1, "shm tcp"), ("kill-mid", 2, "shm tcp"),
+    ("exit", 0, "shm tcp"), ("exit", 2, "shm tcp"),
+    ("close-sockets", 1, "tcp"), ("close-sockets", 0, "tcp"),
+]
+PARAMS = [pytest.param(mode, victim, t, id="%s-v%d-%s" % (mode, victim, t))
+          for mode, victim, ts in KILL_CASES for t in ts.split()]
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    started = []
+
+    def make(*args, **kw):
+        job = Job(tmp_path, *args, **kw)
+        started.append(job)
+        return job
+
+    yield make
+    for job in started:
+        job.close()
+
+
+def check_survivor(job, rank, victim, codes=FAULT_CODES, bound=TIMEOUT_S + SLACK_S):
+    """The survivor saw an error naming the victim within `bound`, the next submission failed
+    at once naming it too, and kolo_shutdown returned promptly."""
+    res = job.result(rank)
+    where = "rank %d: %s\n%s" % (rank, res, job.text())
+    assert res["role"] == "survivor", where
+    assert res["code"] in codes, where
+    assert res["named"] == 1, "the error does not name rank %d: %s" % (victim, where)
+    assert res["elapsed"] <= bound, where
+    assert res["next"] in ("ABORTED", "SHUTDOWN", "PEER_LOST"), where
+    assert res["next_named"] == 1, where
+    assert res["shutdown_s"] < 2.0, where
+    return res
+
+
+@pytest.mark.parametrize("mode,victim,transport", PARAMS)
+def test_rank_lost(jobs, mode, victim, transport):
+    job = jobs(NP, ["--mode", mode, "--victim", victim, "--bound", 30], shm=TRANSPORTS[transport])
+    codes = job.wait()
+    victim_exit = {"exit": 0, "close-sockets": EXIT_NAMED}.get(mode, -signal.SIGKILL)
+    assert codes[victim] == victim_exit, "victim exit %s\n%s" % (codes[victim], job.text())
+    for r in range(NP):
+        if r != victim:
+            assert codes[r] == EXIT_NAMED, "rank %d exit %s\n%s" % (r, codes[r], job.text())
+            check_survivor(job, r, victim)
+    if mode == "kill-mid":
+        m = re.search(r"action=SIGKILL changed=(\d+)/64", job.text(victim))
+        assert m and 0 < int(m.group(1)) < 64, "not killed mid-transfer:\n" + job.text(victim)
+    assert job.elapsed() < 25, job.text()
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+@pytest.mark.parametrize("victim", [0, 1])
+def test_rank_stopped(jobs, victim, transport):
+    """SIGSTOP past the timeout: the survivors fail within about KOLO_TIMEOUT_SECONDS naming
+    the stopped rank; once continued, the stopped rank fails too instead of hanging."""
+    job = jobs(NP, ["--mode", "stop", "--victim", victim, "--bound", 30], shm=TRANSPORTS[transport])
+    survivors = [r for r in range(NP) if r != victim]
+    codes = job.wait(survivors)
+    for r in survivors:
+        assert codes[r] == EXIT_NAMED, "rank %d exit %s\n%s" % (r, codes[r], job.text())
+        check_survivor(job, r, victim, bound=TIMEOUT_S + 1.0 + SLACK_S)
+    job.signal(victim, signal.SIGCONT)
+    assert job.wait([victim], seconds=job.elapsed() + 15)[victim] == EXIT_NAMED, job.text()
+    assert job.result(victim)["code"] in FAULT_CODES, job.text()
+
+
+def test_rank_shuts_down_alone(jobs):
+    """One rank calls kolo_shutdown while the others go on: they get SHUTDOWN naming it."""
+    job = jobs(NP, ["--mode", "shutdown", "--victim", 1, "--bound", 30])
+    codes = job.wait()
+    assert codes[1] == 0, job.text()
+    for r in (0, 2):
+        assert codes[r] == EXIT_NAMED, job.text()
+        check_survivor(job, r, 1, codes={"SHUTDOWN"})
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_store_gone_at_start(jobs, tmp_path, transport):
+    """No store server at the address: init fails within KOLO_START_TIMEOUT naming it."""
+    server = fl.StoreServer(tmp_path)
+    port = server.port
+    server.stop()
+    job = jobs(NP, ["--mode", "init"], port=port, shm=TRANSPORTS[transport],
+               env={"KOLO_START_TIMEOUT": "3"})
+    codes = job.wait(seconds=3 + 2 * SLACK_S)
+    for r in range(NP):
+        res = job.result(r)
+        assert codes[r] == EXIT_INIT_FAILED, job.text()
+        assert res["code"] in ("TIMEOUT", "IO", "PEER_LOST"), job.text()
+        assert "127.0.0.1:%d" % port in res["msg"], job.text()
+        assert res["elapsed"] < 3 + SLACK_S, job.text()
+
+
+def test_rank_never_arrives(jobs):
+    """Rank 2 of 3 never starts: ranks 0 and 1 fail init within KOLO_START_TIMEOUT naming it."""
+    job = jobs(NP, ["--mode", "init"], ranks=[0, 1], env={"KOLO_START_TIMEOUT": "3"})
+    codes = job.wait(seconds=3 + 2 * SLACK_S)
+    for r in (0, 1):
+        res = job.result(r)
+        assert codes[r] == EXIT_INIT_FAILED, job.text()
+        assert res["code"] == "TIMEOUT", job.text()
+        assert re.search(r"\b2\b", res["msg"]), "rank 2 not named: " + job.text()
+        assert res["elapsed"] < 3 + SLACK_S, job.text()
+
+
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_store_gone_after_start(jobs, transport):
+    """The store server dies after init: collectives go on (the store only serves rendezvous);
+    creating a process set, which needs it on TCP, fails promptly instead of hanging."""
+    job = jobs(NP, ["--mode", "ok", "--pause-ms", 1500, "--add-set", "--bound", 30],
+               shm=TRANSPORTS[transport])
+    deadline = time.monotonic() + 15
+    while job.text().count("FAULT_READY") < NP:
+        assert time.monotonic() < deadline and all(
+            p.poll() is None for p in job.procs.values()), job.text()
+        time.sleep(0.02)
+    job.server.stop()
+    codes = job.wait()
+    for r in range(NP):
+        res = job.result(r)
+        assert res["code"] == "OK", job.text()  # the collectives after the store died
+        set_line = re.search(r"FAULT_SET rank=%d code=(\w+) elapsed=([\d.]+)" % r, job.text(r))
+        assert set_line, job.text()
+        assert float(set_line.group(2)) < TIMEOUT_S + SLACK_S, job.text()
+        if set_line.group(1) != "OK":
+            assert codes[r] == EXIT_NAMED and "store" in job.text(r), job.text()
+
+
+# ---- through the launchers -------------------------------------------------------------------
+
+def launcher_env(**extra):
+    env = fl.base_env(KOLO_LAUNCHER_KILL_GRACE_SECONDS=2, **extra)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+@pytest.mark.parametrize("mode", ["kill-mid", "exit"])
+def test_kolorun_rank_lost(mode):
+    """kolorun exits non-zero naming the failed rank, quickly, and leaves nothing behind."""
+    tag = fl.new_tag()
+    argv = [fl.python(), fl.KOLORUN, "-np", str(NP), fl.WORKER, "--mode", mode, "--victim", "1",
+            "--bound", "30", "--tag", tag]
+    try:
+        rc, out, wall = fl.run_tool(argv, launcher_env(), 40)
+    finally:
+        left = fl.reap_leftovers(tag)
+    assert not left, "processes left behind: %s" % left
+    assert rc != 0, out
+    if mode == "kill-mid":
+        assert rc in (128 + signal.SIGKILL, EXIT_NAMED), out
+    assert re.search(r"kolorun: .*rank \d", out), out
+    assert re.search(r"rank 1\b", out), out
+    assert wall < 20, out
+
+
+def test_kolorun_rank_stopped():
+    """A SIGSTOPped rank under kolorun: the others give up after the timeout, kolorun stops the
+    job (the stopped rank included) and exits with their status."""
+    tag = fl.new_tag()
+    argv = [fl.python(), fl.KOLORUN, "-np", str(NP), fl.WORKER, "--mode", "stop", "--victim", "1",
+            "--bound", "30", "--tag", tag]
+    try:
+        rc, out, wall = fl.run_tool(argv, launcher_env(), 40)
+    finally:
+        left = fl.reap_leftovers(tag)
+    assert not left, "processes left behind: %s" % left
+    assert rc == EXIT_NAMED, out
+    assert re.search(r"rank 1\b", out), out
+    assert wall < TIMEOUT_S + 2 + 2 * SLACK_S, out
+
+
+def mpi_argv(tag, mode, victim):
+    return [fl.MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+            "-np", str(NP), "-x", "KOLO_CONTROLLER=mpi", "-x", "KOLO_TIMEOUT_SECONDS",
+            "-x", "KOLO_SHM", fl.WORKER, "--mode", mode, "--victim", str(victim), "--bound", "30",
+            "--tag", tag]
+
+
+@pytest.mark.skipif(not fl.MPIEXEC, reason="no mpirun (KOLO_MPIEXEC unset)")
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+@pytest.mark.parametrize("mode", ["kill-mid", "stop"])
+def test_mpirun_rank_lost(mode, transport):
+    """Open MPI tears the whole job down when a rank dies (or when the survivors exit after the
+    timeout around a stopped rank): mpirun exits non-zero in bounded time, nothing is left."""
+    tag = fl.new_tag()
+    env = fl.base_env(KOLO_CONTROLLER="mpi", KOLO_SHM=TRANSPORTS[transport])
+    try:
+        rc, out, wall = fl.run_tool(mpi_argv(tag, mode, 1), env, 40)
+    finally:
+        left = fl.reap_leftovers(tag)
+    assert not left, "processes left behind: %s" % left
+    assert rc != 0, out
+    assert wall < 25, out
