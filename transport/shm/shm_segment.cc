@@ -337,21 +337,31 @@ void Segment::close() {
 
 Status Segment::health(Clock::time_point now, uint64_t watch) {
   KOLO_RETURN_IF_ERROR(aborted());
-  const bool checkPids = now >= nextLivenessCheck_;
-  if (checkPids) nextLivenessCheck_ = now + kLivenessPeriod;
+  int closedRank = -1;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_ || (watch >> r & 1) == 0) continue;
-    const RankBlock& b = ranks_[r];
-    if (b.closed.load(std::memory_order_acquire) != 0) {
-      return Status(ErrorCode::kPeerLost, label(r) + " closed its shared-memory transport");
+    if (ranks_[r].closed.load(std::memory_order_acquire) != 0) {
+      closedRank = r;
+      break;
     }
-    if (checkPids && pidVisible_[static_cast<size_t>(r)]) {
-      const int pid = b.pid.load(std::memory_order_relaxed);
-      if (processGone(pid)) {
-        return Status(ErrorCode::kPeerLost,
-                      label(r) + " died (process " + std::to_string(pid) + " is gone)");
-      }
+  }
+  // A peer that closed may have done so because a third one died: name the dead one first.
+  // Any rank of the group that vanished without closing counts, watched or not: a ring
+  // neighbour we only send to (sends complete into the ring) is still the one to blame.
+  if (closedRank < 0 && now < nextLivenessCheck_) return Status::ok();
+  nextLivenessCheck_ = now + kLivenessPeriod;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !pidVisible_[static_cast<size_t>(r)]) continue;
+    if (ranks_[r].closed.load(std::memory_order_acquire) != 0) continue;  // left in order
+    const int pid = ranks_[r].pid.load(std::memory_order_relaxed);
+    if (processGone(pid)) {
+      return Status(ErrorCode::kPeerLost,
+                    label(r) + " died (process " + std::to_string(pid) + " is gone)");
     }
+  }
+  if (closedRank >= 0) {
+    return Status(ErrorCode::kPeerLost,
+                  label(closedRank) + " closed its shared-memory transport");
   }
   return Status::ok();
 }

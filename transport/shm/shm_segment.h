@@ -111,7 +111,8 @@ class Segment {
   // Waits until ready() is true (it is called repeatedly, and may make progress itself). Fails
   // with the abort cause, kPeerLost for a dead or closed peer, or kTimeout (describe() says what
   // was outstanding) -- unless ready() turns true at the last check.
-  // Only the ranks in `watch` (bit r = rank r) count as lost when they die or close.
+  // A rank of the group whose process vanished without closing its transport is always fatal;
+  // one that closed counts only when it is in `watch` (bit r = rank r).
   template <class Ready, class Describe>
   Status waitUntil(Ready&& ready, Deadline deadline, uint64_t watch, Describe&& describe);
 
