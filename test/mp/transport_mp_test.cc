@@ -7,13 +7,15 @@
 // never REQUIRE, inside collectives, so a failing rank stays in step with the others.
 // The hidden "[fault]" case is the failure test: the last rank exits in the middle of an
 // allreduce and the survivors must fail promptly, naming it (run by run_gloo.sh with a short
-// KOLO_TIMEOUT_SECONDS; Open MPI would tear the whole job down instead).
+// KOLO_TIMEOUT_SECONDS; Open MPI would tear the whole job down instead). The shared-memory
+// transport createTransport puts over MPI/Gloo on one host stays off unless KOLO_SHM is set.
 #define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <thread>
 
@@ -492,6 +494,10 @@ int main(int argc, char** argv) {
   if (int rc = session.applyCommandLine(argc, argv)) return rc;
   Harness h;
   Status s = Config::fromEnvironment(&h.cfg);
+  // These tests are about MPI and Gloo themselves: the shared-memory transport that
+  // createTransport would put over them on one host only runs when KOLO_SHM asks for it.
+  const char* shm = std::getenv("KOLO_SHM");
+  if (shm == nullptr || *shm == '\0') h.cfg.shm = ShmMode::kOff;
   if (s.isOk()) s = detectLaunchEnvironment(&h.cfg);
   if (s.isOk() && resolveTransportKind(h.cfg) == TransportKind::kGloo) {
     const auto wait =

@@ -48,6 +48,7 @@ Status createGloo(std::shared_ptr<Store> store, int rank, int size, const std::s
                   std::chrono::milliseconds timeout, std::unique_ptr<Transport>* out) {
   Config cfg;
   cfg.transport = TransportKind::kGloo;
+  cfg.shm = ShmMode::kOff;  // the Gloo transport itself, not the shared-memory one over it
   cfg.glooIface = iface;
   cfg.startTimeoutSeconds = cfg.timeoutSeconds = timeout.count() / 1000.0;
   return createTransport(cfg, std::move(store), rank, size, out);
@@ -201,11 +202,14 @@ TEST_CASE("gloo: a silent peer gives kTimeout naming it, and the abandoned batch
   CHECK(after.code() == ErrorCode::kTimeout);  // the cause recorded is the timeout itself
   CHECK_THAT(after.message(), Catch::Contains("receive from rank 1 (global 1)"));
   CHECK_THAT(after.message(), Catch::Contains("abandoned"));
-  // The peer notices: its connection to rank 0 was failed.
+  // The peer notices at once: its connection to rank 0 was closed. Rank 0 left its cause as an
+  // abort note, so rank 1 reports that cause (the timeout), relayed by rank 0.
   std::unique_ptr<PendingOps> q;
+  auto noticed = Clock::now();
   Status peer = g[1]->post({recvOp(0, 4, &in, sizeof in)}, &q);
   if (peer.isOk()) peer = q->wait(Clock::now() + 5s);
-  CHECK(peer.code() == ErrorCode::kPeerLost);
+  CHECK(secondsSince(noticed) < 2.0);
+  CHECK((peer.code() == ErrorCode::kPeerLost || peer.code() == ErrorCode::kTimeout));
   CHECK_THAT(peer.message(), Catch::Contains("rank 0 (global 0)"));
 }
 
@@ -321,7 +325,8 @@ TEST_CASE("gloo: native collectives over every dtype") {
     std::vector<std::vector<uint8_t>> in(n);
     for (int r = 0; r < n; ++r) {
       in[r].assign(expect.begin() + offs[r], expect.begin() + offs[r] + bytes[r]);
-      if (alias) std::memcpy(out[r].data() + offs[r], in[r].data(), bytes[r]);
+      // memcpy from an empty vector's null data() is UB even for 0 bytes (UBSan: nonnull).
+      if (alias && bytes[r] > 0) std::memcpy(out[r].data() + offs[r], in[r].data(), bytes[r]);
     }
     requireAllOk(onRanks(n, [&](int r) {
       const void* send = alias ? out[r].data() + offs[r] : in[r].data();

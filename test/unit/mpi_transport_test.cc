@@ -18,6 +18,7 @@ namespace {
 std::unique_ptr<Transport> makeMpi() {
   Config cfg;
   cfg.transport = TransportKind::kMpi;
+  cfg.shm = ShmMode::kOff;  // the MPI transport itself, not the shared-memory one over it
   cfg.timeoutSeconds = 5;
   std::unique_ptr<Transport> t;
   Status s = createTransport(cfg, nullptr, -1, -1, &t);

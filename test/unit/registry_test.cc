@@ -151,6 +151,7 @@ TEST_CASE("registry: createTransport choices and errors") {
   cfg.rank = 0;
   cfg.size = 1;
   cfg.timeoutSeconds = 2.5;
+  cfg.shm = ShmMode::kOff;
   REQUIRE(createTransport(cfg, makeMemoryStore(), -1, -1, &t).isOk());
   REQUIRE(t != nullptr);
   CHECK(std::string(t->name()) == "gloo");

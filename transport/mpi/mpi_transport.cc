@@ -39,13 +39,32 @@ std::atomic<bool>& anyTransportAborted() {
   return aborted;
 }
 
+// How long, after an abort, a rank waits at exit for every other rank to be exiting too.
+constexpr std::chrono::seconds kExitBarrierWait{5};
+
 // Registered with atexit when kolo initialized MPI: MPI cannot be re-initialized after
-// MPI_Finalize, so it has to stay up until the process ends. After an abort it is not
-// finalized: MPI_Finalize synchronizes with every rank, so a survivor would block forever in
-// exit() on the peer that stopped answering. Exiting without it lets mpirun see the failure and
-// tear the job down (the stopped rank included).
+// MPI_Finalize, so it has to stay up until the process ends. MPI_Finalize synchronizes with
+// every rank, so after an abort a survivor could block forever in exit() on a peer that stopped
+// answering. Then a non-blocking barrier with a short deadline decides first: when every rank
+// arrives (an abort of a healthy group, e.g. a process set torn down on purpose), MPI is
+// finalized as usual; otherwise the rank exits without it, which lets mpirun see the failure
+// and tear the job down (the stopped rank included).
 void finalizeMpiAtExit() {
-  if (!mpiFinalized() && !anyTransportAborted().load()) MPI_Finalize();
+  if (mpiFinalized()) return;
+  if (anyTransportAborted().load()) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return;
+    const Clock::time_point deadline = Clock::now() + kExitBarrierWait;
+    for (int done = 0; !done;) {
+      if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+      if (!done && Clock::now() >= deadline) return;
+      if (!done) {
+        timespec ts{0, 1000 * 1000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  }
+  MPI_Finalize();
 }
 
 const char* threadLevelName(int level) {
