@@ -399,7 +399,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
         d_.timeline->opStart(ready[i].name, ready[i].type);
       }
     }
-    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline};
+    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device};
     Status s = ops::execute(ctx, rs, es);
     for (size_t k = 0; k < rs.size(); ++k) {
       if (es[k] == nullptr) continue;

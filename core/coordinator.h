@@ -35,6 +35,9 @@
 namespace kolo {
 
 class Timeline;
+namespace ops {
+class DeviceExecutor;
+}
 
 class Coordinator {
  public:
@@ -45,6 +48,7 @@ class Coordinator {
     ProcessSetTable* sets = nullptr;  // not owned
     TensorQueue* queue = nullptr;     // not owned
     Timeline* timeline = nullptr;     // not owned, may be null
+    ops::DeviceExecutor* device = nullptr;  // not owned; null without a CUDA/NCCL path
     Logger log;
   };
 

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -43,6 +44,10 @@ class HandleState {
   std::vector<int32_t> receivedSplits;  // alltoall
   int32_t lastJoinedRank = -1;          // join
   int32_t processSetId = -1;            // add_process_set
+  // Device ops: a cudaEvent_t recorded after the op's device work on the runtime's stream (a
+  // consumer stream may wait on it); shared by the ops of one batch, null for host ops.
+  std::shared_ptr<void> completionEvent;
+  std::shared_ptr<void> ownedDeviceOutput;  // device ops without allocator: cudaMalloc'ed output
 
  private:
   mutable std::mutex mu_;

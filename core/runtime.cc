@@ -61,6 +61,7 @@ Status Runtime::create(const Config& config, int generation, std::unique_ptr<Run
 
   std::unique_ptr<Transport> transport;
   std::vector<std::string> hosts;
+  std::shared_ptr<Store> store;
   const auto startTimeout = millis(cfg.startTimeoutSeconds);
   if (cfg.size == 1 && cfg.transport != TransportKind::kMpi && cfg.transport != TransportKind::kGloo) {
     std::vector<std::unique_ptr<Transport>> group;
@@ -68,7 +69,6 @@ Status Runtime::create(const Config& config, int generation, std::unique_ptr<Run
     transport = std::move(group[0]);
     hosts = {cfg.hostname};
   } else {
-    std::shared_ptr<Store> store;
     if (!cfg.rendezvousAddr.empty()) {
       if (cfg.rendezvousPort <= 0) {
         return Status(ErrorCode::kInvalidArgument,
@@ -92,6 +92,7 @@ Status Runtime::create(const Config& config, int generation, std::unique_ptr<Run
   }
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->config_ = cfg;
+  rt->store_ = store;
   KOLO_RETURN_IF_ERROR(rt->start(std::move(transport), hosts));
   *out = std::move(rt);
   return Status::ok();
@@ -121,6 +122,7 @@ Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<st
   if (!config_.timelinePath.empty()) {
     KOLO_RETURN_IF_ERROR(startTimeline(config_.timelinePath, config_.timelineMarkCycles));
   }
+  KOLO_RETURN_IF_ERROR(createDeviceExecutor(config_, store_, &device_));
   Coordinator::Deps deps;
   deps.config = config_;
   deps.rank = topo_.rank;
@@ -129,6 +131,7 @@ Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<st
   deps.sets = sets_.get();
   deps.queue = &queue_;
   deps.timeline = &timeline_;
+  deps.device = device_.get();
   deps.log = log_;
   coordinator_ = std::make_unique<Coordinator>(std::move(deps));
   coordinator_->start();
@@ -167,6 +170,8 @@ Status Runtime::startTimeline(const std::string& path, bool markCycles) {
 }
 
 void Runtime::stopTimeline() { timeline_.stop(); }
+
+bool Runtime::deviceEnabled() const { return device_ != nullptr && deviceTransportAvailable(); }
 
 // ---- validation ----------------------------------------------------------------------------
 
@@ -209,7 +214,10 @@ Status Runtime::validate(const char* op, const std::string& name, const TensorVi
     n *= d;
   }
   if (n > 0 && t.data == nullptr) return bad("the tensor data pointer is NULL");
-  if (t.device != kCpuDevice) {
+  if (t.device < kCpuDevice) {
+    return bad("device " + std::to_string(t.device) + " is invalid (-1 = host, >= 0 = CUDA)");
+  }
+  if (t.device != kCpuDevice && device_ == nullptr) {
     return Status(ErrorCode::kUnsupported,
                   where(op, name) + "device " + std::to_string(t.device) +
                       " tensors need the NCCL/CUDA path, which this build does not include");
@@ -238,7 +246,16 @@ std::unique_ptr<TensorEntry> Runtime::makeEntry(OpType type, const std::string& 
   return e;
 }
 
+Status Runtime::prepareDevice(TensorEntry* e, const std::string& op) const {
+  if (e->input.device < 0) return Status::ok();
+  Status s = device_->prepare(e->input, e->output.data != nullptr ? &e->output : nullptr,
+                              &e->readyEvent);
+  if (s.isOk()) return s;
+  return Status(s.code(), where(op.c_str(), e->request.name) + s.message());
+}
+
 Status Runtime::enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle) {
+  KOLO_RETURN_IF_ERROR(prepareDevice(e.get(), toString(e->request.type)));
   HandlePtr h = e->handle;
   KOLO_RETURN_IF_ERROR(queue_.add(std::move(e)));
   *handle = h;
@@ -337,6 +354,7 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
     e->request.groupId = static_cast<int32_t>(groupId);
     e->request.groupSize = static_cast<int32_t>(inputs.size());
     e->handle = shared;
+    KOLO_RETURN_IF_ERROR(prepareDevice(e.get(), "grouped_allreduce"));
     entries.push_back(std::move(e));
   }
   KOLO_RETURN_IF_ERROR(queue_.addGroup(std::move(entries)));

@@ -20,6 +20,7 @@
 #include "core/store.h"
 #include "core/tensor_queue.h"
 #include "core/topology.h"
+#include "ops/device_executor.h"
 #include "timeline/timeline.h"
 #include "transport/transport.h"
 
@@ -43,6 +44,8 @@ class Runtime {
 
   const Topology& topology() const { return topo_; }
   const char* transportName() const { return transport_->name(); }
+  // Whether CUDA tensors can be submitted: the build has the NCCL path and a device is visible.
+  bool deviceEnabled() const;
   const Config& config() const { return config_; }
   Timeline& timeline() { return timeline_; }
   // Starts the timeline for this rank (rank 0 only unless KOLO_TIMELINE_ALL_RANKS: then
@@ -84,6 +87,8 @@ class Runtime {
   std::unique_ptr<TensorEntry> makeEntry(OpType type, const std::string& name,
                                          const TensorView& t, int32_t processSet) const;
   Status enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle);
+  // Device tensors: the executor's submission checks and the producer's ready event.
+  Status prepareDevice(TensorEntry* e, const std::string& op) const;
   std::string where(const char* op, const std::string& name) const;
 
   Config config_;
@@ -94,6 +99,8 @@ class Runtime {
   std::unique_ptr<ProcessSetTable> sets_;
   TensorQueue queue_;
   Timeline timeline_;
+  std::unique_ptr<ops::DeviceExecutor> device_;  // CUDA tensors; null without NCCL. Declared
+                                                 // before coordinator_: outlives its thread.
   std::unique_ptr<Coordinator> coordinator_;
   std::mutex countersMu_;
   int64_t barrierCount_ = 0, processSetOps_ = 0, groupCount_ = 0;

@@ -32,6 +32,9 @@ struct TensorEntry {
   TensorView output;  // allreduce out of place; data == input.data (or null) means in place
   OutputAllocator allocate;  // empty = the handle owns the output
   std::shared_ptr<HandleState> handle;
+  // Device tensors: a cudaEvent_t recorded on the producer's stream at submission; the runtime
+  // waits on it before touching the tensor (ops/device_executor.h).
+  std::shared_ptr<void> readyEvent;
   Clock::time_point enqueued;
   bool announced = false;  // sent to the coordinator rank in a full round
 };

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "ops/device_executor.h"
 #include "ops/reduce_cpu.h"
 #include "timeline/timeline.h"
 
@@ -259,6 +260,13 @@ Status execute(const ExecContext& ctx, const std::vector<const Response*>& respo
     if (entries[i] == nullptr && first.type != OpType::kAllreduce) {
       return Status(ErrorCode::kInternal, "no local op for '" + responses[i]->name + "'");
     }
+  }
+  if (first.device >= 0) {
+    if (ctx.device == nullptr) {
+      return Status(ErrorCode::kUnsupported,
+                    "'" + first.name + "' is a CUDA tensor but this runtime has no device path");
+    }
+    return ctx.device->execute(ctx, responses, entries);
   }
   switch (first.type) {
     case OpType::kAllreduce:

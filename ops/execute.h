@@ -7,6 +7,8 @@
 // for allreduce only: the rank contributes zeros). Outputs whose size is known only now
 // (allgather, alltoall, reducescatter) are allocated through the entry's allocator or owned by
 // its handle; shapes and received splits are written into the handle before returning.
+// Batches of CUDA tensors (response device >= 0) go to ctx.device (ops/device_executor.h);
+// kUnsupported without one.
 #pragma once
 
 #include <vector>
@@ -23,11 +25,14 @@ class Timeline;
 
 namespace kolo::ops {
 
+class DeviceExecutor;
+
 struct ExecContext {
   const ProcessSet* set;        // the batch's process set; this rank is a member
   const AlgorithmConfig* algorithms;
   FusionBuffer* fusion;
   Timeline* timeline;           // may be null
+  DeviceExecutor* device = nullptr;  // runs batches of CUDA tensors; null: none in this build
 };
 
 Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,

@@ -20,6 +20,10 @@
 #if KOLO_HAVE_GLOO
 #include "transport/gloo/gloo_transport.h"
 #endif
+#if KOLO_HAVE_NCCL
+#include "transport/nccl/nccl_executor.h"
+#endif
+#include "ops/device_executor.h"
 
 namespace kolo {
 namespace {
@@ -250,6 +254,29 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
   KOLO_RETURN_IF_ERROR(applyShmConfig(cfg, &t));  // KOLO_SHM: shared memory on one host
   *out = std::move(t);
   return Status::ok();
+}
+
+bool deviceTransportBuilt() { return KOLO_HAVE_NCCL != 0; }
+
+bool deviceTransportAvailable(std::string* why) {
+#if KOLO_HAVE_NCCL
+  return cudaDeviceVisible(why);
+#else
+  if (why != nullptr) *why = "kolo was built without CUDA/NCCL (KOLO_WITH_CUDA, KOLO_WITH_NCCL)";
+  return false;
+#endif
+}
+
+Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
+                            std::unique_ptr<ops::DeviceExecutor>* out) {
+  out->reset();
+#if KOLO_HAVE_NCCL
+  return createNcclExecutor(cfg, std::move(store), out);
+#else
+  (void)cfg;
+  (void)store;
+  return Status::ok();
+#endif
 }
 
 }  // namespace kolo

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/config.h"
 #include "core/status.h"
@@ -16,6 +17,10 @@
 #include "transport/transport.h"
 
 namespace kolo {
+
+namespace ops {
+class DeviceExecutor;
+}
 
 using GetEnvFn = std::function<const char*(const char*)>;
 
@@ -50,5 +55,18 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 // transport's own errors otherwise.
 Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank, int size,
                        std::unique_ptr<Transport>* out);
+
+// ---- the device path (CUDA tensors over NCCL) ------------------------------------------------
+// Whether this build contains it (KOLO_HAVE_NCCL, which implies CUDA).
+bool deviceTransportBuilt();
+// Whether it can run here: built, and a CUDA device is visible; *why (optional) says why not.
+// Queries the CUDA driver (cheap, creates no context).
+bool deviceTransportAvailable(std::string* why = nullptr);
+// Creates the executor that runs batches of CUDA tensors (NCCL communicators per process set,
+// made lazily; no CUDA call before the first device tensor). Sets *out to null in a build
+// without NCCL. `store` (may be null) carries NCCL unique ids; without it they travel over the
+// process set's CPU transport.
+Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
+                            std::unique_ptr<ops::DeviceExecutor>* out);
 
 }  // namespace kolo

@@ -201,7 +201,10 @@ int kolo_gloo_enabled(void) {
   auto rt = runtime();
   return rt && std::string(rt->transportName()) == "gloo" ? 1 : 0;
 }
-int kolo_nccl_enabled(void) { return 0; }
+int kolo_nccl_enabled(void) {
+  auto rt = runtime();
+  return rt && rt->deviceEnabled() ? 1 : 0;
+}
 const char* kolo_transport_name(void) {
   auto rt = runtime();
   return rt ? rt->transportName() : "";
@@ -359,6 +362,15 @@ int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int64_t* sha
   if (shape) {
     for (size_t i = 0; i < st.outputShape.size() && i < KOLO_MAX_DIMS; ++i) shape[i] = st.outputShape[i];
   }
+  return KOLO_OK;
+}
+
+int kolo_handle_cuda_event(kolo_handle_t h, void** event) {
+  if (event == nullptr) return invalid("event is NULL");
+  auto rec = lookup(h);
+  if (!rec) return unknownHandle(h);
+  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  *event = rec->state->completionEvent.get();
   return KOLO_OK;
 }
 

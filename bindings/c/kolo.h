@@ -97,7 +97,8 @@ typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void
  * alltoall, reducescatter). Called once from the kolo thread with the output's shape; returns
  * memory of at least bytes bytes that stays valid until the caller releases it, or NULL to fail
  * the op with KOLO_ERR_INVALID_ARGUMENT. Pass NULL as allocator to let the handle own the
- * output (read it with kolo_handle_output; freed by kolo_handle_release). */
+ * output (read it with kolo_handle_output; freed by kolo_handle_release). For an input on a
+ * CUDA device the allocator must return memory on that device. */
 typedef void* (*kolo_alloc_fn)(void* user, size_t bytes, int32_t ndim, const int64_t* shape);
 
 /* ---- lifecycle ------------------------------------------------------------------------------ */
@@ -189,8 +190,15 @@ KOLO_API int kolo_handle_wait(kolo_handle_t h, double timeout_seconds);
 /* The op's status once done (KOLO_ERR_TIMEOUT while still running is NOT returned here:
  * *status = -1 while running). error_text stays valid until release. */
 KOLO_API int kolo_handle_status(kolo_handle_t h, int* status, const char** error_text);
-/* Owned output (allocator was NULL): data pointer and shape (up to KOLO_MAX_DIMS entries). */
+/* Owned output (allocator was NULL): data pointer and shape (up to KOLO_MAX_DIMS entries). For a
+ * device op the data is device memory on the input's device. */
 KOLO_API int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int64_t* shape);
+/* Device ops (input on a CUDA device): *event receives the cudaEvent_t recorded on kolo's
+ * stream after the op's device work, for cudaStreamWaitEvent on a consumer stream; it stays
+ * valid until kolo_handle_release. NULL for host ops. The handle must be done (else
+ * KOLO_ERR_INVALID_ARGUMENT). kolo completes a device handle only after that work finished,
+ * so waiting on the event is an ordering guarantee, not a second wait. */
+KOLO_API int kolo_handle_cuda_event(kolo_handle_t h, void** event);
 /* alltoall: rows received from each rank (n = set size). */
 KOLO_API int kolo_handle_received_splits(kolo_handle_t h, int32_t* splits, int32_t n);
 KOLO_API int kolo_handle_join_result(kolo_handle_t h, int32_t* last_joined_rank);

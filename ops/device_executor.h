@@ -1,0 +1,50 @@
+// DeviceExecutor: the data path for CUDA tensors, behind an interface so that core/ and ops/
+// compile the same way with or without CUDA. transport/nccl implements it (NcclExecutor); the
+// transport registry creates it when the build has NCCL (createDeviceExecutor), and the Runtime
+// owns it. A build without NCCL has none, and device tensors are rejected at submission.
+//
+// Threads: prepare() runs on the submitting thread (any thread, concurrently); execute() on the
+// coordinator thread only. The executor outlives the coordinator (the Runtime destroys it after
+// the coordinator thread ended).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/status.h"
+
+namespace kolo {
+struct Response;
+struct TensorEntry;
+struct TensorView;
+}  // namespace kolo
+
+namespace kolo::ops {
+
+struct ExecContext;
+
+class DeviceExecutor {
+ public:
+  virtual ~DeviceExecutor() = default;
+
+  // Submission side. Checks that `t` (and `output` when not null) can be used: a CUDA device
+  // with its ordinal is visible, it is the device this rank uses (one device per rank: the first
+  // device tensor fixes it), and the data pointer is device memory of that device. Then records,
+  // on t.stream (null: the device's default stream), the event the runtime's stream waits on
+  // before it touches the tensor (*readyEvent, a cudaEvent_t owned by the shared_ptr). Never
+  // blocks on the device. Errors: kUnsupported (no device visible), kInvalidArgument (the rest),
+  // each naming the tensor's device.
+  virtual Status prepare(const TensorView& t, const TensorView* output,
+                         std::shared_ptr<void>* readyEvent) = 0;
+
+  // Coordinator side: runs one planned batch whose responses have device >= 0, with the
+  // contract of ops::execute (execute.h). Creates the process set's NCCL communicators on first
+  // use (collective over the set's members, which run the same batch at the same point). Each
+  // handle of the batch gets the batch's completion event (HandleState::completionEvent) before
+  // the call returns; it returns once the device work completed, failed, or the transport
+  // timeout passed (kTimeout / kPeerLost / kIo abort the runtime, as with the CPU transports).
+  virtual Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
+                         const std::vector<TensorEntry*>& entries) = 0;
+};
+
+}  // namespace kolo::ops

@@ -1,0 +1,340 @@
+// NcclExecutor: submission checks, device choice, lazy communicator setup per process set, and
+// the plumbing every batch shares (design in nccl_executor_impl.h; data paths in
+// nccl_collectives.cc).
+#include "transport/nccl/nccl_executor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <numeric>
+
+#include "core/handle.h"
+#include "ops/device_plan.h"
+#include "timeline/timeline.h"
+#include "transport/nccl/cuda_kernels.h"
+#include "transport/nccl/nccl_executor_impl.h"
+
+namespace kolo {
+namespace {
+
+// Split ids of the hierarchical cross transports, far above process-set ids (1, 2, ...).
+constexpr int32_t kCrossSplitBase = int32_t{1} << 30;
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+std::string deviceName(int device) { return "cuda:" + std::to_string(device); }
+
+// The timeline step of a batch, begun for every tensor of it and ended when it goes away.
+class Activity {
+ public:
+  Activity(Timeline* tl, const std::vector<const Response*>& rs, const std::string& name)
+      : tl_(tl != nullptr && tl->active() ? tl : nullptr), rs_(rs) {
+    if (tl_ != nullptr) {
+      for (const Response* r : rs_) tl_->activityStart(r->name, name);
+    }
+  }
+  ~Activity() {
+    if (tl_ != nullptr) {
+      for (const Response* r : rs_) tl_->activityEnd(r->name);
+    }
+  }
+
+ private:
+  Timeline* tl_;
+  const std::vector<const Response*>& rs_;
+};
+
+}  // namespace
+
+bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
+
+Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
+                          std::unique_ptr<ops::DeviceExecutor>* out) {
+  *out = std::make_unique<NcclExecutor>(cfg, std::move(store));
+  return Status::ok();
+}
+
+NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store)
+    : cfg_(cfg), store_(std::move(store)), host_(cfg.hostname) {
+  if (host_.empty()) {
+    char name[HOST_NAME_MAX + 1] = {0};
+    host_ = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  }
+}
+
+NcclExecutor::~NcclExecutor() {
+  // Communicators first (their shutdown may still use the device), then the buffers.
+  sets_.clear();
+}
+
+// ---- submission ------------------------------------------------------------------------------
+
+Status NcclExecutor::checkPointer(const TensorView& t, const char* what) const {
+  if (t.data == nullptr) return Status::ok();  // zero elements: nothing is read or written
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  const bool device =
+      e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
+  if (!device) {
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string(what) + " says " + deviceName(t.device) +
+                      " but its data pointer is not CUDA device memory (a host tensor must use "
+                      "device -1)");
+  }
+  if (attr.type == cudaMemoryTypeDevice && attr.device != t.device) {
+    return Status(ErrorCode::kInvalidArgument, std::string(what) + " says " + deviceName(t.device) +
+                                                   " but its memory is on " +
+                                                   deviceName(attr.device));
+  }
+  return Status::ok();
+}
+
+Status NcclExecutor::prepare(const TensorView& t, const TensorView* output,
+                             std::shared_ptr<void>* readyEvent) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
+    if (deviceCount_ == 0) {
+      return Status(ErrorCode::kUnsupported,
+                    "the tensor is on " + deviceName(t.device) +
+                        " but no CUDA device is visible to this process (" + noDeviceWhy_ + ")");
+    }
+    if (t.device >= deviceCount_) {
+      return Status(ErrorCode::kInvalidArgument,
+                    deviceName(t.device) + " does not exist: " + std::to_string(deviceCount_) +
+                        " CUDA device(s) are visible to this process");
+    }
+    if (device_ < 0) device_ = t.device;
+    if (device_ != t.device) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "the tensor is on " + deviceName(t.device) + " but this rank uses " +
+                        deviceName(device_) +
+                        " (kolo drives one CUDA device per rank: run one process per device)");
+    }
+  }
+  KOLO_RETURN_IF_ERROR(checkPointer(t, "the tensor"));
+  if (output != nullptr && output->data != nullptr && output->data != t.data) {
+    KOLO_REQUIRE(output->device == t.device, kInvalidArgument,
+                 "the output tensor is on " + deviceName(output->device) + ", the input on " +
+                     deviceName(t.device));
+    KOLO_RETURN_IF_ERROR(checkPointer(*output, "the output tensor"));
+  }
+  KOLO_RETURN_IF_ERROR(cuda::makeEvent(t.device, readyEvent));
+  cuda::DeviceGuard g(t.device);
+  KOLO_RETURN_IF_ERROR(g.status());
+  cudaError_t e = cudaEventRecord(cuda::eventOf(*readyEvent), static_cast<cudaStream_t>(t.stream));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    readyEvent->reset();
+    return Status(ErrorCode::kInvalidArgument,
+                  "cannot record the ready event on the tensor's stream (is it a stream of " +
+                      deviceName(t.device) + "?): " + cudaGetErrorString(e));
+  }
+  return Status::ok();
+}
+
+// ---- setup
+// ---------------------------------------------------------------------------------------
+
+Status NcclExecutor::executionDevice(int* device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (device_ < 0) {
+    // Only a rank that never submitted a device tensor gets here (it joined): pick its
+    // launcher-given local device and keep it, so later submissions must agree.
+    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
+    if (deviceCount_ == 0) {
+      return Status(
+          ErrorCode::kUnsupported,
+          "a device op reached this rank but no CUDA device is visible (" + noDeviceWhy_ + ")");
+    }
+    device_ = std::max(0, cfg_.localRank) % deviceCount_;
+  }
+  *device = device_;
+  return Status::ok();
+}
+
+Status NcclExecutor::stateFor(const ProcessSet& set, int device, SetState** out) {
+  auto it = sets_.find(set.id);
+  if (it == sets_.end()) {
+    SetState& st = sets_[set.id];
+    Status s = setUp(set, device, &st);
+    if (!s.isOk()) {
+      st = SetState();
+      st.broken = s;
+      return s;
+    }
+    it = sets_.find(set.id);
+  }
+  KOLO_RETURN_IF_ERROR(it->second.broken);
+  *out = &it->second;
+  return Status::ok();
+}
+
+Status NcclExecutor::makeComm(const ProcessSet& set, int device, const std::vector<int>& members,
+                              const std::string& kind, std::unique_ptr<NcclTransport>* out) {
+  const int me = set.myIndex;
+  const int root = members.front();
+  const int groupRank =
+      static_cast<int>(std::find(members.begin(), members.end(), me) - members.begin());
+  const auto startTimeout = millis(cfg_.startTimeoutSeconds);
+  std::vector<uint8_t> mine, id;
+  if (me == root) KOLO_RETURN_IF_ERROR(NcclTransport::newUniqueId(&mine));
+  const std::string prefix = "kolo/nccl/set" + std::to_string(set.id) + "/" + kind + "/";
+  KOLO_RETURN_IF_ERROR(ops::shareFromRoots(*set.transport, store_.get(), prefix, mine,
+                                           sizeof(ncclUniqueId), root, startTimeout, &id));
+  std::vector<int> globalRanks;
+  for (int m : members) globalRanks.push_back(set.ranks[m]);
+  std::string label = "process set " + std::to_string(set.id);
+  if (kind != "all") label += " (" + kind + " " + host_ + ")";
+  KOLO_RETURN_IF_ERROR(NcclTransport::create(device, groupRank, static_cast<int>(members.size()),
+                                             id, startTimeout, std::move(globalRanks), label, out));
+  (*out)->setTimeout(millis(cfg_.timeoutSeconds));
+  return Status::ok();
+}
+
+Status NcclExecutor::setUp(const ProcessSet& set, int device, SetState* st) {
+  const int n = static_cast<int>(set.ranks.size());
+  KOLO_REQUIRE(set.transport != nullptr && set.myIndex >= 0, kInternal,
+               "device batch of process set " + std::to_string(set.id) + " on a non-member");
+  std::vector<int> everyone(n);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  KOLO_RETURN_IF_ERROR(makeComm(set, device, everyone, "all", &st->all));
+  if (!cfg_.hierarchicalAllreduce) return Status::ok();
+
+  std::vector<std::string> hosts;
+  KOLO_RETURN_IF_ERROR(ops::gatherStrings(*set.transport, host_, &hosts));
+  ops::HostLayout layout;
+  KOLO_RETURN_IF_ERROR(ops::planHosts(hosts, set.myIndex, &layout));
+  // Uneven hosts would give unequal shards; every member sees the same layout, so all of them
+  // fall back to the flat allreduce together.
+  if (!layout.homogeneous) return Status::ok();
+  KOLO_RETURN_IF_ERROR(makeComm(set, device, layout.local, "host", &st->local));
+  if (layout.hosts > 1) {
+    KOLO_REQUIRE(set.id < kCrossSplitBase, kInternal, "process set id too large");
+    for (const auto& group : layout.cross) {  // collective: every member makes every split
+      std::unique_ptr<Transport> part;
+      KOLO_RETURN_IF_ERROR(set.transport->split(group, kCrossSplitBase + set.id, &part));
+      if (part) st->cross = std::move(part);
+    }
+    KOLO_REQUIRE(st->cross != nullptr, kInternal, "no cross-host transport for this rank");
+    st->cross->setTimeout(set.transport->timeout());
+  }
+  st->hierarchical = true;
+  return Status::ok();
+}
+
+// ---- batch plumbing ----------------------------------------------------------------------------
+
+Status NcclExecutor::waitReady(NcclTransport& t, const Entries& es) {
+  for (TensorEntry* e : es) {
+    if (e == nullptr || !e->readyEvent) continue;
+    Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(e->readyEvent), 0),
+                           "cudaStreamWaitEvent (producer's ready event)", t.device());
+    if (!s.isOk()) {
+      t.abort(s);
+      return s;
+    }
+  }
+  return Status::ok();
+}
+
+Status NcclExecutor::finish(NcclTransport& t, const Entries& es) {
+  std::shared_ptr<void> done;
+  Status s = cuda::makeEvent(t.device(), &done);
+  if (s.isOk()) {
+    s = cuda::check(cudaEventRecord(cuda::eventOf(done), t.stream()), "cudaEventRecord",
+                    t.device());
+  }
+  if (!s.isOk()) {
+    t.abort(s);
+    return s;
+  }
+  for (TensorEntry* e : es) {
+    if (e != nullptr) e->handle->completionEvent = done;
+  }
+  return t.waitEvent(cuda::eventOf(done), t.deadlineFromNow());
+}
+
+Status NcclExecutor::allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape,
+                                    size_t bytes, void** out) {
+  HandleState& h = *e.handle;
+  h.outputShape = shape;
+  if (e.allocate) {
+    *out = e.allocate(bytes, shape);
+    if (*out == nullptr && bytes > 0) {
+      return Status(ErrorCode::kInvalidArgument, std::string(toString(e.request.type)) + " '" +
+                                                     e.request.name +
+                                                     "': the output allocator returned NULL for " +
+                                                     std::to_string(bytes) + " bytes");
+    }
+  } else {
+    std::shared_ptr<void> mem;
+    KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
+    *out = mem.get();
+    h.ownedDeviceOutput = std::move(mem);
+  }
+  h.outputData = *out;
+  return Status::ok();
+}
+
+Status NcclExecutor::copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs) {
+  Status s = cuda::check(cuda::batchedCopy(descs.data(), descs.size(), t.stream()),
+                         "batched copy kernel", t.device());
+  if (!s.isOk()) t.abort(s);
+  return s;
+}
+
+Status NcclExecutor::scale(NcclTransport& t, void* data, size_t count, DataType dtype,
+                           double factor) {
+  Status s =
+      cuda::check(cuda::scale(data, count, dtype, factor, t.stream()), "scale kernel", t.device());
+  if (!s.isOk()) t.abort(s);
+  return s;
+}
+
+// ---- dispatch
+// ------------------------------------------------------------------------------------
+
+Status NcclExecutor::execute(const ops::ExecContext& ctx, const Batch& rs, const Entries& es) {
+  if (rs.empty()) return Status::ok();
+  int device = -1;
+  KOLO_RETURN_IF_ERROR(executionDevice(&device));
+  cuda::DeviceGuard g(device);
+  KOLO_RETURN_IF_ERROR(g.status());
+  fusion_.setDevice(device);
+  SetState* st = nullptr;
+  KOLO_RETURN_IF_ERROR(stateFor(*ctx.set, device, &st));
+  const Response& first = *rs[0];
+  switch (first.type) {
+    case OpType::kAllreduce: {
+      const bool hier = st->hierarchical && !cuda::needsKernelReduction(first.dtype);
+      Activity a(ctx.timeline, rs, hier ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE");
+      return runAllreduce(ctx, *st, rs, es);
+    }
+    case OpType::kAllgather: {
+      Activity a(ctx.timeline, rs, "NCCL_ALLGATHER");
+      return runAllgather(ctx, *st, rs, es);
+    }
+    case OpType::kBroadcast: {
+      Activity a(ctx.timeline, rs, "NCCL_BROADCAST");
+      return runBroadcast(*st, first, *es[0]);
+    }
+    case OpType::kAlltoall: {
+      Activity a(ctx.timeline, rs, "NCCL_ALLTOALL");
+      return runAlltoall(ctx, *st, first, *es[0]);
+    }
+    case OpType::kReducescatter: {
+      Activity a(ctx.timeline, rs, "NCCL_REDUCESCATTER");
+      return runReducescatter(ctx, *st, first, *es[0]);
+    }
+    default:
+      return Status(ErrorCode::kInternal,
+                    std::string("device execute: no data path for ") + toString(first.type));
+  }
+}
+
+}  // namespace kolo

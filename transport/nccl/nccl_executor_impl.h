@@ -1,0 +1,109 @@
+// NcclExecutor: runs batches of CUDA tensors (ops::DeviceExecutor over NCCL). Internal to
+// transport/nccl; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
+//
+// Design:
+//  - One CUDA device per rank: the first device tensor submitted fixes it (a later tensor on
+//    another device is rejected at submission). A rank that never submitted one (it joined)
+//    uses device localRank % deviceCount.
+//  - Per process set, lazily on its first device batch (all members run that batch at the same
+//    point of the agreed response list, so creation is collective without extra agreement):
+//    an NCCL communicator over every member; with KOLO_HIERARCHICAL_ALLREDUCE also one over the
+//    members on this host and a CPU transport (split from the set's) over the members with
+//    this local index on the other hosts. Unique ids go through the Store when the runtime has
+//    one, else over the set's CPU transport (ops::shareFromRoots).
+//  - A batch: the communicator's stream waits on every entry's ready event (recorded on the
+//    producer's stream at submission: the runtime waits on exactly that work, not on the
+//    device); copies into the device fusion buffer (batched kernel), prescale, the NCCL
+//    collective, postscale, copies out; then one completion event recorded on the stream is
+//    given to every handle of the batch, and the coordinator thread polls it (with NCCL's async
+//    error and the transport deadline) before returning, so a handle completes only when its
+//    device work has, and a lost peer fails the op instead of hanging it.
+//  - Hierarchical allreduce: reduce-scatter inside the host (NCCL), allreduce of this rank's
+//    shard across hosts over the CPU transport (through pinned host memory), allgather inside
+//    the host (NCCL). Used for set 0 and every other set whose hosts hold equal member counts;
+//    other sets, and int16/uint16/bool, take the flat NCCL allreduce.
+//  - Any failure of a communicator aborts it (ncclCommAbort) and is returned as a transport
+//    failure (kTimeout / kPeerLost / kIo), which aborts the runtime; a set whose setup failed
+//    keeps failing with that cause.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/process_set.h"
+#include "core/tensor_queue.h"
+#include "ops/device_executor.h"
+#include "ops/execute.h"
+#include "transport/nccl/cuda_util.h"
+#include "transport/nccl/nccl_transport.h"
+
+namespace kolo {
+
+class NcclExecutor final : public ops::DeviceExecutor {
+ public:
+  NcclExecutor(const Config& cfg, std::shared_ptr<Store> store);
+  ~NcclExecutor() override;
+
+  Status prepare(const TensorView& t, const TensorView* output,
+                 std::shared_ptr<void>* readyEvent) override;
+  Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
+                 const std::vector<TensorEntry*>& entries) override;
+
+ private:
+  struct SetState {
+    Status broken;  // setup failed: every later batch of the set fails with this
+    std::unique_ptr<NcclTransport> all;
+    bool hierarchical = false;
+    std::unique_ptr<NcclTransport> local;  // hierarchical: the members on this host
+    std::unique_ptr<Transport> cross;      // hierarchical, several hosts: CPU, one per host
+  };
+  using Batch = std::vector<const Response*>;
+  using Entries = std::vector<TensorEntry*>;
+
+  Status checkPointer(const TensorView& t, const char* what) const;
+  Status executionDevice(int* device);
+  Status stateFor(const ProcessSet& set, int device, SetState** out);
+  Status setUp(const ProcessSet& set, int device, SetState* st);
+  Status makeComm(const ProcessSet& set, int device, const std::vector<int>& members,
+                  const std::string& kind, std::unique_ptr<NcclTransport>* out);
+
+  // Batch plumbing (nccl_executor.cc).
+  Status waitReady(NcclTransport& t, const Entries& es);
+  Status finish(NcclTransport& t, const Entries& es);
+  Status allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape, size_t bytes,
+                        void** out);
+  Status copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs);
+  Status scale(NcclTransport& t, void* data, size_t count, DataType dtype, double factor);
+
+  // Data paths (nccl_collectives.cc).
+  Status runAllreduce(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
+                      const Entries& es);
+  Status runHierarchical(const ops::ExecContext& ctx, SetState& st, char* buf, size_t padded,
+                         DataType dtype, ReduceOp op);
+  Status runAllgather(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
+                      const Entries& es);
+  Status runBroadcast(SetState& st, const Response& r, TensorEntry& e);
+  Status runAlltoall(const ops::ExecContext& ctx, SetState& st, const Response& r, TensorEntry& e);
+  Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Response& r,
+                          TensorEntry& e);
+
+  const Config cfg_;
+  const std::shared_ptr<Store> store_;
+  std::string host_;
+
+  mutable std::mutex mu_;  // guards the device fields (prepare() runs on user threads)
+  int deviceCount_ = -1;   // -1: not looked at yet
+  std::string noDeviceWhy_;
+  int device_ = -1;  // this rank's device, fixed by the first device tensor
+
+  // Coordinator thread only.
+  std::map<int32_t, SetState> sets_;
+  cuda::DeviceBuffer fusion_;
+  cuda::PinnedBuffer staging_;  // hierarchical: the shard on its way across hosts
+};
+
+}  // namespace kolo
