@@ -82,6 +82,17 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
   for (size_t i = 0; i < rs.size(); ++i) counts[i] = elementsOf(rs[i]->shape);
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
 
+  if (n == 1) {
+    // A set of one: the "reduction" is the identity; only the copy and the scaling remain.
+    for (size_t i = 0; i < rs.size(); ++i) {
+      if (es[i] == nullptr) continue;
+      void* dst = es[i]->output.data != nullptr ? es[i]->output.data : es[i]->input.data;
+      copyBytes(dst, es[i]->input.data, counts[i] * elem);
+      scaleInPlace(dst, counts[i], first.dtype, first.prescale);  // rounds like n > 1
+      scaleInPlace(dst, counts[i], first.dtype, post);
+    }
+    return Status::ok();
+  }
   void* buf;
   const bool direct = rs.size() == 1 && es[0] != nullptr;
   if (direct) {
