@@ -131,6 +131,9 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
   const size_t chunkElems = seg_->chunkBytes() / elem;
   const size_t chunks = ceilDiv(count, chunkElems);
   auto* buf = static_cast<uint8_t*>(data);
+  if (count * elem <= std::min(seg_->chunkBytes(), kOneShotMaxBytes)) {
+    return allreduceOneShot(buf, count, dtype, op, timeout);
+  }
 
   // Copies the other ranks' reduced parts of chunk g (elements [first, first+len)) out.
   auto copyOut = [&](uint32_t g, size_t first, size_t len) {
@@ -202,6 +205,36 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
   KOLO_RETURN_IF_ERROR(waitAll(kReduced, pendingG + 1, "allreduce", timeout));
   copyOut(pendingG, pendingFirst, pendingLen);
   set(kConsumed, pendingG + 1);
+  return Status::ok();
+}
+
+Status Collectives::allreduceOneShot(uint8_t* buf, size_t count, DataType dtype, ReduceOp op,
+                                     std::chrono::milliseconds timeout) {
+  const int n = seg_->size();
+  const int me = seg_->rank();
+  const size_t bytes = count * sizeOf(dtype);
+  const uint32_t g = seq_++;
+  const int b = static_cast<int>(g % kStagingBuffers);
+  KOLO_RETURN_IF_ERROR(waitBufferFree(g, "allreduce", timeout));
+  CallDesc mine;
+  mine.kind = kAllreduce;
+  mine.dtype = static_cast<int32_t>(dtype);
+  mine.op = static_cast<int32_t>(op);
+  mine.count = count;
+  seg_->rankBlock(me).desc[b] = mine;
+  std::memcpy(seg_->staging(me, b), buf, bytes);
+  set(kPublished, g + 1);
+  KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "allreduce", timeout));
+  Status agreed = checkDescriptors(g, mine);
+  if (!agreed.isOk()) {
+    skipTo(g);
+    return agreed;
+  }
+  // Every rank folds every input, in rank order: the same bits everywhere, one wait in all.
+  ops::reduce3(buf, seg_->staging(0, b), seg_->staging(1, b), count, dtype, op);
+  for (int q = 2; q < n; ++q) ops::reduceInto(buf, seg_->staging(q, b), count, dtype, op);
+  seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
+  set(kConsumed, g + 1);
   return Status::ok();
 }
 

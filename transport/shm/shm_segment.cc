@@ -45,19 +45,28 @@ namespace {
 
 constexpr uint64_t kMagic = 0x6b6f6c6f73686d31ull;  // "kolo" "shm1"
 constexpr uint32_t kVersion = 1;
-constexpr size_t kDefaultChunkBytes = 512 * 1024;
+constexpr size_t kMaxChunkBytes = 1024 * 1024;  // measured: 512 KiB - 1 MiB is best at 2 ranks
 constexpr std::chrono::microseconds kDefaultSpin{50};
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
 
 size_t alignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// Largest power of two <= target within [lo, hi].
+size_t powerOfTwoIn(size_t target, size_t lo, size_t hi) {
+  size_t r = lo;
+  while (r * 2 <= target && r < hi) r *= 2;
+  return r;
+}
+
+// Sizes that keep the segment modest at any rank count: 1 MiB staging slots up to 16 ranks
+// (48 MiB of staging at most beyond), rings of 1 MiB for 2 ranks down to 16 KiB at 64.
+size_t defaultChunkBytes(int n) {
+  return powerOfTwoIn((size_t{16} << 20) / static_cast<size_t>(n), 64 * 1024, kMaxChunkBytes);
+}
 size_t defaultRingBytes(int n) {
   if (n < 2) return 4096;
-  // About 16 MiB of rings in all, 64 KiB .. 1 MiB each.
-  size_t target = (size_t{16} << 20) / (static_cast<size_t>(n) * (n - 1));
-  size_t r = 64 * 1024;
-  while (r * 2 <= target && r < (size_t{1} << 20)) r *= 2;
-  return r;
+  return powerOfTwoIn((size_t{16} << 20) / (static_cast<size_t>(n) * (n - 1)), 16 * 1024,
+                      size_t{1} << 20);
 }
 
 struct Layout {
@@ -122,7 +131,7 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
   KOLO_REQUIRE(n >= 1 && n <= kMaxRanks, kUnsupported,
                "the shared-memory transport supports 1.." + std::to_string(kMaxRanks) +
                    " ranks, not " + std::to_string(n));
-  const size_t chunk = options.chunkBytes ? options.chunkBytes : kDefaultChunkBytes;
+  const size_t chunk = options.chunkBytes ? options.chunkBytes : defaultChunkBytes(n);
   const size_t ring = options.ringBytes ? options.ringBytes : defaultRingBytes(n);
   KOLO_REQUIRE(chunk >= 4096 && chunk % 64 == 0 && chunk <= (size_t{256} << 20), kInvalidArgument,
                "shm chunk size " + std::to_string(chunk) +
@@ -195,7 +204,11 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
     }
   }
   ops::AlgorithmConfig algos;
-  KOLO_RETURN_IF_ERROR(ops::broadcast(base, algos, &a, sizeof(a), 0));
+  Status told = ops::broadcast(base, algos, &a, sizeof(a), 0);
+  if (!told.isOk()) {
+    if (me == 0 && a.ok) shm_unlink(a.name);
+    return told;
+  }
   if (!a.ok) {
     return Status(ErrorCode::kIo, "rank 0 could not create the shared-memory segment: " +
                                       std::string(a.error));

@@ -29,7 +29,7 @@
 namespace kolo {
 
 struct ShmOptions {
-  size_t chunkBytes = 0;  // collective staging slot per rank (0: 512 KiB)
+  size_t chunkBytes = 0;  // collective staging slot per rank (0: 1 MiB, less beyond 16 ranks)
   size_t ringBytes = 0;   // point-to-point ring per ordered pair, a power of two (0: by size)
   std::chrono::microseconds spin{0};  // spin before sleeping on a futex (0: 50 us)
 };
