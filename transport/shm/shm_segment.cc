@@ -11,6 +11,7 @@
 #include "transport/shm/shm_segment.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -242,6 +243,7 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
     seg->rings_ = reinterpret_cast<RingCtl*>(bytes + layout.ringCtl);
     seg->ringData_ = bytes + layout.ringData;
     seg->staging_ = bytes + layout.staging;
+    seg->ranks_[me].cpu.store(-1, std::memory_order_relaxed);
     seg->ranks_[me].pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed);
     seg->ranks_[me].pidNamespace.store(pidNamespaceId(), std::memory_order_release);
   }
@@ -282,6 +284,18 @@ void Segment::cpuRelax() {
 #elif defined(__aarch64__)
   asm volatile("yield" ::: "memory");
 #endif
+}
+
+bool Segment::spinWorthwhile(uint64_t watch) {
+  const int mine = sched_getcpu();
+  ranks_[rank_].cpu.store(mine, std::memory_order_relaxed);
+  for (int r = 0; r < size_; ++r) {
+    if (r != rank_ && (watch >> r & 1) != 0 &&
+        ranks_[r].cpu.load(std::memory_order_relaxed) == mine) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void Segment::notify(int r) {

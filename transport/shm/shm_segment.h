@@ -9,7 +9,8 @@
 //   ring data[n*(n-1)]         ringBytes each
 //   staging[n][kStagingBuffers] chunkBytes each: rank r writes only its own slots
 //
-// Waiting: a rank that must wait spins for a few microseconds, then announces itself asleep
+// Waiting: a rank that must wait spins for a few microseconds -- unless a rank it waits for last
+// ran on the same CPU (then spinning only delays it) -- then announces itself asleep
 // (sleeping = 1) and futex-waits on its own doorbell word. Whoever changes something another
 // rank may wait for bumps that rank's doorbell and issues FUTEX_WAKE only when it is asleep, so
 // the common, balanced case costs no system call. The futex is cross-process (no
@@ -53,6 +54,7 @@ struct alignas(64) RankBlock {
   std::atomic<uint64_t> pidNamespace;  // inode of /proc/self/ns/pid: pids compare only within one
   alignas(64) std::atomic<uint32_t> doorbell;
   std::atomic<uint32_t> sleeping;
+  std::atomic<int32_t> cpu;  // where this rank last started waiting (sched_getcpu)
   // Collective progress, in chunks since the segment was created (wrapping): after chunk g a
   // rank sets published = g+1 when its inputs are in its slot, reduced = g+1 when its share of
   // the result is, consumed = g+1 when it read everything it needed from other ranks' slots.
@@ -129,6 +131,9 @@ class Segment {
   size_t ringIndex(int src, int dst) const {
     return static_cast<size_t>(src) * (size_ - 1) + (dst < src ? dst : dst - 1);
   }
+  // Records this rank's CPU; false when a rank in `watch` last waited on the same CPU: spinning
+  // would only keep it off the core it needs, so sleep at once.
+  bool spinWorthwhile(uint64_t watch);
   // The slow checks between sleeps: abort, group abort, dead or closed peers (rate-limited).
   Status health(Clock::time_point now, uint64_t watch);
   void futexWait(uint32_t expected, Clock::duration limit);
@@ -159,11 +164,13 @@ template <class Ready, class Describe>
 Status Segment::waitUntil(Ready&& ready, Deadline deadline, uint64_t watch, Describe&& describe) {
   if (ready()) return Status::ok();
   const Clock::time_point start = Clock::now();
-  for (;;) {
-    for (int i = 0; i < 16; ++i) cpuRelax();
-    if (ready()) return Status::ok();
-    if (localAborted_.load(std::memory_order_relaxed)) break;
-    if (Clock::now() - start >= spin_) break;
+  if (spinWorthwhile(watch)) {
+    for (;;) {
+      for (int i = 0; i < 16; ++i) cpuRelax();
+      if (ready()) return Status::ok();
+      if (localAborted_.load(std::memory_order_relaxed)) break;
+      if (Clock::now() - start >= spin_) break;
+    }
   }
   RankBlock& me = ranks_[rank_];
   for (;;) {
