@@ -139,7 +139,7 @@ def test_fit_matches_one_process_and_params_identical(hvd):
 
 
 def test_metrics_identical_and_mean_of_ranks(hvd):
-    n, r = hvd.size(), hvd.rank()
+    n = hvd.size()
     module = _module_class(hvd)()
     trainer = hvd.Trainer(max_epochs=2, verbose=False, log_every_n_steps=2)
     trainer.fit(module)
