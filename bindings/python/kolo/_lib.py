@@ -140,6 +140,8 @@ def _candidates():
     while folder not in seen:
         seen.add(folder)
         found = glob.glob(os.path.join(folder, "build*", "bindings", "c", "libkolo.so"))
+        # A build folder being rebuilt can hold a dangling symlink: skip what cannot be stat'ed.
+        found = [p for p in found if os.path.exists(p)]
         for path in sorted(found, key=os.path.getmtime, reverse=True):
             yield path, "build tree"
         parent = os.path.dirname(folder)
