@@ -66,7 +66,19 @@ NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store)
 }
 
 NcclExecutor::~NcclExecutor() {
-  // Communicators first (their shutdown may still use the device), then the buffers.
+  // Communicators first (their shutdown may still use the device), then the buffers. Every rank
+  // closes them in the same order; once one finds its peers gone (or had failed), the others
+  // are aborted at once instead of each waiting out its own finalize deadline.
+  const auto limit =
+      std::min<std::chrono::milliseconds>(millis(cfg_.timeoutSeconds), std::chrono::seconds(10));
+  bool peersGone = false;
+  for (auto& entry : sets_) {
+    for (NcclTransport* t : {entry.second.local.get(), entry.second.all.get()}) {
+      if (t == nullptr) continue;
+      if (peersGone) t->abort(Status(ErrorCode::kShutdown, "kolo is shutting down"));
+      if (!t->close(limit)) peersGone = true;
+    }
+  }
   sets_.clear();
 }
 

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <thread>
 
-
 namespace kolo {
 namespace {
 
@@ -130,33 +129,43 @@ Status NcclTransport::create(int device, int rank, int size, const std::vector<u
 }
 
 NcclTransport::~NcclTransport() {
+  close(std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(10)));
   cuda::DeviceGuard g(device_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+bool NcclTransport::close(std::chrono::milliseconds limit) {
   bool aborted;
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborted = commAborted_;
+    commAborted_ = true;  // from here on the communicator is gone either way
   }
-  if (comm_ != nullptr && !aborted) {
-    bool clean = failure().isOk() && !abortRequested_;
-    if (clean) {
-      const auto limit = std::min<std::chrono::milliseconds>(timeout(), std::chrono::seconds(10));
-      const Deadline deadline = Clock::now() + limit;
-      ncclResult_t r = ncclCommFinalize(comm_);
-      ncclResult_t state = r;
-      for (int spin = 0; r == ncclSuccess || r == ncclInProgress; ++spin) {
-        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) break;
-        if (Clock::now() >= deadline) break;
-        backoff(spin);
-      }
-      clean = state == ncclSuccess;
+  if (comm_ == nullptr || aborted) return false;
+  cuda::DeviceGuard g(device_);
+  bool clean = failure().isOk() && !abortRequested_.load();
+  if (clean) {
+    const Deadline deadline = Clock::now() + limit;
+    ncclResult_t r = ncclCommFinalize(comm_);
+    ncclResult_t state = r;
+    for (int spin = 0; r == ncclSuccess || r == ncclInProgress; ++spin) {
+      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) break;
+      if (Clock::now() >= deadline) break;
+      backoff(spin);
     }
-    if (clean) {
-      (void)ncclCommDestroy(comm_);
-    } else {
-      (void)ncclCommAbort(comm_);
-    }
+    clean = state == ncclSuccess;
   }
-  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  if (clean) {
+    (void)ncclCommDestroy(comm_);
+  } else {
+    (void)ncclCommAbort(comm_);
+  }
+  comm_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.isOk()) failure_ = Status(ErrorCode::kShutdown, describe() + " was closed");
+  }
+  return clean;
 }
 
 int NcclTransport::globalRank(int groupRank) const {

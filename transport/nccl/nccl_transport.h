@@ -93,6 +93,11 @@ class NcclTransport final : public Transport {
   Status synchronize(Deadline deadline);
   // The first failure (ok while healthy).
   Status failure() const;
+  // Shuts the communicator down: ncclCommFinalize, waiting at most `limit` for the peers to do
+  // the same, then ncclCommDestroy; ncclCommAbort instead when the transport had failed, was
+  // aborted, or the peers did not finalize in time. Returns whether it finalized cleanly. Later
+  // calls fail with kShutdown. The destructor closes with min(timeout, 10 s).
+  bool close(std::chrono::milliseconds limit);
 
  private:
   NcclTransport() = default;
