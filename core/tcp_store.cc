@@ -210,8 +210,16 @@ class TcpStore final : public Store {
     if (s.isOk() && (rh[0] > kReplyError || len > kMaxValueBytes)) {
       s = Status(ErrorCode::kIo, "store server " + peer_ + " sent a malformed reply");
     }
-    std::vector<uint8_t> payload(s.isOk() ? static_cast<size_t>(len) : 0);
-    if (s.isOk()) s = transfer(fd_, false, payload.data(), payload.size(), deadline, peer_);
+    // The buffer grows with the bytes that actually arrive (1 MiB at a time), so a header that
+    // announces up to 4 GiB and then stops cannot make the client allocate it (found by
+    // test/fuzz/fuzz_store_client).
+    std::vector<uint8_t> payload;
+    while (s.isOk() && payload.size() < len) {
+      size_t have = payload.size();
+      size_t chunk = static_cast<size_t>(std::min<uint64_t>(len - have, uint64_t{1} << 20));
+      payload.resize(have + chunk);
+      s = transfer(fd_, false, payload.data() + have, chunk, deadline, peer_);
+    }
     if (!s.isOk()) {
       broken_ = s;
       return Status(s.code(), std::string(cmdName(cmd)) + " '" + key + "': " + s.message());
