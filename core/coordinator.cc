@@ -122,6 +122,13 @@ Status Coordinator::round() {
       cache_.touch(bit);  // the same touches in the same order on every rank
     }
   }
+  // A cached op that waited past the heartbeat was also announced to rank 0; once it completes
+  // through the cache, its requests there are stale. They must go in every round, full or not:
+  // left behind, they would complete the name's next submission with this round's requests
+  // (a wrong result on the early ranks, a hang on the late one).
+  if (d_.rank == 0) {
+    for (const auto& name : cacheReady) negotiator_.erase(name);
+  }
 
   bool shutdownNow = false;
   std::string shutdownReason;
@@ -197,7 +204,6 @@ Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, Respo
   if (d_.rank == 0) {
     const auto now = Clock::now();
     ResponseList list;
-    for (const auto& name : cacheReady) negotiator_.erase(name);
     std::vector<int> shutdownRanks;
     for (size_t r = 0; r < all.size(); ++r) {
       RequestList theirs;
