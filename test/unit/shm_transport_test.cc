@@ -4,6 +4,8 @@
 // abort, cancellation, every native collective against an independent reference (test/mp's
 // mp_data.h) at 1..5 ranks with tiny chunks (many chunks, every staging buffer), the ring
 // algorithms over shm point-to-point, mismatch recovery, split, and the KOLO_SHM switch.
+#include "transport/shm/shm_transport.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,7 +22,6 @@
 #include "test/mp/mp_data.h"
 #include "transport/loopback/loopback_transport.h"
 #include "transport/registry.h"
-#include "transport/shm/shm_transport.h"
 
 using namespace kolo;
 using namespace kolo::mptest;
@@ -123,7 +124,8 @@ TEST_CASE("shm: point-to-point keeps FIFO per tag across out-of-order posts, str
       return selfIn == 0x5E1F ? Status::ok() : fail("self message lost");
     }
     // Rank 1 asks for tag 6 and 7 first: the first tag-5 message must wait aside.
-    KOLO_RETURN_IF_ERROR(t.exchange({recvOp(0, 6, big.data(), big.size()), recvOp(0, 7, nullptr, 0)}));
+    KOLO_RETURN_IF_ERROR(
+        t.exchange({recvOp(0, 6, big.data(), big.size()), recvOp(0, 7, nullptr, 0)}));
     uint32_t in1 = 0, in2 = 0;
     KOLO_RETURN_IF_ERROR(t.exchange({recvOp(0, 5, &in1, 4), recvOp(0, 5, &in2, 4)}));
     std::vector<uint8_t> expect(bigBytes);
@@ -251,8 +253,8 @@ TEST_CASE("shm: native allreduce, every dtype x op, many chunks, 1..5 ranks") {
     for (DataType dt : kDtypes) {
       const size_t perChunk = 4096 / sizeOf(dt);
       for (ReduceOp op : reduceOps(dt)) {
-        for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), perChunk,
-                             3 * perChunk + 7}) {
+        for (size_t count :
+             {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), perChunk, 3 * perChunk + 7}) {
           ++seed;
           std::vector<std::vector<uint8_t>> data(static_cast<size_t>(n));
           auto results = onRanks(n, [&](int r) -> Status {
@@ -334,8 +336,8 @@ TEST_CASE("shm: native broadcast, allgatherv and reducescatter") {
           std::vector<uint8_t> out(counts[r] * sizeOf(dt) + 1, 0xEE);
           KOLO_RETURN_IF_ERROR(
               g[r]->reducescatter(in.data(), out.data(), counts, dt, ReduceOp::kMax));
-          std::string bad = checkReduced(dt, ReduceOp::kMax, n, counts[r], 9 + total,
-                                         out.data(), begin);
+          std::string bad =
+              checkReduced(dt, ReduceOp::kMax, n, counts[r], 9 + total, out.data(), begin);
           if (out.back() != 0xEE) bad += " wrote past its block";
           return bad.empty() ? Status::ok() : fail(bad);
         }));

@@ -242,9 +242,9 @@ Status Collectives::broadcast(void* data, size_t bytes, int root,
                               std::chrono::milliseconds timeout) {
   const int n = seg_->size();
   const int me = seg_->rank();
-  KOLO_REQUIRE(root >= 0 && root < n, kInvalidArgument,
-               "shm broadcast: root " + std::to_string(root) + " outside group of " +
-                   std::to_string(n));
+  KOLO_REQUIRE(
+      root >= 0 && root < n, kInvalidArgument,
+      "shm broadcast: root " + std::to_string(root) + " outside group of " + std::to_string(n));
   if (n == 1 || bytes == 0) return Status::ok();
   const size_t chunk = seg_->chunkBytes();
   auto* buf = static_cast<uint8_t*>(data);
@@ -309,7 +309,8 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
     mine.chunk = j;
     seg_->rankBlock(me).desc[b] = mine;
     const size_t lo = j * chunk;
-    if (lo < sendBytes) std::memcpy(seg_->staging(me, b), own + lo, std::min(chunk, sendBytes - lo));
+    if (lo < sendBytes)
+      std::memcpy(seg_->staging(me, b), own + lo, std::min(chunk, sendBytes - lo));
     set(kPublished, g + 1);
     KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "allgatherv", timeout));
     Status agreed = checkDescriptors(g, mine);

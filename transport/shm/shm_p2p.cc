@@ -45,7 +45,9 @@ void copyFromRing(uint8_t* dst, const uint8_t* ring, size_t ringBytes, uint64_t 
 class P2PBatch final : public PendingOps {
  public:
   P2PBatch(std::shared_ptr<P2PEngine> engine, const std::vector<P2POp>& ops)
-      : engine_(std::move(engine)), ops_(ops.size()), remaining_(ops.size()),
+      : engine_(std::move(engine)),
+        ops_(ops.size()),
+        remaining_(ops.size()),
         posted_(Clock::now()) {
     for (size_t i = 0; i < ops.size(); ++i) {
       ops_[i].op = ops[i];
@@ -126,8 +128,8 @@ class P2PBatch final : public PendingOps {
       const Group& g = groups[i];
       if (i > 0) msg += ", ";
       const bool send = g.kind == P2POp::Kind::kSend;
-      msg += std::to_string(g.n) + (send ? " send(s) to " : " recv(s) from ") +
-             seg.label(g.peer) + " (tag " + std::to_string(g.tag) + ")";
+      msg += std::to_string(g.n) + (send ? " send(s) to " : " recv(s) from ") + seg.label(g.peer) +
+             " (tag " + std::to_string(g.tag) + ")";
     }
     return msg;
   }
@@ -172,11 +174,10 @@ Status P2PEngine::post(const std::vector<P2POp>& ops, std::unique_ptr<PendingOps
 bool P2PEngine::matchesSize(const OpState* op, uint64_t bytes) { return op->op.bytes == bytes; }
 
 Status P2PEngine::mismatch(int src, uint32_t tag, uint64_t sent, size_t posted) const {
-  return Status(ErrorCode::kMismatch, seg_->label(src) + " sent " + std::to_string(sent) +
-                                          " bytes to " + seg_->label(seg_->rank()) + " (tag " +
-                                          std::to_string(tag) +
-                                          ") but the receive was posted for " +
-                                          std::to_string(posted));
+  return Status(ErrorCode::kMismatch,
+                seg_->label(src) + " sent " + std::to_string(sent) + " bytes to " +
+                    seg_->label(seg_->rank()) + " (tag " + std::to_string(tag) +
+                    ") but the receive was posted for " + std::to_string(posted));
 }
 
 void P2PEngine::complete(OpState* op, const Status& status) {
@@ -240,11 +241,11 @@ void P2PEngine::cancel(OpState* op) {
   if (op->op.kind == P2POp::Kind::kSend) {
     p.sends.erase(std::remove(p.sends.begin(), p.sends.end(), op), p.sends.end());
     if (op->headerSent) {
-      seg_->abort(Status(ErrorCode::kAborted,
-                         seg_->label(seg_->rank()) + " abandoned a send of " +
-                             std::to_string(op->op.bytes) + " bytes to " +
-                             seg_->label(op->op.peer) + " (tag " + std::to_string(op->op.tag) +
-                             ") after " + std::to_string(op->moved) + " bytes"));
+      seg_->abort(Status(ErrorCode::kAborted, seg_->label(seg_->rank()) + " abandoned a send of " +
+                                                  std::to_string(op->op.bytes) + " bytes to " +
+                                                  seg_->label(op->op.peer) + " (tag " +
+                                                  std::to_string(op->op.tag) + ") after " +
+                                                  std::to_string(op->moved) + " bytes"));
     }
     return;
   }
@@ -299,8 +300,8 @@ bool P2PEngine::progressSend(int peer, Peer& p) {
     const auto* src = static_cast<const uint8_t*>(o->op.data);
     while (o->moved < o->op.bytes) {
       if (!fits(head + 1)) break;
-      const size_t n = std::min({static_cast<size_t>(cap - (head - tail)),
-                                 o->op.bytes - o->moved, piece});
+      const size_t n =
+          std::min({static_cast<size_t>(cap - (head - tail)), o->op.bytes - o->moved, piece});
       copyIntoRing(ring, cap, head, src + o->moved, n);
       head += n;
       o->moved += n;
@@ -369,9 +370,9 @@ bool P2PEngine::progressRecv(int peer, Peer& p, Status* fatal) {
     }
     while (in.got < in.bytes) {
       if (!available(tail + 1)) break;
-      const size_t n = std::min({static_cast<size_t>(head - tail),
-                                 static_cast<size_t>(in.bytes - in.got), piece});
-      uint8_t* dst = in.op != nullptr       ? static_cast<uint8_t*>(in.op->op.data) + in.got
+      const size_t n = std::min(
+          {static_cast<size_t>(head - tail), static_cast<size_t>(in.bytes - in.got), piece});
+      uint8_t* dst = in.op != nullptr      ? static_cast<uint8_t*>(in.op->op.data) + in.got
                      : in.stash != nullptr ? in.stash->data.data() + in.got
                                            : nullptr;
       if (dst != nullptr) copyFromRing(dst, ring, cap, tail, n);

@@ -50,8 +50,8 @@ class P2PEngine : public std::enable_shared_from_this<P2PEngine> {
   struct OpState {
     P2POp op;
     P2PBatch* batch = nullptr;
-    size_t moved = 0;           // payload bytes written to / read from the ring so far
-    bool headerSent = false;    // sends: the header is in the ring
+    size_t moved = 0;         // payload bytes written to / read from the ring so far
+    bool headerSent = false;  // sends: the header is in the ring
     bool done = false;
   };
   struct Unexpected {
@@ -65,12 +65,12 @@ class P2PEngine : public std::enable_shared_from_this<P2PEngine> {
     uint32_t tag = 0;
     uint64_t bytes = 0;
     uint64_t got = 0;
-    OpState* op = nullptr;       // a matched receive, or
+    OpState* op = nullptr;        // a matched receive, or
     Unexpected* stash = nullptr;  // an unexpected buffer, or neither: discard
   };
   struct Peer {
-    std::deque<OpState*> sends;  // to this peer, in post order
-    std::deque<OpState*> recvs;  // posted, unmatched receives from this peer, in post order
+    std::deque<OpState*> sends;        // to this peer, in post order
+    std::deque<OpState*> recvs;        // posted, unmatched receives from this peer, in post order
     std::list<Unexpected> unexpected;  // arrived before their receive, in arrival order
     Incoming in;
     uint64_t sendHead = 0;  // our copy of ring(me, peer).head

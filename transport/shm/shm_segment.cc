@@ -11,8 +11,8 @@
 #include "transport/shm/shm_segment.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -134,9 +134,9 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
                    " ranks, not " + std::to_string(n));
   const size_t chunk = options.chunkBytes ? options.chunkBytes : defaultChunkBytes(n);
   const size_t ring = options.ringBytes ? options.ringBytes : defaultRingBytes(n);
-  KOLO_REQUIRE(chunk >= 4096 && chunk % 64 == 0 && chunk <= (size_t{256} << 20), kInvalidArgument,
-               "shm chunk size " + std::to_string(chunk) +
-                   " must be a multiple of 64 in [4096, 256 MiB]");
+  KOLO_REQUIRE(
+      chunk >= 4096 && chunk % 64 == 0 && chunk <= (size_t{256} << 20), kInvalidArgument,
+      "shm chunk size " + std::to_string(chunk) + " must be a multiple of 64 in [4096, 256 MiB]");
   KOLO_REQUIRE(ring >= 4096 && (ring & (ring - 1)) == 0 && ring <= (size_t{1} << 30),
                kInvalidArgument,
                "shm ring size " + std::to_string(ring) + " must be a power of two >= 4096");
@@ -211,8 +211,8 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
     return told;
   }
   if (!a.ok) {
-    return Status(ErrorCode::kIo, "rank 0 could not create the shared-memory segment: " +
-                                      std::string(a.error));
+    return Status(ErrorCode::kIo,
+                  "rank 0 could not create the shared-memory segment: " + std::string(a.error));
   }
   std::string err;
   if (me != 0) {
@@ -254,9 +254,9 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
   KOLO_RETURN_IF_ERROR(confirmed);
   if (firstBad != INT32_MAX) {
     std::string why = firstBad == me ? ": " + err : " (not on this host?)";
-    return Status(ErrorCode::kUnsupported, seg->label(firstBad) +
-                                               " could not map the shared-memory segment " +
-                                               a.name + why);
+    return Status(
+        ErrorCode::kUnsupported,
+        seg->label(firstBad) + " could not map the shared-memory segment " + a.name + why);
   }
   const uint64_t myNs = pidNamespaceId();
   seg->pidVisible_.assign(static_cast<size_t>(n), false);
@@ -327,8 +327,8 @@ void Segment::abort(const Status& cause) {
   {
     std::lock_guard<std::mutex> lock(abortMu_);
     if (localAborted_.load()) return;
-    abortCause_ = cause.isOk() ? Status(ErrorCode::kAborted, "transport aborted without a cause")
-                               : cause;
+    abortCause_ =
+        cause.isOk() ? Status(ErrorCode::kAborted, "transport aborted without a cause") : cause;
     localAborted_.store(true);
   }
   uint32_t nobody = 0;
@@ -387,8 +387,7 @@ Status Segment::health(Clock::time_point now, uint64_t watch) {
     }
   }
   if (closedRank >= 0) {
-    return Status(ErrorCode::kPeerLost,
-                  label(closedRank) + " closed its shared-memory transport");
+    return Status(ErrorCode::kPeerLost, label(closedRank) + " closed its shared-memory transport");
   }
   return Status::ok();
 }

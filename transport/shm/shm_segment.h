@@ -65,7 +65,7 @@ struct alignas(64) RankBlock {
 };
 
 struct alignas(64) RingCtl {
-  std::atomic<uint64_t> head;  // bytes ever written by the producer
+  std::atomic<uint64_t> head;              // bytes ever written by the producer
   alignas(64) std::atomic<uint64_t> tail;  // bytes ever consumed by the consumer
 };
 
@@ -184,8 +184,8 @@ Status Segment::waitUntil(Ready&& ready, Deadline deadline, uint64_t watch, Desc
     const Clock::time_point now = Clock::now();
     Status bad = health(now, watch);
     if (bad.isOk() && now >= deadline) {
-      bad = Status(ErrorCode::kTimeout,
-                   describe(std::chrono::duration<double>(now - start).count()));
+      bad =
+          Status(ErrorCode::kTimeout, describe(std::chrono::duration<double>(now - start).count()));
     }
     if (!bad.isOk()) {
       me.sleeping.store(0, std::memory_order_relaxed);
