@@ -118,6 +118,21 @@ bool processGone(int pid) {
   return paren[2] == 'Z' || paren[2] == 'X';
 }
 
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 't' traced, ...); 0 if unknown.
+char processState(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[512];
+  ssize_t got = read(fd, buf, sizeof(buf) - 1);
+  ::close(fd);
+  if (got <= 0) return 0;
+  buf[got] = '\0';
+  const char* paren = std::strrchr(buf, ')');
+  return paren != nullptr && paren[1] == ' ' ? paren[2] : 0;
+}
+
 std::string errnoText(const char* what, int err) {
   return std::string(what) + ": " + std::strerror(err);
 }
@@ -360,6 +375,19 @@ Status Segment::aborted() const {
 void Segment::close() {
   ranks_[rank_].closed.store(1, std::memory_order_release);
   notifyOthers();
+}
+
+std::string Segment::stoppedPeers() const {
+  std::string text;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_ || !pidVisible_[static_cast<size_t>(r)]) continue;
+    const int pid = ranks_[r].pid.load(std::memory_order_relaxed);
+    const char state = processState(pid);
+    if (state != 'T' && state != 't') continue;
+    text += (text.empty() ? "" : ", ") + label(r) + " is stopped (process " + std::to_string(pid) +
+            " in state " + state + ")";
+  }
+  return text;
 }
 
 Status Segment::health(Clock::time_point now, uint64_t watch) {

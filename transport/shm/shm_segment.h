@@ -136,6 +136,10 @@ class Segment {
   bool spinWorthwhile(uint64_t watch);
   // The slow checks between sleeps: abort, group abort, dead or closed peers (rate-limited).
   Status health(Clock::time_point now, uint64_t watch);
+  // "rank 1 (global 1) is stopped (process 42 in state T)" for every peer stopped by a signal
+  // or a debugger; empty if none. At a timeout the rank waited for may itself be waiting for
+  // a stopped one: the stopped one is named first.
+  std::string stoppedPeers() const;
   void futexWait(uint32_t expected, Clock::duration limit);
   static void cpuRelax();
 
@@ -184,8 +188,10 @@ Status Segment::waitUntil(Ready&& ready, Deadline deadline, uint64_t watch, Desc
     const Clock::time_point now = Clock::now();
     Status bad = health(now, watch);
     if (bad.isOk() && now >= deadline) {
-      bad =
-          Status(ErrorCode::kTimeout, describe(std::chrono::duration<double>(now - start).count()));
+      std::string stopped = stoppedPeers();
+      bad = Status(ErrorCode::kTimeout,
+                   (stopped.empty() ? "" : stopped + "; ") +
+                       describe(std::chrono::duration<double>(now - start).count()));
     }
     if (!bad.isOk()) {
       me.sleeping.store(0, std::memory_order_relaxed);
