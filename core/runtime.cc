@@ -8,6 +8,7 @@
 #include "ops/collectives.h"
 #include "transport/loopback/loopback_transport.h"
 #include "transport/registry.h"
+#include "transport/shm/shm_transport.h"
 
 namespace kolo {
 namespace {
@@ -139,6 +140,8 @@ Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<st
 }
 
 Runtime::~Runtime() { shutdown().ignore(); }
+
+const char* Runtime::controllerName() const { return controlTransport(*transport_).name(); }
 
 Status Runtime::shutdown() {
   {

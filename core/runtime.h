@@ -43,7 +43,11 @@ class Runtime {
   Status shutdown();
 
   const Topology& topology() const { return topo_; }
+  // The data transport ("shm", "mpi", "gloo", "loopback").
   const char* transportName() const { return transport_->name(); }
+  // The transport that launched and controls the job ("mpi", "gloo", "loopback"): under shm,
+  // the one shm was built on.
+  const char* controllerName() const;
   // Whether CUDA tensors can be submitted: the build has the NCCL path and a device is visible.
   bool deviceEnabled() const;
   const Config& config() const { return config_; }

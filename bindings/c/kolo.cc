@@ -195,11 +195,11 @@ int kolo_nccl_built(void) { return KOLO_HAVE_NCCL; }
 int kolo_cuda_built(void) { return KOLO_HAVE_CUDA; }
 int kolo_mpi_enabled(void) {
   auto rt = runtime();
-  return rt && std::string(rt->transportName()) == "mpi" ? 1 : 0;
+  return rt && std::string(rt->controllerName()) == "mpi" ? 1 : 0;
 }
 int kolo_gloo_enabled(void) {
   auto rt = runtime();
-  return rt && std::string(rt->transportName()) == "gloo" ? 1 : 0;
+  return rt && std::string(rt->controllerName()) == "gloo" ? 1 : 0;
 }
 int kolo_nccl_enabled(void) {
   auto rt = runtime();

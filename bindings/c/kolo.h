@@ -122,10 +122,12 @@ KOLO_API int kolo_mpi_built(void);
 KOLO_API int kolo_gloo_built(void);
 KOLO_API int kolo_nccl_built(void);
 KOLO_API int kolo_cuda_built(void);
-KOLO_API int kolo_mpi_enabled(void);  /* the running job uses MPI */
-KOLO_API int kolo_gloo_enabled(void); /* the running job uses Gloo */
+KOLO_API int kolo_mpi_enabled(void);  /* the job was set up over MPI (also under shm) */
+KOLO_API int kolo_gloo_enabled(void); /* the job was set up over Gloo (also under shm) */
 KOLO_API int kolo_nccl_enabled(void); /* NCCL is available for CUDA tensors */
-KOLO_API const char* kolo_transport_name(void); /* "mpi", "gloo", "loopback"; "" before init */
+/* The data transport: "shm" (ranks on one host, over MPI or Gloo), "mpi", "gloo", "loopback"
+ * (a job of one); "" before init. */
+KOLO_API const char* kolo_transport_name(void);
 
 /* ---- collectives (all asynchronous; see the contract at the top) --------------------------- */
 /* output == NULL or output->data == input->data: in place. Otherwise output must match input's
