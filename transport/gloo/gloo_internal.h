@@ -100,7 +100,13 @@ struct GlooShared {
   // first (it left an abort note), its own cause is returned instead, marked as relayed: a
   // survivor then names the rank that was really lost, not the survivor that passed the
   // failure on by closing its connections. Waits at most kAbortNoteWait for the note.
-  Status explainLoss(int groupRank, const Status& direct) const;
+  Status explainLoss(int groupRank, const Status& direct);
+  // `direct` is a timeout waiting for `peers` (most suspect first). Leaves a provisional note
+  // blaming peers[0], then looks for up to `grace` for a note of one of them that blames a
+  // third rank (a peer that waits for the rank that really stopped) and returns it relayed.
+  Status explainTimeout(const std::vector<int>& peers, const Status& direct,
+                        std::chrono::milliseconds grace);
+  std::atomic<int> blamed{-1};  // the rank the latest failure blames (for the abort note)
 
  private:
   std::mutex childrenMu_;
@@ -109,6 +115,11 @@ struct GlooShared {
  public:
   // "rank 2 (global 5)"
   std::string describe(int groupRank) const;
+
+ private:
+  void leaveNote(const Status& cause, int blamedRank);
+  // A peer's note as this rank's cause; ok when it says nothing (unreadable, or blames us).
+  Status relayed(int groupRank, const std::vector<uint8_t>& note);
 };
 
 // Connects a full mesh of `size` ranks through `store` (already prefixed for this group).

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "transport/gloo/gloo_internal.h"
 
@@ -77,7 +78,8 @@ struct Entry {
 
 class GlooPending final : public PendingOps {
  public:
-  explicit GlooPending(std::shared_ptr<GlooShared> state) : state_(std::move(state)) {}
+  explicit GlooPending(std::shared_ptr<GlooShared> state)
+      : state_(std::move(state)), posted_(Clock::now()) {}
 
   ~GlooPending() override {
     if (open_ == 0) return;
@@ -153,7 +155,13 @@ class GlooPending final : public PendingOps {
       KOLO_RETURN_IF_ERROR(test(&done));
       if (done) return Status::ok();
       if (Clock::now() >= deadline) {
-        lastTimeout_ = Status(ErrorCode::kTimeout, "gloo: timed out waiting for " + outstanding());
+        // A quarter of the time this batch was given (about the transport timeout), <= 1 s.
+        const auto grace = std::min<std::chrono::milliseconds>(
+            std::chrono::milliseconds(1000),
+            std::chrono::duration_cast<std::chrono::milliseconds>((deadline - posted_) / 4));
+        lastTimeout_ = state_->explainTimeout(
+            outstandingPeers(),
+            Status(ErrorCode::kTimeout, "gloo: timed out waiting for " + outstanding()), grace);
         return lastTimeout_;
       }
       backoff.pause();
@@ -165,6 +173,19 @@ class GlooPending final : public PendingOps {
     return Status(ErrorCode::kPeerLost, "gloo: lost " + state_->describe(e.peer) + " during a " +
                                             (e.recv ? "receive of " : "send of ") +
                                             std::to_string(e.bytes) + " bytes: " + why);
+  }
+
+  // Peers of unfinished ops, those we receive from first (a send may only wait for a peer
+  // that is itself waiting for someone else).
+  std::vector<int> outstandingPeers() const {
+    std::vector<int> peers;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const Entry& e : entries_) {
+        if (e.done || e.recv != (pass == 0)) continue;
+        if (std::find(peers.begin(), peers.end(), e.peer) == peers.end()) peers.push_back(e.peer);
+      }
+    }
+    return peers;
   }
 
   std::string outstanding() const {
@@ -186,6 +207,7 @@ class GlooPending final : public PendingOps {
   size_t open_ = 0;
   Status failed_;
   Status lastTimeout_;
+  Clock::time_point posted_;
 };
 
 void ignoreSigpipe() {
@@ -209,21 +231,49 @@ void Backoff::pause() {
   nanosleep(&ts, nullptr);
 }
 
-// Abort notes: "kolo/abort/<group rank>" in the group's store holds "<code>:<message>" of the
-// cause a rank aborted with. It is written before the rank's connections close, so a peer that
-// sees them close finds it at once; kAbortNoteWait only covers Gloo closing a context by itself
-// (its own timeouts) just before kolo writes the note.
+// Abort notes: "kolo/abort/<group rank>" in the group's store holds "<code>:<blamed>:<message>"
+// for the cause a rank aborted with, <blamed> being the group rank it holds responsible (-1:
+// none). It is written before the rank's connections close, so a peer that sees them close
+// finds it at once (kAbortNoteWait only covers Gloo closing a context by itself, on its own
+// timeouts). A rank that times out leaves a provisional note at once, then looks for its
+// peers' notes for a grace period: in a ring the rank waited for is often a survivor that is
+// itself waiting for the rank that really stopped, and times out at about the same moment.
 constexpr char kAbortNoteKey[] = "kolo/abort/";
 constexpr std::chrono::milliseconds kAbortNoteWait{200};
 
+namespace {
+struct Note {
+  ErrorCode code = ErrorCode::kOk;
+  int blamed = -1;
+  std::string message;
+};
+
+bool parseNote(const std::vector<uint8_t>& bytes, Note* out) {
+  std::string text(bytes.begin(), bytes.end());
+  size_t a = text.find(':');
+  size_t b = a == std::string::npos ? a : text.find(':', a + 1);
+  if (b == std::string::npos) return false;
+  int code = std::atoi(text.substr(0, a).c_str());
+  if (code <= 0 || code > static_cast<int>(ErrorCode::kJoined)) return false;
+  out->code = static_cast<ErrorCode>(code);
+  out->blamed = std::atoi(text.substr(a + 1, b - a - 1).c_str());
+  out->message = text.substr(b + 1);
+  return true;
+}
+}  // namespace
+
+void GlooShared::leaveNote(const Status& cause, int blamedRank) {
+  if (!context || !store) return;
+  // Best effort: without a store (it may be gone) peers just name this rank.
+  const std::string text = std::to_string(static_cast<int>(cause.code())) + ":" +
+                           std::to_string(blamedRank) + ":" + cause.message();
+  store->set(kAbortNoteKey + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()))
+      .ignore();
+}
+
 void GlooShared::abortWith(const Status& cause) {
   if (!abort.set(cause)) return;
-  if (context && store) {
-    // Best effort: without a store (it may be gone) peers just name this rank.
-    const std::string text = std::to_string(static_cast<int>(cause.code())) + ":" + cause.message();
-    store->set(kAbortNoteKey + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()))
-        .ignore();
-  }
+  leaveNote(cause, blamed.load());
   if (context) context->fail("kolo: transport aborted: " + cause.toString());
   std::vector<std::shared_ptr<GlooShared>> alive;
   {
@@ -243,19 +293,48 @@ void GlooShared::addChild(const std::shared_ptr<GlooShared>& child) {
   children_.push_back(child);
 }
 
-Status GlooShared::explainLoss(int groupRank, const Status& direct) const {
+Status GlooShared::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
+  Note note;
+  // A note that blames this rank is from a peer waiting for us: we are alive, it says nothing.
+  if (!parseNote(bytes, &note) || note.blamed == rank) return Status::ok();
+  blamed = note.blamed >= 0 ? note.blamed : groupRank;
+  return Status(note.code, note.message + " (seen by " + describe(groupRank) +
+                               ", which then closed its connections)");
+}
+
+Status GlooShared::explainLoss(int groupRank, const Status& direct) {
+  blamed = groupRank;
   if (!store || groupRank < 0 || groupRank >= size) return direct;
   std::vector<uint8_t> note;
   if (!store->get(kAbortNoteKey + std::to_string(groupRank), &note, kAbortNoteWait).isOk()) {
     return direct;  // no note: the peer itself died or closed its connections
   }
-  std::string text(note.begin(), note.end());
-  size_t colon = text.find(':');
-  int code = colon == std::string::npos ? 0 : std::atoi(text.substr(0, colon).c_str());
-  if (code <= 0 || code > static_cast<int>(ErrorCode::kJoined)) return direct;
-  return Status(static_cast<ErrorCode>(code), text.substr(colon + 1) + " (seen by " +
-                                                  describe(groupRank) +
-                                                  ", which then closed its connections)");
+  Status s = relayed(groupRank, note);
+  if (s.isOk()) blamed = groupRank;
+  return s.isOk() ? direct : s;
+}
+
+Status GlooShared::explainTimeout(const std::vector<int>& peers, const Status& direct,
+                                  std::chrono::milliseconds grace) {
+  blamed = peers.empty() ? -1 : peers.front();
+  if (!store || peers.empty()) return direct;
+  leaveNote(direct, blamed.load());  // provisional: peers waiting for us learn whom we blame
+  const auto until = Clock::now() + grace;
+  do {
+    for (int p : peers) {
+      bool exists = false;
+      if (!store->check(kAbortNoteKey + std::to_string(p), &exists).isOk()) return direct;
+      std::vector<uint8_t> note;
+      if (!exists || !store->get(kAbortNoteKey + std::to_string(p), &note, kAbortNoteWait).isOk()) {
+        continue;
+      }
+      Status s = relayed(p, note);
+      if (!s.isOk()) return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (Clock::now() < until);
+  blamed = peers.front();
+  return direct;
 }
 
 std::string GlooShared::describe(int groupRank) const {
