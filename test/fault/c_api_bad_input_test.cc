@@ -1,104 +1,33 @@
 // Bad input through the C API (libkolo.so, kolo.h only), in one process (a job of one rank:
-// no launcher, loopback transport). Every bad call must return the documented code with a
-// message naming what is wrong, leave nothing enqueued, and leave the runtime usable: each
-// section ends with a correct, checked allreduce. The number of bad inputs tried is printed at
-// exit ("c_api_bad_input: N bad inputs ...").
-#include <catch2/catch.hpp>
-
-#include <atomic>
-#include <chrono>
+// no launcher, loopback transport): null pointers, negative and overflowing sizes, unknown dtype,
+// op, scale and device, zero-dimension tensors, mismatched buffers. c_api_bad_state_test.cc
+// has names, handles, the lifecycle and KOLO_* values. Every section ends with a correct,
+// checked allreduce; the number of bad inputs tried is printed at exit.
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <limits>
-#include <string>
-#include <thread>
-#include <vector>
 
-#include "kolo.h"
+#include "c_api_bad_input.h"
+
+namespace bad_input {
+
+std::atomic<int>& tried() {
+  static std::atomic<int> count{0};
+  return count;
+}
 
 namespace {
-
-using Catch::Matchers::Contains;
-
-std::atomic<int> gTried{0};
-
 struct Summary {
   ~Summary() {
     std::fprintf(stderr, "c_api_bad_input: %d bad inputs tried, each checked for its code and "
-                 "message\n", gTried.load());
+                 "message\n", tried().load());
   }
 } gSummary;
-
-std::string lastError() { return kolo_last_error(); }
-
-// One bad input: the call returned `rc`; it must be `code` and the message must hold every
-// needle.
-void expectError(int rc, int code, std::initializer_list<std::string> needles) {
-  ++gTried;
-  INFO("last error: " << lastError());
-  CHECK(rc == code);
-  CHECK(std::string(kolo_status_string(rc)) == kolo_status_string(code));
-  for (const auto& n : needles) CHECK_THAT(lastError(), Contains(n));
-}
-
-// A kolo_tensor_t that owns its shape (not copyable: `shape` points into `dims`).
-struct Tensor : kolo_tensor_t {
-  std::vector<int64_t> dims;
-  Tensor(void* d, kolo_dtype_t dt, std::vector<int64_t> s) : kolo_tensor_t{}, dims(std::move(s)) {
-    data = d;
-    dtype = dt;
-    ndim = static_cast<int32_t>(dims.size());
-    shape = dims.data();
-    device = KOLO_CPU_DEVICE;
-    stream = nullptr;
-  }
-  Tensor(const Tensor&) = delete;
-  Tensor& operator=(const Tensor&) = delete;
-};
-
-// A correct op: the runtime must still work. In a job of one rank the sum is the input.
-void expectUsable() {
-  static std::atomic<int> serial{0};
-  std::vector<int32_t> v = {3, -7, 11, 42};
-  Tensor t(v.data(), KOLO_INT32, {4});
-  kolo_handle_t h = 0;
-  std::string name = "usable." + std::to_string(serial++);
-  REQUIRE(kolo_allreduce_async(name.c_str(), &t, nullptr, KOLO_SUM, 1.0, 1.0,
-                               KOLO_GLOBAL_PROCESS_SET, nullptr, nullptr, &h) == KOLO_OK);
-  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
-  REQUIRE(kolo_handle_release(h) == KOLO_OK);
-  CHECK(v == std::vector<int32_t>({3, -7, 11, 42}));
-}
-
-int allreduce(const char* name, const kolo_tensor_t* in, kolo_reduce_op_t op = KOLO_SUM,
-              double pre = 1.0, double post = 1.0, int32_t set = 0,
-              const kolo_tensor_t* out = nullptr) {
-  kolo_handle_t h = 0;
-  int rc = kolo_allreduce_async(name, in, out, op, pre, post, set, nullptr, nullptr, &h);
-  if (rc == KOLO_OK) {
-    rc = kolo_handle_wait(h, 30.0);
-    kolo_handle_release(h);  // succeeds, so the wait's error text stays
-  }
-  return rc;
-}
-
-// Submits, waits and releases; returns the first failing code (the error text stays that
-// call's).
-int runOp(int submitRc, kolo_handle_t h) {
-  if (submitRc != KOLO_OK) return submitRc;
-  int rc = kolo_handle_wait(h, 30.0);
-  if (rc != KOLO_OK) return rc;
-  return kolo_handle_release(h);
-}
-
-struct Session {
-  Session() { REQUIRE(kolo_init() == KOLO_OK); }
-  ~Session() { kolo_shutdown(); }
-};
-
 }  // namespace
+
+}  // namespace bad_input
+
+using namespace bad_input;  // NOLINT: test file
 
 TEST_CASE("null pointers name the argument") {
   Session s;
@@ -165,7 +94,7 @@ TEST_CASE("null pointers name the argument") {
   expectError(kolo_start_timeline(nullptr, 0), KOLO_ERR_INVALID_ARGUMENT,
               {"timeline path is empty"});
   for (int code : {-1, 14, 999, std::numeric_limits<int>::min()}) {
-    ++gTried;
+    ++tried();
     const char* text = kolo_status_string(code);
     REQUIRE(text != nullptr);
     CHECK(std::string(text).size() > 0);
@@ -358,201 +287,4 @@ TEST_CASE("mismatched buffers") {
   expectError(kolo_handle_wait(h, 30.0), KOLO_ERR_INVALID_ARGUMENT, {"noalloc"});
   REQUIRE(kolo_handle_release(h) == KOLO_OK);
   expectUsable();
-}
-
-TEST_CASE("names: empty, too long, duplicate in flight") {
-  Session s;
-  std::vector<int64_t> v(3, 9);
-  Tensor t(v.data(), KOLO_INT64, {3});
-  expectError(allreduce("", &t), KOLO_ERR_INVALID_ARGUMENT, {"name is empty"});
-  std::string n1025(1025, 'n'), n1024(1024, 'n'), huge(1 << 20, 'h');
-  expectError(allreduce(n1025.c_str(), &t), KOLO_ERR_INVALID_ARGUMENT,
-              {"1025 bytes long (at most 1024)"});
-  expectError(allreduce(huge.c_str(), &t), KOLO_ERR_INVALID_ARGUMENT,
-              {"1048576 bytes long (at most 1024)"});
-  CHECK(allreduce(n1024.c_str(), &t) == KOLO_OK);
-  CHECK(v == std::vector<int64_t>(3, 9));
-
-  // Duplicate: an allocator that holds the first op in flight until released (bounded).
-  struct Gate {
-    std::atomic<bool> open{false};
-    std::atomic<bool> entered{false};
-    std::vector<char> buffer;
-  } gate;
-  auto hold = [](void* user, size_t bytes, int32_t, const int64_t*) -> void* {
-    auto* g = static_cast<Gate*>(user);
-    g->entered = true;
-    auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!g->open && std::chrono::steady_clock::now() < stop) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    g->buffer.resize(bytes);
-    return g->buffer.data();
-  };
-  kolo_handle_t h1 = 0, h2 = 0;
-  REQUIRE(kolo_allgather_async("twice", &t, hold, &gate, 0, nullptr, nullptr, &h1) == KOLO_OK);
-  auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!gate.entered && std::chrono::steady_clock::now() < stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  REQUIRE(gate.entered);
-  expectError(kolo_allreduce_async("twice", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
-                                   &h2),
-              KOLO_ERR_DUPLICATE_NAME, {"'twice'", "already in flight"});
-  CHECK(h2 == 0);
-  gate.open = true;
-  REQUIRE(kolo_handle_wait(h1, 30.0) == KOLO_OK);
-  REQUIRE(kolo_handle_release(h1) == KOLO_OK);
-  // Once it completed the name is free again.
-  CHECK(allreduce("twice", &t) == KOLO_OK);
-  expectUsable();
-}
-
-TEST_CASE("handles: released, forged, bad timeouts") {
-  Session s;
-  kolo_handle_t h = 0;
-  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
-  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
-  REQUIRE(kolo_handle_release(h) == KOLO_OK);
-  const int64_t kMax = std::numeric_limits<int64_t>::max();
-  for (kolo_handle_t bad : {h, int64_t{0}, int64_t{-1}, std::numeric_limits<int64_t>::min(), kMax,
-                            int64_t{123456789}}) {
-    int done = 0, st = 0;
-    int32_t last = 0, splits[1];
-    const char* text = nullptr;
-    void* data = nullptr;
-    std::string what = "handle " + std::to_string(bad) + " is unknown";
-    expectError(kolo_handle_wait(bad, 1.0), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_wait(bad, -1.0), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_poll(bad, &done), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_status(bad, &st, &text), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_output(bad, &data, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
-                {what});
-    expectError(kolo_handle_join_result(bad, &last), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_received_splits(bad, splits, 1), KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_handle_release(bad), KOLO_ERR_INVALID_ARGUMENT, {what});
-  }
-  // A NaN timeout is not a wait without limit: it is rejected.
-  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
-  expectError(kolo_handle_wait(h, std::nan("")), KOLO_ERR_INVALID_ARGUMENT,
-              {"timeout is NaN"});
-  CHECK(kolo_handle_wait(h, std::numeric_limits<double>::infinity()) == KOLO_OK);
-  CHECK(kolo_handle_wait(h, 1e300) == KOLO_OK);
-  REQUIRE(kolo_handle_release(h) == KOLO_OK);
-  expectUsable();
-}
-
-TEST_CASE("lifecycle: before init, init twice, after shutdown, init again") {
-  REQUIRE(kolo_is_initialized() == 0);
-  std::vector<int32_t> v(2, 1);
-  Tensor t(v.data(), KOLO_INT32, {2});
-  kolo_handle_t h = 0, other = 0;
-  int32_t one = 0, id = 0, size = 0;
-  auto notInit = [&](const char* phase) {
-    INFO(phase);
-    CHECK(kolo_rank() == -1);
-    CHECK(kolo_size() == -1);
-    CHECK(std::string(kolo_transport_name()).empty());
-    expectError(allreduce("x", &t), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
-    expectError(kolo_barrier_async(0, nullptr, nullptr, &other), KOLO_ERR_NOT_INITIALIZED,
-                {"not initialized"});
-    CHECK(other == 0);
-    expectError(kolo_join_async(nullptr, nullptr, &other), KOLO_ERR_NOT_INITIALIZED,
-                {"not initialized"});
-    expectError(kolo_add_process_set(&one, 1, &id), KOLO_ERR_NOT_INITIALIZED,
-                {"not initialized"});
-    expectError(kolo_process_set_size(0, &size), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
-    expectError(kolo_start_timeline("/tmp/kolo_bad_input_timeline.json", 0),
-                KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
-    expectError(kolo_stop_timeline(), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
-  };
-  notInit("before init");
-  REQUIRE(kolo_init() == KOLO_OK);
-  CHECK(kolo_init() == KOLO_OK);  // twice: a no-op
-  ++gTried;
-  CHECK(kolo_size() == 1);
-  CHECK(kolo_rank() == 0);
-  REQUIRE(kolo_allreduce_async("before.shutdown", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
-                               &h) == KOLO_OK);
-  REQUIRE(kolo_handle_wait(h, 30.0) == KOLO_OK);
-  REQUIRE(kolo_shutdown() == KOLO_OK);
-  CHECK(kolo_shutdown() == KOLO_OK);  // idempotent
-  ++gTried;
-  notInit("after shutdown");
-  // A handle issued before the shutdown still answers.
-  int st = -2;
-  CHECK(kolo_handle_status(h, &st, nullptr) == KOLO_OK);
-  CHECK(st == KOLO_OK);
-  CHECK(kolo_handle_release(h) == KOLO_OK);
-  // Init again works, and so do ops.
-  REQUIRE(kolo_init() == KOLO_OK);
-  expectUsable();
-  REQUIRE(kolo_shutdown() == KOLO_OK);
-}
-
-TEST_CASE("invalid KOLO_* values fail init naming the variable") {
-  struct Bad {
-    const char* var;
-    const char* value;
-    const char* expect;  // besides the variable's name
-  };
-  const Bad cases[] = {
-      {"KOLO_FUSION_THRESHOLD", "abc", "an integer"},
-      {"KOLO_FUSION_THRESHOLD", "-5", "an integer"},
-      {"KOLO_FUSION_THRESHOLD", "10MB", "an integer"},
-      {"KOLO_FUSION_THRESHOLD", "99999999999999999999999", "an integer"},
-      {"HOROVOD_FUSION_THRESHOLD", "lots", "an integer"},
-      {"KOLO_CYCLE_TIME", "-1", "a number"},
-      {"KOLO_CYCLE_TIME", "nan", "a number"},
-      {"KOLO_CYCLE_TIME", "inf", "a number"},
-      {"KOLO_CACHE_CAPACITY", "-3", "an integer"},
-      {"KOLO_TIMEOUT_SECONDS", "0", "a number"},
-      {"KOLO_TIMEOUT_SECONDS", "soon", "a number"},
-      {"KOLO_HEARTBEAT_SECONDS", "20", "KOLO_TIMEOUT_SECONDS"},
-      {"KOLO_HEARTBEAT_SECONDS", "0", "a number"},
-      {"KOLO_START_TIMEOUT", "-1", "a number"},
-      {"KOLO_STALL_CHECK_TIME_SECONDS", "-1", "a number"},
-      {"KOLO_STALL_CHECK_DISABLE", "maybe", "a boolean"},
-      {"KOLO_TIMELINE_MARK_CYCLES", "2", "a boolean"},
-      {"KOLO_CONTROLLER", "carrier-pigeon", "one of"},
-      {"KOLO_SHM", "sometimes", "one of"},
-      {"KOLO_ALLREDUCE_ALGORITHM", "fast", "one of"},
-      {"KOLO_ALLGATHER_ALGORITHM", "ring2", "one of"},
-      {"KOLO_SEGMENT_BYTES", "0", "an integer"},
-      {"KOLO_LOG_LEVEL", "loud", "one of"},
-      {"KOLO_RANK", "abc", "an integer"},
-      {"KOLO_RANK", "-1", "an integer"},
-      {"KOLO_SIZE", "0", "an integer"},
-      {"KOLO_SIZE", "2", "KOLO_RANK"},
-      {"KOLO_RENDEZVOUS_PORT", "70000", "an integer"},
-      {"KOLO_TIMELINE", "/nonexistent-dir/kolo/timeline.json", "/nonexistent-dir/kolo"},
-  };
-  REQUIRE(kolo_is_initialized() == 0);
-  for (const Bad& b : cases) {
-    INFO(b.var << "=" << b.value);
-    REQUIRE(setenv(b.var, b.value, 1) == 0);
-    int rc = kolo_init();
-    std::string msg = lastError();
-    unsetenv(b.var);
-    ++gTried;
-    CHECK(rc != KOLO_OK);
-    CHECK(kolo_is_initialized() == 0);
-    CHECK_THAT(msg, Contains(b.var) || Contains(b.value));
-    CHECK_THAT(msg, Contains(b.expect));
-    if (rc == KOLO_OK) kolo_shutdown();
-  }
-  // KOLO_RANK >= KOLO_SIZE names both.
-  setenv("KOLO_RANK", "5", 1);
-  setenv("KOLO_SIZE", "2", 1);
-  int rc = kolo_init();
-  std::string msg = lastError();
-  unsetenv("KOLO_RANK");
-  unsetenv("KOLO_SIZE");
-  ++gTried;
-  CHECK(rc == KOLO_ERR_INVALID_ARGUMENT);
-  CHECK_THAT(msg, Contains("KOLO_RANK=5") && Contains("KOLO_SIZE=2"));
-  // With the environment clean again, init works.
-  REQUIRE(kolo_init() == KOLO_OK);
-  expectUsable();
-  REQUIRE(kolo_shutdown() == KOLO_OK);
 }

@@ -9,7 +9,9 @@
 //   ok            no fault: prints FAULT_READY, waits --pause-ms, runs a few checked ops (and
 //                 one of --mb MiB), with --add-set creates the process set {0, 1} (printing
 //                 FAULT_SET rank= code= elapsed= msg=; exit 3 if it failed), shuts down cleanly
-//   kill-before   victim SIGKILLs itself right after init, before submitting anything
+//   kill-init     victim SIGKILLs itself as soon as its kolo_init returned (the others may
+//                 still be connecting: they fail in init or in their first op)
+//   kill-before   victim SIGKILLs itself --delay-ms after init, before submitting anything
 //   kill-during   victim submits "t0" (so rank 0 holds its request), then SIGKILLs itself
 //                 before the survivors submit "t0"
 //   kill-after    every rank completes "t0"; then the victim SIGKILLs itself
@@ -24,6 +26,8 @@
 //                 has (its process keeps running) and submits "t1" like the others
 //   shutdown      every rank completes "t0"; then the victim calls kolo_shutdown and exits 0
 //   init          just kolo_init (rendezvous failures): reports its outcome
+//   recurring     no fault: one name allreduced 6 times, a different rank late each time by
+//                 --delay-ms (a regression test of cached requests announced to rank 0)
 //
 // Each rank ends with one line the harness parses:
 //   FAULT_RESULT rank=R role=survivor|victim|init code=C elapsed=S named=0|1 next=C2
@@ -263,9 +267,10 @@ int run(const Options& opt) {
     o.elapsed = since(t0);
     int rank = -1;
     if (const char* r = std::getenv("KOLO_RANK")) rank = std::atoi(r);
-    std::printf("FAULT_RESULT rank=%d role=init code=%s elapsed=%.3f named=0 next=OK "
+    std::printf("FAULT_RESULT rank=%d role=init code=%s elapsed=%.3f named=%d next=OK "
                 "next_named=0 shutdown_s=0 msg=%s\n",
-                rank, o.code.c_str(), o.elapsed, oneLine(o.msg).c_str());
+                rank, o.code.c_str(), o.elapsed, namesRank(o.msg, opt.victim) ? 1 : 0,
+                oneLine(o.msg).c_str());
     std::fflush(stdout);
     if (rc == KOLO_OK) kolo_shutdown();
     return rc == KOLO_OK ? kClean : kInitFailed;
@@ -314,8 +319,33 @@ int run(const Options& opt) {
                 "next_named=0 shutdown_s=0 big_s=%.3f msg=\n", rank, since(t0), bigS);
     return exitCode;
   }
-  if (opt.mode == "kill-before") {
+  if (opt.mode == "recurring") {
+    // One name submitted again and again; each time one rank (in turn) comes late, after
+    // --delay-ms (set it above KOLO_HEARTBEAT_SECONDS): the early ranks' cached requests are
+    // then announced to rank 0 while the late rank has none pending. Every result is checked.
+    for (int i = 0; i < 6; ++i) {
+      if (rank == i % kolo_size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(opt.delayMs));
+      }
+      Outcome o = allreduceInts("recurring", 64, 20.0);
+      if (o.code != "OK") {
+        o.msg = "iteration " + std::to_string(i) + ": " + o.msg;
+        printResult("recurring", o, Outcome(), 0, -1);
+        return kUnnamed;
+      }
+    }
+    kolo_shutdown();
+    std::printf("FAULT_RESULT rank=%d role=recurring code=OK elapsed=%.3f named=0 next=OK "
+                "next_named=0 shutdown_s=0 msg=\n", rank, since(t0));
+    return kClean;
+  }
+  if (opt.mode == "kill-before" || opt.mode == "kill-init") {
     if (victim) {
+      // kill-before: every rank has finished kolo_init by then; kill-init: at once, while
+      // the others may still be connecting (they fail init or their first op).
+      if (opt.mode == "kill-before") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(opt.delayMs));
+      }
       announce("SIGKILL");
       raise(SIGKILL);
     }
