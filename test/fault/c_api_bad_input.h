@@ -3,9 +3,8 @@
 // naming what is wrong and leave the runtime usable (expectUsable: a correct, checked op).
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <string>
 #include <vector>

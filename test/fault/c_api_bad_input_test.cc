@@ -3,11 +3,11 @@
 // op, scale and device, zero-dimension tensors, mismatched buffers. c_api_bad_state_test.cc
 // has names, handles, the lifecycle and KOLO_* values. Every section ends with a correct,
 // checked allreduce; the number of bad inputs tried is printed at exit.
+#include "c_api_bad_input.h"
+
 #include <cmath>
 #include <cstdio>
 #include <limits>
-
-#include "c_api_bad_input.h"
 
 namespace bad_input {
 
@@ -19,8 +19,10 @@ std::atomic<int>& tried() {
 namespace {
 struct Summary {
   ~Summary() {
-    std::fprintf(stderr, "c_api_bad_input: %d bad inputs tried, each checked for its code and "
-                 "message\n", tried().load());
+    std::fprintf(stderr,
+                 "c_api_bad_input: %d bad inputs tried, each checked for its code and "
+                 "message\n",
+                 tried().load());
   }
 } gSummary;
 }  // namespace
@@ -55,9 +57,9 @@ TEST_CASE("null pointers name the argument") {
               KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
   expectError(kolo_broadcast_async("b", nullptr, 0, 0, nullptr, nullptr, &h),
               KOLO_ERR_INVALID_ARGUMENT, {"tensor is NULL"});
-  expectError(kolo_alltoall_async("x", nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
-                                  &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
+  expectError(
+      kolo_alltoall_async("x", nullptr, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
   expectError(kolo_reducescatter_async("r", nullptr, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
                                        nullptr, &h),
               KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
@@ -89,8 +91,7 @@ TEST_CASE("null pointers name the argument") {
               {"n is NULL"});
   expectError(kolo_add_process_set(nullptr, 1, &id), KOLO_ERR_INVALID_ARGUMENT,
               {"non-empty rank list"});
-  expectError(kolo_add_process_set(&one, 1, nullptr), KOLO_ERR_INVALID_ARGUMENT,
-              {"id pointer"});
+  expectError(kolo_add_process_set(&one, 1, nullptr), KOLO_ERR_INVALID_ARGUMENT, {"id pointer"});
   expectError(kolo_start_timeline(nullptr, 0), KOLO_ERR_INVALID_ARGUMENT,
               {"timeline path is empty"});
   for (int code : {-1, 14, 999, std::numeric_limits<int>::min()}) {
@@ -109,8 +110,7 @@ TEST_CASE("negative and overflowing sizes") {
   for (int32_t ndim : {-1, 17, std::numeric_limits<int32_t>::min()}) {
     std::vector<int64_t> shape(17, 1);
     kolo_tensor_t t = {v.data(), KOLO_FLOAT64, ndim, shape.data(), KOLO_CPU_DEVICE, nullptr};
-    expectError(allreduce("nd", &t), KOLO_ERR_INVALID_ARGUMENT,
-                {"ndim " + std::to_string(ndim)});
+    expectError(allreduce("nd", &t), KOLO_ERR_INVALID_ARGUMENT, {"ndim " + std::to_string(ndim)});
   }
   Tensor neg(v.data(), KOLO_FLOAT64, {2, -4});
   expectError(allreduce("neg", &neg), KOLO_ERR_INVALID_ARGUMENT,
@@ -124,18 +124,18 @@ TEST_CASE("negative and overflowing sizes") {
   }
   Tensor t(v.data(), KOLO_FLOAT64, {8});
   int32_t splitsNeg[1] = {-1}, splitsTwo[2] = {4, 4}, splitsShort[1] = {5};
-  expectError(kolo_alltoall_async("a2a", &t, splitsTwo, -1, nullptr, nullptr, 0, nullptr,
-                                  nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "n_splits is negative"});
-  expectError(kolo_alltoall_async("a2a", &t, splitsNeg, 1, nullptr, nullptr, 0, nullptr,
-                                  nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "split is negative"});
-  expectError(kolo_alltoall_async("a2a", &t, splitsTwo, 2, nullptr, nullptr, 0, nullptr,
-                                  nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "got 2 splits for a set of 1"});
-  expectError(kolo_alltoall_async("a2a", &t, splitsShort, 1, nullptr, nullptr, 0, nullptr,
-                                  nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "splits sum to 5 but dimension 0 is 8"});
+  expectError(
+      kolo_alltoall_async("a2a", &t, splitsTwo, -1, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "n_splits is negative"});
+  expectError(
+      kolo_alltoall_async("a2a", &t, splitsNeg, 1, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "split is negative"});
+  expectError(
+      kolo_alltoall_async("a2a", &t, splitsTwo, 2, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "got 2 splits for a set of 1"});
+  expectError(
+      kolo_alltoall_async("a2a", &t, splitsShort, 1, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "splits sum to 5 but dimension 0 is 8"});
   for (int32_t root : {-1, 1, std::numeric_limits<int32_t>::max()}) {
     expectError(kolo_broadcast_async("bc", &t, root, 0, nullptr, nullptr, &h),
                 KOLO_ERR_INVALID_ARGUMENT,
@@ -190,9 +190,9 @@ TEST_CASE("unknown dtype, reduce op, scale and device") {
                 KOLO_ERR_INVALID_ARGUMENT, {what});
     expectError(kolo_broadcast_async("dt", &t, 0, 0, nullptr, nullptr, &h),
                 KOLO_ERR_INVALID_ARGUMENT, {what});
-    expectError(kolo_alltoall_async("dt", &t, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
-                                    &h),
-                KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(
+        kolo_alltoall_async("dt", &t, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr, &h),
+        KOLO_ERR_INVALID_ARGUMENT, {what});
     expectError(kolo_reducescatter_async("dt", &t, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
                                          nullptr, &h),
                 KOLO_ERR_INVALID_ARGUMENT, {what});
@@ -202,12 +202,12 @@ TEST_CASE("unknown dtype, reduce op, scale and device") {
     std::string what = "unknown reduce op " + std::to_string(op);
     auto rop = static_cast<kolo_reduce_op_t>(op);
     expectError(allreduce("op", &t, rop), KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
-    expectError(kolo_reducescatter_async("op", &t, rop, 1, 1, nullptr, nullptr, 0, nullptr,
-                                         nullptr, &h),
-                KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
-    expectError(kolo_grouped_allreduce_async("op", 1, &t, nullptr, rop, 1, 1, 0, nullptr,
-                                             nullptr, &h),
-                KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(
+        kolo_reducescatter_async("op", &t, rop, 1, 1, nullptr, nullptr, 0, nullptr, nullptr, &h),
+        KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
+    expectError(
+        kolo_grouped_allreduce_async("op", 1, &t, nullptr, rop, 1, 1, 0, nullptr, nullptr, &h),
+        KOLO_ERR_INVALID_ARGUMENT, {what});
   }
   const double inf = std::numeric_limits<double>::infinity();
   for (double bad : {std::nan(""), inf, -inf}) {
@@ -219,9 +219,9 @@ TEST_CASE("unknown dtype, reduce op, scale and device") {
   for (int32_t device : {-2, 0, 7}) {
     kolo_tensor_t d = t;
     d.device = device;
-    int want = (device < -1 || !kolo_cuda_built()) ? (device < -1 ? KOLO_ERR_INVALID_ARGUMENT
-                                                                   : KOLO_ERR_UNSUPPORTED)
-                                                   : KOLO_ERR_INVALID_ARGUMENT;
+    int want = (device < -1 || !kolo_cuda_built())
+                   ? (device < -1 ? KOLO_ERR_INVALID_ARGUMENT : KOLO_ERR_UNSUPPORTED)
+                   : KOLO_ERR_INVALID_ARGUMENT;
     if (kolo_cuda_built() && device >= 0) continue;  // a real device path: not bad input here
     expectError(allreduce("dev", &d), want, {"'dev'", "device " + std::to_string(device)});
   }
@@ -235,8 +235,7 @@ TEST_CASE("zero-dimension and zero-element tensors") {
   Tensor sc(&scalar, KOLO_INT32, {});
   expectError(kolo_allgather_async("sc", &sc, nullptr, nullptr, 0, nullptr, nullptr, &h),
               KOLO_ERR_INVALID_ARGUMENT, {"'sc'", "scalar (0-dimensional)"});
-  expectError(kolo_alltoall_async("sc", &sc, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr,
-                                  &h),
+  expectError(kolo_alltoall_async("sc", &sc, nullptr, 0, nullptr, nullptr, 0, nullptr, nullptr, &h),
               KOLO_ERR_INVALID_ARGUMENT, {"'sc'", "scalar (0-dimensional)"});
   expectError(kolo_reducescatter_async("sc", &sc, KOLO_SUM, 1, 1, nullptr, nullptr, 0, nullptr,
                                        nullptr, &h),
@@ -277,9 +276,9 @@ TEST_CASE("mismatched buffers") {
               {"'mm'", "does not match the input", "float64"});
   kolo_tensor_t ins[2] = {t, t};
   kolo_tensor_t outs[2] = {t, wrongShape};
-  expectError(kolo_grouped_allreduce_async("gmm", 2, ins, outs, KOLO_SUM, 1, 1, 0, nullptr,
-                                           nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'gmm.1'", "does not match"});
+  expectError(
+      kolo_grouped_allreduce_async("gmm", 2, ins, outs, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'gmm.1'", "does not match"});
   // An allocator that refuses: the op fails with INVALID_ARGUMENT naming the tensor.
   auto refuse = [](void*, size_t, int32_t, const int64_t*) -> void* { return nullptr; };
   int rc = kolo_allgather_async("noalloc", &t, refuse, nullptr, 0, nullptr, nullptr, &h);

@@ -48,8 +48,7 @@ TEST_CASE("names: empty, too long, duplicate in flight") {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   REQUIRE(gate.entered);
-  expectError(kolo_allreduce_async("twice", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
-                                   &h2),
+  expectError(kolo_allreduce_async("twice", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h2),
               KOLO_ERR_DUPLICATE_NAME, {"'twice'", "already in flight"});
   CHECK(h2 == 0);
   gate.open = true;
@@ -86,8 +85,7 @@ TEST_CASE("handles: released, forged, bad timeouts") {
   }
   // A NaN timeout is not a wait without limit: it is rejected.
   REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
-  expectError(kolo_handle_wait(h, std::nan("")), KOLO_ERR_INVALID_ARGUMENT,
-              {"timeout is NaN"});
+  expectError(kolo_handle_wait(h, std::nan("")), KOLO_ERR_INVALID_ARGUMENT, {"timeout is NaN"});
   CHECK(kolo_handle_wait(h, std::numeric_limits<double>::infinity()) == KOLO_OK);
   CHECK(kolo_handle_wait(h, 1e300) == KOLO_OK);
   REQUIRE(kolo_handle_release(h) == KOLO_OK);
@@ -111,8 +109,7 @@ TEST_CASE("lifecycle: before init, init twice, after shutdown, init again") {
     CHECK(other == 0);
     expectError(kolo_join_async(nullptr, nullptr, &other), KOLO_ERR_NOT_INITIALIZED,
                 {"not initialized"});
-    expectError(kolo_add_process_set(&one, 1, &id), KOLO_ERR_NOT_INITIALIZED,
-                {"not initialized"});
+    expectError(kolo_add_process_set(&one, 1, &id), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
     expectError(kolo_process_set_size(0, &size), KOLO_ERR_NOT_INITIALIZED, {"not initialized"});
     expectError(kolo_start_timeline("/tmp/kolo_bad_input_timeline.json", 0),
                 KOLO_ERR_NOT_INITIALIZED, {"not initialized"});

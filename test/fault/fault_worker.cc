@@ -30,8 +30,10 @@
 //                 --delay-ms (a regression test of cached requests announced to rank 0)
 //
 // Each rank ends with one line the harness parses:
-//   FAULT_RESULT rank=R role=survivor|victim|init code=C elapsed=S named=0|1 next=C2
+//   FAULT_RESULT rank=R role=survivor|victim|init code=C elapsed=S wall=W named=0|1 next=C2
 //     next_named=0|1 shutdown_s=S3 msg=<first error text>
+// (wall: epoch seconds when the error came back; a victim's FAULT_VICTIM line has the wall time
+// of its fault, so wall differences are detection latencies on one host)
 // code is the first error's kolo_status_string ("HANG" if the op was still running after
 // --bound seconds); next is the code of one more submission after it; shutdown_s is how long
 // kolo_shutdown took. Exit status: 0 clean run (ok, init success, shutdown victim), 3 a fault
@@ -39,9 +41,9 @@
 // where one was expected, 6 init failed, 2 bad usage. --tag is ignored (it marks the process
 // for the harness's leftover-process check).
 #include <dirent.h>
-#include <signal.h>
-#include <netinet/in.h>
 #include <linux/tcp.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,16 +68,21 @@ enum ExitCode { kClean = 0, kUsage = 2, kNamed = 3, kUnnamed = 4, kNoFault = 5, 
 struct Options {
   std::string mode;
   int victim = 1;
-  int64_t mb = -1;  // size of the large allreduce in MiB (kill-mid: 256 unless given)
-  int delayMs = -1;  // kill-mid: 20000 (a deadline for the trigger), others: 300
-  int pauseMs = 0;     // ok: pause after init (FAULT_READY printed first)
+  int64_t mb = -1;      // size of the large allreduce in MiB (kill-mid: 256 unless given)
+  int delayMs = -1;     // kill-mid: 20000 (a deadline for the trigger), others: 300
+  int pauseMs = 0;      // ok: pause after init (FAULT_READY printed first)
   bool addSet = false;  // ok: create a process set {0, 1} after the ops
-  int killAt = 8;  // kill-mid: sampled elements (of 64) reduced when the victim dies
-  double bound = 60;  // seconds a single wait may take before the worker calls it a hang
+  int killAt = 8;       // kill-mid: sampled elements (of 64) reduced when the victim dies
+  double bound = 60;    // seconds a single wait may take before the worker calls it a hang
 };
 
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Wall-clock seconds (comparable between the processes of one host): detection latencies.
+double wallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 // Messages are printed on one line: newlines become spaces.
@@ -94,6 +101,7 @@ struct Outcome {
   std::string code = "OK";
   std::string msg;
   double elapsed = 0;
+  double wall = 0;  // when the outcome was known
 };
 
 // Allreduce (sum, int32) of n elements of rank + 1 + i; checks the result when it succeeds.
@@ -124,6 +132,7 @@ Outcome allreduceInts(const char* name, int64_t n, double bound) {
     o.msg = kolo_last_error();
   }
   o.elapsed = since(start);
+  o.wall = wallNow();
   o.code = kolo_status_string(rc);
   if (rc == KOLO_OK) {
     for (int64_t i = 0; i < n; ++i) {
@@ -181,7 +190,8 @@ Outcome allreduceLarge(const char* name, int64_t mb, double bound, const Options
         if (changed >= opt.killAt) break;
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      std::printf("FAULT_VICTIM rank=%d action=SIGKILL changed=%d/64\n", kolo_rank(), changed);
+      std::printf("FAULT_VICTIM rank=%d action=SIGKILL changed=%d/64 wall=%.3f\n", kolo_rank(),
+                  changed, wallNow());
       std::fflush(stdout);
       raise(SIGKILL);
     }).detach();
@@ -202,6 +212,7 @@ Outcome allreduceLarge(const char* name, int64_t mb, double bound, const Options
     o.msg = kolo_last_error();
   }
   o.elapsed = since(start);
+  o.wall = wallNow();
   o.code = kolo_status_string(rc);
   const float want = static_cast<float>(kolo_size() * (kolo_size() + 1) / 2);
   if (rc == KOLO_OK && (v.front() != want || v.back() != want || v[n / 2] != want)) {
@@ -225,11 +236,11 @@ int gRank = -1;  // this rank, remembered before kolo_shutdown makes kolo_rank()
 void printResult(const char* role, const Outcome& first, const Outcome& next, double shutdownS,
                  int victim) {
   std::printf(
-      "FAULT_RESULT rank=%d role=%s code=%s elapsed=%.3f named=%d next=%s next_named=%d "
-      "shutdown_s=%.3f msg=%s\n",
-      gRank, role, first.code.c_str(), first.elapsed, namesRank(first.msg, victim) ? 1 : 0,
-      next.code.c_str(), namesRank(next.msg, victim) ? 1 : 0, shutdownS,
-      oneLine(first.msg).c_str());
+      "FAULT_RESULT rank=%d role=%s code=%s elapsed=%.3f wall=%.3f named=%d next=%s "
+      "next_named=%d shutdown_s=%.3f msg=%s\n",
+      gRank, role, first.code.c_str(), first.elapsed, first.wall,
+      namesRank(first.msg, victim) ? 1 : 0, next.code.c_str(), namesRank(next.msg, victim) ? 1 : 0,
+      shutdownS, oneLine(first.msg).c_str());
   std::fflush(stdout);
 }
 
@@ -267,10 +278,11 @@ int run(const Options& opt) {
     o.elapsed = since(t0);
     int rank = -1;
     if (const char* r = std::getenv("KOLO_RANK")) rank = std::atoi(r);
-    std::printf("FAULT_RESULT rank=%d role=init code=%s elapsed=%.3f named=%d next=OK "
-                "next_named=0 shutdown_s=0 msg=%s\n",
-                rank, o.code.c_str(), o.elapsed, namesRank(o.msg, opt.victim) ? 1 : 0,
-                oneLine(o.msg).c_str());
+    std::printf(
+        "FAULT_RESULT rank=%d role=init code=%s elapsed=%.3f named=%d next=OK "
+        "next_named=0 shutdown_s=0 msg=%s\n",
+        rank, o.code.c_str(), o.elapsed, namesRank(o.msg, opt.victim) ? 1 : 0,
+        oneLine(o.msg).c_str());
     std::fflush(stdout);
     if (rc == KOLO_OK) kolo_shutdown();
     return rc == KOLO_OK ? kClean : kInitFailed;
@@ -279,7 +291,7 @@ int run(const Options& opt) {
   gRank = rank;
   const bool victim = rank == opt.victim;
   auto announce = [&](const char* action) {
-    std::printf("FAULT_VICTIM rank=%d action=%s\n", rank, action);
+    std::printf("FAULT_VICTIM rank=%d action=%s wall=%.3f\n", rank, action, wallNow());
     std::fflush(stdout);
   };
 
@@ -309,14 +321,15 @@ int run(const Options& opt) {
       int32_t id = -1;
       auto t = Clock::now();
       int src = kolo_add_process_set(members, 2, &id);
-      std::printf("FAULT_SET rank=%d code=%s elapsed=%.3f msg=%s\n", rank,
-                  kolo_status_string(src), since(t),
-                  src == KOLO_OK ? "" : oneLine(kolo_last_error()).c_str());
+      std::printf("FAULT_SET rank=%d code=%s elapsed=%.3f msg=%s\n", rank, kolo_status_string(src),
+                  since(t), src == KOLO_OK ? "" : oneLine(kolo_last_error()).c_str());
       if (src != KOLO_OK) exitCode = kNamed;
     }
     kolo_shutdown();
-    std::printf("FAULT_RESULT rank=%d role=ok code=OK elapsed=%.3f named=0 next=OK "
-                "next_named=0 shutdown_s=0 big_s=%.3f msg=\n", rank, since(t0), bigS);
+    std::printf(
+        "FAULT_RESULT rank=%d role=ok code=OK elapsed=%.3f named=0 next=OK "
+        "next_named=0 shutdown_s=0 big_s=%.3f msg=\n",
+        rank, since(t0), bigS);
     return exitCode;
   }
   if (opt.mode == "recurring") {
@@ -335,8 +348,10 @@ int run(const Options& opt) {
       }
     }
     kolo_shutdown();
-    std::printf("FAULT_RESULT rank=%d role=recurring code=OK elapsed=%.3f named=0 next=OK "
-                "next_named=0 shutdown_s=0 msg=\n", rank, since(t0));
+    std::printf(
+        "FAULT_RESULT rank=%d role=recurring code=OK elapsed=%.3f named=0 next=OK "
+        "next_named=0 shutdown_s=0 msg=\n",
+        rank, since(t0));
     return kClean;
   }
   if (opt.mode == "kill-before" || opt.mode == "kill-init") {
@@ -406,7 +421,8 @@ int run(const Options& opt) {
   } else if (opt.mode == "close-sockets") {
     if (victim) {
       int n = shutdownAllSockets();
-      std::printf("FAULT_VICTIM rank=%d action=shutdown-sockets count=%d\n", rank, n);
+      std::printf("FAULT_VICTIM rank=%d action=shutdown-sockets count=%d wall=%.3f\n", rank, n,
+                  wallNow());
       std::fflush(stdout);
       Outcome o = allreduceInts("t1", 1024, opt.bound);
       if (o.code == "OK") o.code = "NONE";
@@ -420,9 +436,10 @@ int run(const Options& opt) {
       announce("kolo_shutdown");
       auto t = Clock::now();
       int src = kolo_shutdown();
-      std::printf("FAULT_RESULT rank=%d role=victim code=%s elapsed=0 named=0 next=OK "
-                  "next_named=0 shutdown_s=%.3f msg=\n",
-                  rank, kolo_status_string(src), since(t));
+      std::printf(
+          "FAULT_RESULT rank=%d role=victim code=%s elapsed=0 named=0 next=OK "
+          "next_named=0 shutdown_s=%.3f msg=\n",
+          rank, kolo_status_string(src), since(t));
       return src == KOLO_OK ? kClean : kUnnamed;
     }
   } else {

@@ -28,6 +28,29 @@ TIMEOUT_S = 3.0   # KOLO_TIMEOUT_SECONDS of every job
 SLACK_S = 4.0     # scheduling slack on a loaded 2-core machine
 HARD_S = 45.0     # no test job may run longer than this
 
+# Figures printed at the end of a pytest session (conftest.py): (case, transport, survivor's
+# code, seconds from the fault to the survivor's error), and bad inputs tried per front end.
+LATENCIES = []
+BAD_INPUTS = {}
+
+
+def summary_lines():
+    lines = []
+    for front, n in sorted(BAD_INPUTS.items()):
+        lines.append("%s: %d bad inputs tried, each checked for its exception and message"
+                     % (front, n))
+    if LATENCIES:
+        lines.append("fault detection (fault -> survivor's error), per case and transport:")
+        cases = {}
+        for case, transport, code, secs in LATENCIES:
+            cases.setdefault((case, transport), []).append((secs, code))
+        for (case, transport), rows in sorted(cases.items()):
+            lines.append("  %-18s %-4s survivors=%d max=%.3f s codes=%s" % (
+                case, transport, len(rows), max(x for x, _ in rows),
+                ",".join(sorted({c for _, c in rows}))))
+    return lines
+
+
 RESULT_RE = re.compile(r"^FAULT_RESULT (.*?) msg=(.*)$")
 EXIT_NAMED, EXIT_UNNAMED, EXIT_NO_FAULT, EXIT_INIT_FAILED = 3, 4, 5, 6
 
@@ -53,8 +76,9 @@ def parse_results(text):
         fields["msg"] = m.group(2)
         for key in ("rank", "named", "next_named"):
             fields[key] = int(fields[key])
-        for key in ("elapsed", "shutdown_s"):
-            fields[key] = float(fields[key])
+        for key in ("elapsed", "shutdown_s", "wall"):
+            if key in fields:
+                fields[key] = float(fields[key])
         out.append(fields)
     return out
 
@@ -103,6 +127,12 @@ def reap_leftovers(tag):
             except OSError:
                 pass
     return left
+
+
+def victim_wall(text):
+    """Wall time of the victim's fault (its FAULT_VICTIM line), or None."""
+    m = re.search(r"^FAULT_VICTIM .*wall=([\d.]+)", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 class StoreServer:

@@ -41,7 +41,7 @@ class Rng {
 
 enum class Kind { kAllreduce, kGrouped, kAllgather, kBroadcast, kAlltoall, kReducescatter };
 inline const char* kindName(Kind k) {
-  static const char* names[] = {"allreduce", "grouped", "allgather",
+  static const char* names[] = {"allreduce", "grouped",  "allgather",
                                 "broadcast", "alltoall", "reducescatter"};
   return names[static_cast<int>(k)];
 }
@@ -49,10 +49,20 @@ inline const char* kindName(Kind k) {
 // ---- dtypes --------------------------------------------------------------------------------
 inline size_t dtypeSize(kolo_dtype_t d) {
   switch (d) {
-    case KOLO_UINT8: case KOLO_INT8: case KOLO_BOOL: return 1;
-    case KOLO_UINT16: case KOLO_INT16: case KOLO_FLOAT16: case KOLO_BFLOAT16: return 2;
-    case KOLO_INT32: case KOLO_FLOAT32: return 4;
-    default: return 8;
+    case KOLO_UINT8:
+    case KOLO_INT8:
+    case KOLO_BOOL:
+      return 1;
+    case KOLO_UINT16:
+    case KOLO_INT16:
+    case KOLO_FLOAT16:
+    case KOLO_BFLOAT16:
+      return 2;
+    case KOLO_INT32:
+    case KOLO_FLOAT32:
+      return 4;
+    default:
+      return 8;
   }
 }
 inline bool isFloat(kolo_dtype_t d) {
@@ -105,31 +115,64 @@ inline float fromBf16(uint16_t b) {
 
 inline void encode(kolo_dtype_t d, double v, void* dst) {
   switch (d) {
-    case KOLO_UINT8: *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(v); break;
-    case KOLO_INT8: *static_cast<int8_t*>(dst) = static_cast<int8_t>(v); break;
-    case KOLO_BOOL: *static_cast<uint8_t*>(dst) = v != 0 ? 1 : 0; break;
-    case KOLO_UINT16: *static_cast<uint16_t*>(dst) = static_cast<uint16_t>(v); break;
-    case KOLO_INT16: *static_cast<int16_t*>(dst) = static_cast<int16_t>(v); break;
-    case KOLO_INT32: *static_cast<int32_t*>(dst) = static_cast<int32_t>(v); break;
-    case KOLO_INT64: *static_cast<int64_t*>(dst) = static_cast<int64_t>(v); break;
-    case KOLO_FLOAT16: *static_cast<uint16_t*>(dst) = toHalf(static_cast<float>(v)); break;
-    case KOLO_BFLOAT16: *static_cast<uint16_t*>(dst) = toBf16(static_cast<float>(v)); break;
-    case KOLO_FLOAT32: *static_cast<float*>(dst) = static_cast<float>(v); break;
-    case KOLO_FLOAT64: *static_cast<double*>(dst) = v; break;
+    case KOLO_UINT8:
+      *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(v);
+      break;
+    case KOLO_INT8:
+      *static_cast<int8_t*>(dst) = static_cast<int8_t>(v);
+      break;
+    case KOLO_BOOL:
+      *static_cast<uint8_t*>(dst) = v != 0 ? 1 : 0;
+      break;
+    case KOLO_UINT16:
+      *static_cast<uint16_t*>(dst) = static_cast<uint16_t>(v);
+      break;
+    case KOLO_INT16:
+      *static_cast<int16_t*>(dst) = static_cast<int16_t>(v);
+      break;
+    case KOLO_INT32:
+      *static_cast<int32_t*>(dst) = static_cast<int32_t>(v);
+      break;
+    case KOLO_INT64:
+      *static_cast<int64_t*>(dst) = static_cast<int64_t>(v);
+      break;
+    case KOLO_FLOAT16:
+      *static_cast<uint16_t*>(dst) = toHalf(static_cast<float>(v));
+      break;
+    case KOLO_BFLOAT16:
+      *static_cast<uint16_t*>(dst) = toBf16(static_cast<float>(v));
+      break;
+    case KOLO_FLOAT32:
+      *static_cast<float*>(dst) = static_cast<float>(v);
+      break;
+    case KOLO_FLOAT64:
+      *static_cast<double*>(dst) = v;
+      break;
   }
 }
 inline double decode(kolo_dtype_t d, const void* src) {
   switch (d) {
-    case KOLO_UINT8: case KOLO_BOOL: return *static_cast<const uint8_t*>(src);
-    case KOLO_INT8: return *static_cast<const int8_t*>(src);
-    case KOLO_UINT16: return *static_cast<const uint16_t*>(src);
-    case KOLO_INT16: return *static_cast<const int16_t*>(src);
-    case KOLO_INT32: return *static_cast<const int32_t*>(src);
-    case KOLO_INT64: return static_cast<double>(*static_cast<const int64_t*>(src));
-    case KOLO_FLOAT16: return fromHalf(*static_cast<const uint16_t*>(src));
-    case KOLO_BFLOAT16: return fromBf16(*static_cast<const uint16_t*>(src));
-    case KOLO_FLOAT32: return *static_cast<const float*>(src);
-    case KOLO_FLOAT64: return *static_cast<const double*>(src);
+    case KOLO_UINT8:
+    case KOLO_BOOL:
+      return *static_cast<const uint8_t*>(src);
+    case KOLO_INT8:
+      return *static_cast<const int8_t*>(src);
+    case KOLO_UINT16:
+      return *static_cast<const uint16_t*>(src);
+    case KOLO_INT16:
+      return *static_cast<const int16_t*>(src);
+    case KOLO_INT32:
+      return *static_cast<const int32_t*>(src);
+    case KOLO_INT64:
+      return static_cast<double>(*static_cast<const int64_t*>(src));
+    case KOLO_FLOAT16:
+      return fromHalf(*static_cast<const uint16_t*>(src));
+    case KOLO_BFLOAT16:
+      return fromBf16(*static_cast<const uint16_t*>(src));
+    case KOLO_FLOAT32:
+      return *static_cast<const float*>(src);
+    case KOLO_FLOAT64:
+      return *static_cast<const double*>(src);
   }
   return 0;
 }
@@ -142,11 +185,11 @@ struct Spec {
   kolo_dtype_t dtype = KOLO_FLOAT32;
   kolo_reduce_op_t op = KOLO_SUM;
   double prescale = 1, postscale = 1;
-  int set = 0;         // 0 global, 1 and 2 the sets made at start
-  int32_t root = 0;    // broadcast: index in the set
-  int64_t rows = 1;    // dim 0 (allreduce, broadcast, reducescatter)
-  int64_t cols = 1;    // product of the other dims (trailing shape {cols})
-  int groupN = 1;      // grouped: tensors in the group (each rows x cols)
+  int set = 0;           // 0 global, 1 and 2 the sets made at start
+  int32_t root = 0;      // broadcast: index in the set
+  int64_t rows = 1;      // dim 0 (allreduce, broadcast, reducescatter)
+  int64_t cols = 1;      // product of the other dims (trailing shape {cols})
+  int groupN = 1;        // grouped: tensors in the group (each rows x cols)
   bool largest = false;  // the warm-up's largest op of its kind: every split and gather at max
 };
 
@@ -154,8 +197,8 @@ struct Spec {
 inline double valueOf(const Spec& s, int rank, int64_t i, int setSize) {
   Rng r(mix(s.dataSeed, mix(static_cast<uint64_t>(rank) + 1, static_cast<uint64_t>(i))));
   if (s.dtype == KOLO_BOOL) return static_cast<double>(r.range(0, 1));
-  const bool reducing = s.kind == Kind::kAllreduce || s.kind == Kind::kGrouped ||
-                        s.kind == Kind::kReducescatter;
+  const bool reducing =
+      s.kind == Kind::kAllreduce || s.kind == Kind::kGrouped || s.kind == Kind::kReducescatter;
   const bool isUnsigned = s.dtype == KOLO_UINT8 || s.dtype == KOLO_UINT16;
   if (reducing && s.op == KOLO_PRODUCT) {
     return isUnsigned ? static_cast<double>(r.range(1, 2)) : static_cast<double>(r.range(-1, 2));
@@ -185,8 +228,8 @@ inline std::vector<int> setMembers(int set, int size) {
 // alltoall: rows set member `from` sends to set member `to` (0..3).
 inline int64_t splitRows(const Spec& s, int from, int to) {
   if (s.largest) return 3;
-  return static_cast<int64_t>(mix(s.dataSeed, mix(static_cast<uint64_t>(from) * 977 +
-                                                   static_cast<uint64_t>(to))) % 4);
+  return static_cast<int64_t>(
+      mix(s.dataSeed, mix(static_cast<uint64_t>(from) * 977 + static_cast<uint64_t>(to))) % 4);
 }
 // allgather: dim 0 that global rank `rank` contributes (0..4).
 inline int64_t gatherRows(const Spec& s, int rank) {
@@ -212,7 +255,7 @@ inline Spec makeSpec(uint64_t seed, int thread, int64_t index) {
            : k < 79 ? Kind::kBroadcast
            : k < 89 ? Kind::kAlltoall
                     : Kind::kReducescatter;
-  static const kolo_dtype_t dtypes[] = {KOLO_UINT8,   KOLO_INT8,    KOLO_UINT16, KOLO_INT16,
+  static const kolo_dtype_t dtypes[] = {KOLO_UINT8,   KOLO_INT8,    KOLO_UINT16,  KOLO_INT16,
                                         KOLO_INT32,   KOLO_INT64,   KOLO_FLOAT16, KOLO_BFLOAT16,
                                         KOLO_FLOAT32, KOLO_FLOAT32, KOLO_FLOAT64, KOLO_BOOL};
   s.dtype = dtypes[r.range(0, 11)];
@@ -226,8 +269,8 @@ inline Spec makeSpec(uint64_t seed, int thread, int64_t index) {
   if (s.dtype == KOLO_BOOL) {
     s.op = r.chance(50) ? KOLO_MIN : KOLO_MAX;
   } else {
-    static const kolo_reduce_op_t ops[] = {KOLO_SUM, KOLO_SUM, KOLO_AVERAGE, KOLO_MIN, KOLO_MAX,
-                                           KOLO_PRODUCT};
+    static const kolo_reduce_op_t ops[] = {KOLO_SUM, KOLO_SUM, KOLO_AVERAGE,
+                                           KOLO_MIN, KOLO_MAX, KOLO_PRODUCT};
     s.op = ops[r.range(0, 5)];
     if (s.op == KOLO_AVERAGE && !isFloat(s.dtype)) s.op = KOLO_SUM;
   }

@@ -35,6 +35,18 @@ PARAMS = [pytest.param(mode, victim, t, id="%s-v%d-%s" % (mode, victim, t))
           for mode, victim, ts in KILL_CASES for t in ts.split()]
 
 
+def record_latencies(job, case, transport, victim):
+    start = fl.victim_wall(job.text(victim))
+    if start is None:
+        return
+    for r in range(NP):
+        if r == victim:
+            continue
+        res = job.result(r)
+        if res.get("wall"):
+            fl.LATENCIES.append((case, transport, res["code"], res["wall"] - start))
+
+
 @pytest.fixture
 def jobs(tmp_path):
     started = []
@@ -83,6 +95,7 @@ def test_rank_lost(jobs, mode, victim, transport):
             continue
         assert codes[r] == EXIT_NAMED, "rank %d exit %s\n%s" % (r, codes[r], job.text())
         check_survivor(job, r, victim)
+    record_latencies(job, "%s v%d" % (mode, victim), transport, victim)
     if mode == "kill-mid":
         m = re.search(r"action=SIGKILL changed=(\d+)/64", job.text(victim))
         assert m and 0 < int(m.group(1)) < 64, "not killed mid-transfer:\n" + job.text(victim)
@@ -100,6 +113,7 @@ def test_rank_stopped(jobs, victim, transport):
     for r in survivors:
         assert codes[r] == EXIT_NAMED, "rank %d exit %s\n%s" % (r, codes[r], job.text())
         check_survivor(job, r, victim, bound=TIMEOUT_S + 1.0 + SLACK_S)
+    record_latencies(job, "stop v%d" % victim, transport, victim)
     job.signal(victim, signal.SIGCONT)
     assert job.wait([victim], seconds=job.elapsed() + 15)[victim] == EXIT_NAMED, job.text()
     assert job.result(victim)["code"] in FAULT_CODES, job.text()
