@@ -2,9 +2,9 @@
 // in place and out of place, many async ops at once, errors on every rank followed by a good
 // op, duplicate names, join, barrier, process sets, re-init, stall shutdown. Every rank runs the
 // same tests in the same order; every value is checked on every rank.
-#include <catch2/catch.hpp>
 #include <kolo.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,16 +24,26 @@ struct Session {
   Session() { REQUIRE(kolo_init() == KOLO_OK); }
 };
 
-const kolo_dtype_t kAllTypes[] = {KOLO_UINT8,   KOLO_INT8,     KOLO_UINT16,  KOLO_INT16,
-                                  KOLO_INT32,   KOLO_INT64,    KOLO_FLOAT16, KOLO_BFLOAT16,
-                                  KOLO_FLOAT32, KOLO_FLOAT64,  KOLO_BOOL};
+const kolo_dtype_t kAllTypes[] = {KOLO_UINT8,   KOLO_INT8,    KOLO_UINT16,  KOLO_INT16,
+                                  KOLO_INT32,   KOLO_INT64,   KOLO_FLOAT16, KOLO_BFLOAT16,
+                                  KOLO_FLOAT32, KOLO_FLOAT64, KOLO_BOOL};
 
 size_t sizeOf(kolo_dtype_t t) {
   switch (t) {
-    case KOLO_UINT8: case KOLO_INT8: case KOLO_BOOL: return 1;
-    case KOLO_UINT16: case KOLO_INT16: case KOLO_FLOAT16: case KOLO_BFLOAT16: return 2;
-    case KOLO_INT32: case KOLO_FLOAT32: return 4;
-    default: return 8;
+    case KOLO_UINT8:
+    case KOLO_INT8:
+    case KOLO_BOOL:
+      return 1;
+    case KOLO_UINT16:
+    case KOLO_INT16:
+    case KOLO_FLOAT16:
+    case KOLO_BFLOAT16:
+      return 2;
+    case KOLO_INT32:
+    case KOLO_FLOAT32:
+      return 4;
+    default:
+      return 8;
   }
 }
 
@@ -46,33 +56,66 @@ struct Buf {
   void set(size_t i, double v) {
     unsigned char* p = bytes.data() + i * sizeOf(t);
     switch (t) {
-      case KOLO_UINT8: *p = static_cast<uint8_t>(v); break;
-      case KOLO_INT8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-      case KOLO_UINT16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
-      case KOLO_INT16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
-      case KOLO_INT32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-      case KOLO_INT64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-      case KOLO_FLOAT16: *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToHalf(static_cast<float>(v)); break;
-      case KOLO_BFLOAT16: *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToBfloat16(static_cast<float>(v)); break;
-      case KOLO_FLOAT32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
-      case KOLO_FLOAT64: *reinterpret_cast<double*>(p) = v; break;
-      case KOLO_BOOL: *p = v != 0 ? 1 : 0; break;
+      case KOLO_UINT8:
+        *p = static_cast<uint8_t>(v);
+        break;
+      case KOLO_INT8:
+        *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v);
+        break;
+      case KOLO_UINT16:
+        *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+        break;
+      case KOLO_INT16:
+        *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v);
+        break;
+      case KOLO_INT32:
+        *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v);
+        break;
+      case KOLO_INT64:
+        *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v);
+        break;
+      case KOLO_FLOAT16:
+        *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToHalf(static_cast<float>(v));
+        break;
+      case KOLO_BFLOAT16:
+        *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToBfloat16(static_cast<float>(v));
+        break;
+      case KOLO_FLOAT32:
+        *reinterpret_cast<float*>(p) = static_cast<float>(v);
+        break;
+      case KOLO_FLOAT64:
+        *reinterpret_cast<double*>(p) = v;
+        break;
+      case KOLO_BOOL:
+        *p = v != 0 ? 1 : 0;
+        break;
     }
   }
   double get(size_t i) const {
     const unsigned char* p = bytes.data() + i * sizeOf(t);
     switch (t) {
-      case KOLO_UINT8: return *p;
-      case KOLO_INT8: return *reinterpret_cast<const int8_t*>(p);
-      case KOLO_UINT16: return *reinterpret_cast<const uint16_t*>(p);
-      case KOLO_INT16: return *reinterpret_cast<const int16_t*>(p);
-      case KOLO_INT32: return *reinterpret_cast<const int32_t*>(p);
-      case KOLO_INT64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
-      case KOLO_FLOAT16: return kolo::ops::halfToFloat(*reinterpret_cast<const uint16_t*>(p));
-      case KOLO_BFLOAT16: return kolo::ops::bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
-      case KOLO_FLOAT32: return *reinterpret_cast<const float*>(p);
-      case KOLO_FLOAT64: return *reinterpret_cast<const double*>(p);
-      case KOLO_BOOL: return *p;
+      case KOLO_UINT8:
+        return *p;
+      case KOLO_INT8:
+        return *reinterpret_cast<const int8_t*>(p);
+      case KOLO_UINT16:
+        return *reinterpret_cast<const uint16_t*>(p);
+      case KOLO_INT16:
+        return *reinterpret_cast<const int16_t*>(p);
+      case KOLO_INT32:
+        return *reinterpret_cast<const int32_t*>(p);
+      case KOLO_INT64:
+        return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+      case KOLO_FLOAT16:
+        return kolo::ops::halfToFloat(*reinterpret_cast<const uint16_t*>(p));
+      case KOLO_BFLOAT16:
+        return kolo::ops::bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
+      case KOLO_FLOAT32:
+        return *reinterpret_cast<const float*>(p);
+      case KOLO_FLOAT64:
+        return *reinterpret_cast<const double*>(p);
+      case KOLO_BOOL:
+        return *p;
     }
     return 0;
   }
@@ -82,8 +125,8 @@ struct Tensor {
   std::vector<int64_t> shape;
   kolo_tensor_t t;
   Tensor(Buf& b, std::vector<int64_t> s) : shape(std::move(s)) {
-    t = {b.bytes.data(), b.t, static_cast<int32_t>(shape.size()), shape.data(), KOLO_CPU_DEVICE,
-         nullptr};
+    t = {b.bytes.data(),  b.t,    static_cast<int32_t>(shape.size()), shape.data(),
+         KOLO_CPU_DEVICE, nullptr};
   }
 };
 
@@ -104,23 +147,33 @@ double reduceRef(kolo_dtype_t t, kolo_reduce_op_t op, size_t i, int n) {
   for (int r = 1; r < n; ++r) {
     double v = value(t, r, i);
     switch (op) {
-      case KOLO_SUM: case KOLO_AVERAGE: acc = t == KOLO_BOOL ? (acc || v) : acc + v; break;
-      case KOLO_MIN: acc = std::min(acc, v); break;
-      case KOLO_MAX: acc = std::max(acc, v); break;
-      case KOLO_PRODUCT: acc = t == KOLO_BOOL ? (acc && v) : acc * v; break;
+      case KOLO_SUM:
+      case KOLO_AVERAGE:
+        acc = t == KOLO_BOOL ? (acc || v) : acc + v;
+        break;
+      case KOLO_MIN:
+        acc = std::min(acc, v);
+        break;
+      case KOLO_MAX:
+        acc = std::max(acc, v);
+        break;
+      case KOLO_PRODUCT:
+        acc = t == KOLO_BOOL ? (acc && v) : acc * v;
+        break;
     }
   }
   if (op == KOLO_AVERAGE && t != KOLO_BOOL) {
     acc /= n;
-    bool integer = t != KOLO_FLOAT16 && t != KOLO_BFLOAT16 && t != KOLO_FLOAT32 && t != KOLO_FLOAT64;
+    bool integer =
+        t != KOLO_FLOAT16 && t != KOLO_BFLOAT16 && t != KOLO_FLOAT32 && t != KOLO_FLOAT64;
     if (integer) acc = std::round(acc);  // integers scale in double and round
   }
   return acc;
 }
 
 std::string tag(const char* what, kolo_dtype_t t, int k = 0) {
-  return std::string(what) + "." + kolo_status_string(0) + std::to_string(static_cast<int>(t)) + "." +
-         std::to_string(k);
+  return std::string(what) + "." + kolo_status_string(0) + std::to_string(static_cast<int>(t)) +
+         "." + std::to_string(k);
 }
 
 }  // namespace
@@ -169,7 +222,8 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
     for (size_t i = 0; i < in.size(); ++i) in.set(i, value(t, R(), i));
     Tensor ti(in, {R() + 1, 3});
     kolo_handle_t h;
-    REQUIRE(kolo_allgather_async(tag("ag", t).c_str(), &ti.t, nullptr, nullptr, 0, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_allgather_async(tag("ag", t).c_str(), &ti.t, nullptr, nullptr, 0, nullptr, nullptr,
+                                 &h) == KOLO_OK);
     waitOk(h);
     void* data;
     int32_t ndim;
@@ -182,14 +236,16 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
     std::memcpy(got.bytes.data(), data, got.bytes.size());
     size_t pos = 0;
     for (int r = 0; r < N(); ++r)
-      for (size_t i = 0; i < static_cast<size_t>(r + 1) * 3; ++i) REQUIRE(got.get(pos++) == value(t, r, i));
+      for (size_t i = 0; i < static_cast<size_t>(r + 1) * 3; ++i)
+        REQUIRE(got.get(pos++) == value(t, r, i));
     kolo_handle_release(h);
 
     // broadcast from the last rank
     Buf b(t, 100);
     for (size_t i = 0; i < 100; ++i) b.set(i, value(t, R(), i));
     Tensor tb(b, {100});
-    REQUIRE(kolo_broadcast_async(tag("bc", t).c_str(), &tb.t, N() - 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_broadcast_async(tag("bc", t).c_str(), &tb.t, N() - 1, 0, nullptr, nullptr, &h) ==
+            KOLO_OK);
     waitOk(h);
     for (size_t i = 0; i < 100; ++i) REQUIRE(b.get(i) == value(t, N() - 1, i));
     kolo_handle_release(h);
@@ -201,8 +257,8 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
     Buf a(t, rows * 2);
     for (size_t i = 0; i < a.size(); ++i) a.set(i, t == KOLO_BOOL ? 1 : R() + 1);
     Tensor ta(a, {rows, 2});
-    REQUIRE(kolo_alltoall_async(tag("a2a", t).c_str(), &ta.t, splits.data(), N(), nullptr, nullptr, 0,
-                                nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_alltoall_async(tag("a2a", t).c_str(), &ta.t, splits.data(), N(), nullptr, nullptr,
+                                0, nullptr, nullptr, &h) == KOLO_OK);
     waitOk(h);
     REQUIRE(kolo_handle_output(h, &data, &ndim, shape) == KOLO_OK);
     REQUIRE(shape[0] == static_cast<int64_t>(N()) * (R() + 1));
@@ -212,7 +268,8 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
     std::memcpy(ga.bytes.data(), data, ga.bytes.size());
     for (int src = 0; src < N(); ++src) {
       REQUIRE(recv[src] == R() + 1);
-      for (int j = 0; j < (R() + 1) * 2; ++j) REQUIRE(ga.get(src * (R() + 1) * 2 + j) == (t == KOLO_BOOL ? 1 : src + 1));
+      for (int j = 0; j < (R() + 1) * 2; ++j)
+        REQUIRE(ga.get(src * (R() + 1) * 2 + j) == (t == KOLO_BOOL ? 1 : src + 1));
     }
     kolo_handle_release(h);
 
@@ -222,15 +279,16 @@ TEST_CASE("allgather, broadcast, alltoall, reducescatter: every dtype") {
       Buf rs(t, total);
       for (int64_t i = 0; i < total; ++i) rs.set(i, value(t, R(), i));
       Tensor tr(rs, {total});
-      REQUIRE(kolo_reducescatter_async(tag("rs", t).c_str(), &tr.t, KOLO_SUM, 1.0, 1.0, nullptr, nullptr, 0,
-                                       nullptr, nullptr, &h) == KOLO_OK);
+      REQUIRE(kolo_reducescatter_async(tag("rs", t).c_str(), &tr.t, KOLO_SUM, 1.0, 1.0, nullptr,
+                                       nullptr, 0, nullptr, nullptr, &h) == KOLO_OK);
       waitOk(h);
       REQUIRE(kolo_handle_output(h, &data, &ndim, shape) == KOLO_OK);
       int64_t mine = R() == 0 ? 3 : 2, first = R() == 0 ? 0 : 3 + 2 * (R() - 1);
       REQUIRE(shape[0] == mine);
       Buf gr(t, mine);
       std::memcpy(gr.bytes.data(), data, gr.bytes.size());
-      for (int64_t i = 0; i < mine; ++i) REQUIRE(gr.get(i) == reduceRef(t, KOLO_SUM, first + i, N()));
+      for (int64_t i = 0; i < mine; ++i)
+        REQUIRE(gr.get(i) == reduceRef(t, KOLO_SUM, first + i, N()));
       kolo_handle_release(h);
     }
   }
@@ -272,7 +330,8 @@ TEST_CASE("a mismatch fails on every rank with the same message; the next op wor
   std::vector<int64_t> shape = {2, R() == N() - 1 ? 4 : 3};
   kolo_tensor_t t = {a.data(), KOLO_FLOAT32, 2, shape.data(), KOLO_CPU_DEVICE, nullptr};
   kolo_handle_t h;
-  REQUIRE(kolo_allreduce_async("grad/fc1", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_allreduce_async("grad/fc1", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
   REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
   std::string msg = kolo_last_error();
   std::string expect = "allreduce 'grad/fc1': rank 0 sent shape [2, 3], rank " +
@@ -286,19 +345,22 @@ TEST_CASE("a mismatch fails on every rank with the same message; the next op wor
   kolo_tensor_t tb = {ints.data(), R() == 0 ? KOLO_INT32 : KOLO_FLOAT32, 1, s4.data(), -1, nullptr};
   REQUIRE(kolo_broadcast_async("bcast.dtype", &tb, 0, 0, nullptr, nullptr, &h) == KOLO_OK);
   REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
-  REQUIRE(std::string(kolo_last_error()).find("rank 0 sent dtype int32, rank 1 sent float32") != std::string::npos);
+  REQUIRE(std::string(kolo_last_error()).find("rank 0 sent dtype int32, rank 1 sent float32") !=
+          std::string::npos);
   kolo_handle_release(h);
 
   // root mismatch
   kolo_tensor_t tr = {ints.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
-  REQUIRE(kolo_broadcast_async("bcast.root", &tr, R() == 0 ? 0 : 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_broadcast_async("bcast.root", &tr, R() == 0 ? 0 : 1, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
   REQUIRE(kolo_handle_wait(h, 60) == KOLO_ERR_MISMATCH);
   REQUIRE(std::string(kolo_last_error()).find("root") != std::string::npos);
   kolo_handle_release(h);
 
   std::vector<int32_t> ok(4, 1);
   kolo_tensor_t tok = {ok.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
-  REQUIRE(kolo_allreduce_async("after.mismatch", &tok, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_allreduce_async("after.mismatch", &tok, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
+                               &h) == KOLO_OK);
   waitOk(h);
   for (int v : ok) REQUIRE(v == N());
   kolo_handle_release(h);
@@ -313,7 +375,8 @@ TEST_CASE("a duplicate name in flight fails at once; the first op completes") {
   kolo_handle_t h1, h2;
   // Rank 0 holds the op back so that it is certainly still in flight on the other ranks.
   if (R() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  REQUIRE(kolo_allreduce_async("dup", &ta, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h1) == KOLO_OK);
+  REQUIRE(kolo_allreduce_async("dup", &ta, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h1) ==
+          KOLO_OK);
   if (R() != 0) {
     REQUIRE(kolo_allreduce_async("dup", &tb, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h2) ==
             KOLO_ERR_DUPLICATE_NAME);
@@ -332,7 +395,8 @@ TEST_CASE("join: the joined rank contributes zeros; every rank gets the same las
     std::vector<int64_t> s16 = {16};
     kolo_tensor_t t = {x.data(), KOLO_FLOAT32, 1, s16.data(), -1, nullptr};
     std::this_thread::sleep_for(std::chrono::milliseconds(100 * R()));
-    REQUIRE(kolo_allreduce_async("join.avg", &t, nullptr, KOLO_AVERAGE, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_allreduce_async("join.avg", &t, nullptr, KOLO_AVERAGE, 1, 1, 0, nullptr, nullptr,
+                                 &h) == KOLO_OK);
     waitOk(h);
     kolo_handle_release(h);
     for (float v : x) REQUIRE(v == Approx(2.0 * (N() - 1) / N()));
@@ -347,7 +411,8 @@ TEST_CASE("join: the joined rank contributes zeros; every rank gets the same las
   std::vector<int32_t> mine = {last};
   std::vector<int64_t> s1 = {1};
   kolo_tensor_t t = {mine.data(), KOLO_INT32, 1, s1.data(), -1, nullptr};
-  REQUIRE(kolo_allgather_async("join.last", &t, nullptr, nullptr, 0, nullptr, nullptr, &h) == KOLO_OK);
+  REQUIRE(kolo_allgather_async("join.last", &t, nullptr, nullptr, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
   waitOk(h);
   void* data;
   REQUIRE(kolo_handle_output(h, &data, nullptr, nullptr) == KOLO_OK);
@@ -385,15 +450,16 @@ TEST_CASE("process sets: members only, deterministic ids, removal") {
   kolo_tensor_t t = {a.data(), KOLO_INT32, 1, s8.data(), -1, nullptr};
   kolo_handle_t h;
   if (R() % 2 == 0) {
-    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr,
+                                 &h) == KOLO_OK);
     waitOk(h);
     kolo_handle_release(h);
     int expect = 0;
     for (int r : evens) expect += r;
     for (int v : a) REQUIRE(v == expect);
   } else {
-    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr, &h) ==
-            KOLO_ERR_INVALID_ARGUMENT);
+    REQUIRE(kolo_allreduce_async("evens.sum", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr,
+                                 &h) == KOLO_ERR_INVALID_ARGUMENT);
   }
   REQUIRE(kolo_remove_process_set(id) == KOLO_OK);
   REQUIRE(kolo_process_set_size(id, &size) == KOLO_ERR_INVALID_ARGUMENT);
@@ -415,7 +481,8 @@ TEST_CASE("shutdown, then init again, works; the stall inspector ends a stuck op
   kolo_handle_t h;
   if (R() == 0) {
     auto t0 = std::chrono::steady_clock::now();
-    REQUIRE(kolo_allreduce_async("stuck", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) == KOLO_OK);
+    REQUIRE(kolo_allreduce_async("stuck", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) ==
+            KOLO_OK);
     REQUIRE(kolo_handle_wait(h, 30) == KOLO_ERR_STALLED);
     REQUIRE(std::string(kolo_last_error()).find("stuck") != std::string::npos);
     REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
