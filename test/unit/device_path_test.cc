@@ -7,6 +7,7 @@
 
 #include "core/runtime.h"
 #include "ops/device_plan.h"
+#include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
 #include "transport/registry.h"
 

@@ -3,45 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
 
 using namespace kolo;
-
-// Catch2 v2 is not thread-safe and the rank threads assert (ThreadSanitizer: a data race on
-// Catch::RunContext::assertionPassed between rank threads). So the assertion macros of this file
-// first evaluate their expression, which may block on the other ranks, then report the result to
-// Catch under one lock. The price: a failure shows the expression, not its operands' values.
-static std::mutex gCatchMutex;
-#define KOLO_LOCKED_ASSERT(name, disposition, ...)                                        \
-  do {                                                                                    \
-    const bool koloPassed_ = static_cast<bool>(__VA_ARGS__);                              \
-    std::lock_guard<std::mutex> koloLock_(gCatchMutex);                                   \
-    Catch::AssertionHandler koloHandler_(name, CATCH_INTERNAL_LINEINFO,                   \
-                                         CATCH_INTERNAL_STRINGIFY(__VA_ARGS__), disposition); \
-    koloHandler_.handleExpr(Catch::ExprLhs<bool>(koloPassed_));                           \
-    koloHandler_.complete();                                                              \
-  } while (false)
-#undef REQUIRE
-#undef REQUIRE_FALSE
-#undef CHECK
-#undef CHECK_FALSE
-#define REQUIRE(...) KOLO_LOCKED_ASSERT("REQUIRE", Catch::ResultDisposition::Normal, __VA_ARGS__)
-#define REQUIRE_FALSE(...)                                                                     \
-  KOLO_LOCKED_ASSERT("REQUIRE_FALSE",                                                          \
-                     Catch::ResultDisposition::Normal | Catch::ResultDisposition::FalseTest, \
-                     __VA_ARGS__)
-#define CHECK(...) \
-  KOLO_LOCKED_ASSERT("CHECK", Catch::ResultDisposition::ContinueOnFailure, __VA_ARGS__)
-#define CHECK_FALSE(...)                                                                      \
-  KOLO_LOCKED_ASSERT("CHECK_FALSE",                                                           \
-                     Catch::ResultDisposition::ContinueOnFailure |                            \
-                         Catch::ResultDisposition::FalseTest,                                 \
-                     __VA_ARGS__)
 
 namespace {
 
