@@ -13,42 +13,10 @@
 #include <vector>
 
 #include "core/store.h"
+#include "transport/poll_support.h"
 #include "transport/transport.h"
 
 namespace kolo::gloo_detail {
-
-// The first abort cause wins; readable from any thread.
-class AbortState {
- public:
-  // Returns true when this call set the cause (it was the first).
-  bool set(const Status& cause) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (set_.load(std::memory_order_relaxed)) return false;
-    cause_ = cause;
-    set_.store(true, std::memory_order_release);
-    return true;
-  }
-  bool isSet() const { return set_.load(std::memory_order_acquire); }
-  Status cause() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cause_;
-  }
-
- private:
-  std::atomic<bool> set_{false};
-  mutable std::mutex mu_;
-  Status cause_;
-};
-
-// Polling backoff: yield for the first ~50 us, then sleep 1, 2, 4 ... up to 1000 us.
-class Backoff {
- public:
-  void pause();
-
- private:
-  Clock::time_point start_{};
-  long sleepUs_ = 0;
-};
 
 // ---- the places where kolo reaches past Gloo's public API (gloo_access.cc) ---------------
 // Gloo 0.0~git20220518 offers no non-blocking completion test and no way to interrupt a wait

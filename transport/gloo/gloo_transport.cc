@@ -219,18 +219,6 @@ void ignoreSigpipe() {
 
 }  // namespace
 
-void Backoff::pause() {
-  Clock::time_point now = Clock::now();
-  if (start_ == Clock::time_point{}) start_ = now;
-  if (now - start_ < std::chrono::microseconds(50)) {
-    sched_yield();
-    return;
-  }
-  sleepUs_ = std::min<long>(sleepUs_ == 0 ? 1 : sleepUs_ * 2, 1000);
-  timespec ts{0, sleepUs_ * 1000};
-  nanosleep(&ts, nullptr);
-}
-
 // Abort notes: "kolo/abort/<group rank>" in the group's store holds "<code>:<blamed>:<message>"
 // for the cause a rank aborted with, <blamed> being the group rank it holds responsible (-1:
 // none). It is written before the rank's connections close, so a peer that sees them close

@@ -18,41 +18,10 @@
 #include <vector>
 
 #include "transport/mpi/mpi_reductions.h"
+#include "transport/poll_support.h"
 #include "transport/transport.h"
 
 namespace kolo::mpi_detail {
-
-// The first abort cause wins; readable from any thread.
-class AbortState {
- public:
-  void set(const Status& cause) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (set_.load(std::memory_order_relaxed)) return;
-    cause_ = cause;
-    set_.store(true, std::memory_order_release);
-  }
-  bool isSet() const { return set_.load(std::memory_order_acquire); }
-  Status cause() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cause_;
-  }
-
- private:
-  std::atomic<bool> set_{false};
-  mutable std::mutex mu_;
-  Status cause_;
-};
-
-// Polling backoff: yield for the first ~50 us (a reply is usually that close), then sleep
-// 1, 2, 4 ... up to 1000 us, so ranks sharing few cores do not spin against each other.
-class Backoff {
- public:
-  void pause();
-
- private:
-  Clock::time_point start_{};
-  long sleepUs_ = 0;
-};
 
 // State shared by a transport and the batches it posted (which may outlive a failed call).
 struct MpiShared {

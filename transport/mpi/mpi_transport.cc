@@ -250,18 +250,6 @@ class MpiPending final : public PendingOps {
 
 }  // namespace
 
-void Backoff::pause() {
-  Clock::time_point now = Clock::now();
-  if (start_ == Clock::time_point{}) start_ = now;
-  if (now - start_ < std::chrono::microseconds(50)) {
-    sched_yield();
-    return;
-  }
-  sleepUs_ = std::min<long>(sleepUs_ == 0 ? 1 : sleepUs_ * 2, 1000);
-  timespec ts{0, sleepUs_ * 1000};
-  nanosleep(&ts, nullptr);
-}
-
 MpiShared::~MpiShared() {
   if (comm != MPI_COMM_NULL && !mpiFinalized()) MPI_Comm_free(&comm);
 }
