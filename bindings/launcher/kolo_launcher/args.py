@@ -14,6 +14,7 @@ import shutil
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__
+from .check_build import print_report
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -43,11 +44,16 @@ environment of every rank (Gloo mode):
   KOLO_CONTROLLER=gloo              (=mpi in MPI mode, where MPI supplies the ranks)
   KOLO_RENDEZVOUS_ADDR, KOLO_RENDEZVOUS_PORT   where kolorun serves the rendezvous store
   KOLO_START_TIMEOUT                --start-timeout
+  HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, ... the same values under horovodrun's names
+                                    (HOROVOD_GLOO_RENDEZVOUS_ADDR/_PORT for the store,
+                                    HOROVOD_CPU_OPERATIONS=gloo; HOROVOD_FUSION_THRESHOLD etc.
+                                    for the tuning flags), for scripts that read them
   plus the launcher's own environment (remote ranks: all of it except per-session variables
   such as HOME, USER, SHELL, SSH_*), the -x variables, and the tuning flags above.
 
 environment read by kolorun itself:
-  KOLO_START_TIMEOUT                default for --start-timeout (120 s when unset)
+  KOLO_START_TIMEOUT                default for --start-timeout (then HOROVOD_START_TIMEOUT;
+                                    120 s when neither is set)
   KOLO_SSH_IDENTITY                 default for --ssh-identity-file
   KOLO_SSH_OPTIONS                  extra ssh options, e.g. "-o ConnectTimeout=10"
   KOLO_LAUNCHER_REMOTE_SHELL        replaces "ssh [opts] {host}" for remote ranks: a command
@@ -66,6 +72,10 @@ failures:
   the store within --start-timeout (the kolo runtime does so during init) fails the job the
   same way; a rank that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP
   sent to kolorun are passed to every rank (a second one kills them at once).
+
+horovodrun flags kolorun refuses (exit status 2, with the reason): elastic training
+  (--min-np, --max-np, --slots-per-host, --elastic-timeout, --reset-limit,
+  --blacklist-cooldown-range, --host-discovery-script), --config-file, --jsrun.
 
 exit status:
   0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
@@ -94,9 +104,10 @@ class Opt(NamedTuple):
     help: str
 
 
-G_PROC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE = (
+G_PROC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE, G_COMPAT = (
     "processes and hosts", "controller", "rendezvous and remote start", "environment",
-    "output and information", "runtime tuning (each sets a KOLO_* variable in every rank)")
+    "output and information", "runtime tuning (each sets a KOLO_* variable in every rank)",
+    "horovodrun flags accepted without effect (kolorun prints a note saying so)")
 
 OPTIONS = [
     Opt(("-np", "-n", "--num-proc"), "np", "value", "N", G_PROC,
@@ -139,6 +150,9 @@ OPTIONS = [
         "print what kolorun does: the host assignment, the store address, each remote command, "
         "the mpirun command line"),
     Opt(("--version",), "version", "flag", None, G_OUT, "print kolorun's version and exit"),
+    Opt(("-cb", "--check-build"), "check_build", "flag", None, G_OUT,
+        "print which frameworks, controllers and tensor operations this kolo was built with "
+        "(horovodrun's layout; reads libkolo.so, see $KOLO_LIBRARY) and exit"),
     Opt(("-h", "--help"), "help", "flag", None, G_OUT, "show this help and exit"),
     Opt(("--fusion-threshold-mb",), "fusion_mb", "value", "MB", G_TUNE,
         "fuse small tensors into buffers of up to MB mebibytes, 0 turns fusion off; sets "
@@ -154,6 +168,9 @@ OPTIONS = [
     Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
         "allreduce within each host, then across hosts, then broadcast within each host; sets "
         "KOLO_HIERARCHICAL_ALLREDUCE=1"),
+    Opt(("--no-hierarchical-allreduce",), "no_hierarchical", "flag", None, G_TUNE,
+        "plain ring allreduce even if the environment asks for hierarchical; sets "
+        "KOLO_HIERARCHICAL_ALLREDUCE=0"),
     Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
         "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE; sets "
         "KOLO_TIMELINE"),
@@ -172,6 +189,49 @@ OPTIONS = [
         "runtime log level: trace, debug, info, warning, error, fatal or off; sets "
         "KOLO_LOG_LEVEL (runtime default warning)"),
 ]
+
+
+def _ignored(names, kind, metavar, why):
+    dest = "ignored_" + names[-1].lstrip("-").replace("-", "_")
+    return Opt(names, dest, kind, metavar, G_COMPAT, why)
+
+
+_NO_AUTOTUNE = "kolo has no autotuner: set the tuning flags above instead"
+OPTIONS += [
+    _ignored(("--autotune",), "flag", None, _NO_AUTOTUNE),
+    _ignored(("--autotune-log-file",), "value", "FILE", _NO_AUTOTUNE),
+    _ignored(("--autotune-warmup-samples",), "value", "N", _NO_AUTOTUNE),
+    _ignored(("--autotune-steps-per-sample",), "value", "N", _NO_AUTOTUNE),
+    _ignored(("--autotune-bayes-opt-max-samples",), "value", "N", _NO_AUTOTUNE),
+    _ignored(("--autotune-gaussian-process-noise",), "value", "X", _NO_AUTOTUNE),
+    _ignored(("--hierarchical-allgather",), "flag", None,
+             "kolo's allgather is always a flat ring"),
+    _ignored(("--no-hierarchical-allgather",), "flag", None,
+             "kolo's allgather is always a flat ring (what this asks for)"),
+    _ignored(("--mpi-threads-disable",), "flag", None,
+             "kolo calls MPI from its coordinator thread only, whatever the thread level"),
+    _ignored(("--num-nccl-streams",), "value", "N", "kolo uses one NCCL stream per device"),
+    _ignored(("--thread-affinity",), "value", "CPU", "kolo does not pin its threads"),
+    _ignored(("--log-hide-timestamp", "--log-without-timestamp"), "flag", None,
+             "kolo's log lines always carry a timestamp"),
+    _ignored(("--log-with-timestamp",), "flag", None,
+             "kolo's log lines always carry a timestamp (what this asks for)"),
+    _ignored(("--prefix-output-with-timestamp",), "flag", None,
+             "output lines are prefixed with the rank only"),
+    _ignored(("--tcp",), "flag", None,
+             "Gloo mode is TCP only; MPI mode already passes -mca pml ob1 -mca btl ^openib"),
+]
+
+# horovodrun flags with no kolo equivalent: refused with the reason (exit status 2).
+UNSUPPORTED = {
+    "--min-np": "elastic training", "--max-np": "elastic training",
+    "--slots-per-host": "elastic training", "--slots": "elastic training",
+    "--elastic-timeout": "elastic training", "--reset-limit": "elastic training",
+    "--blacklist-cooldown-range": "elastic training",
+    "--host-discovery-script": "elastic training",
+    "--config-file": "a YAML configuration file (use the flags or KOLO_* variables)",
+    "--jsrun": "jsrun (LSF) mode (use --mpi or the default Gloo mode)",
+}
 
 _BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
 LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "off")
@@ -194,6 +254,7 @@ class LaunchOptions(NamedTuple):
     knob_env: Dict[str, str]  # KOLO_* set by tuning flags (and KOLO_START_TIMEOUT, _GLOO_IFACE)
     extra_env: Dict[str, str]  # -x variables, resolved
     command: List[str]
+    notes: Tuple[str, ...] = ()  # what kolorun says before it starts (flags without effect)
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -237,6 +298,8 @@ def split_command(argv):
             return argv[:i], argv[i:]
         name = word.split("=", 1)[0]
         opt = _BY_NAME.get(name)
+        if opt is None and name in UNSUPPORTED:
+            raise UsageError("%s: %s is not supported by kolorun" % (name, UNSUPPORTED[name]))
         if opt is None:
             raise UsageError("unrecognized option %r (the command comes after kolorun's "
                              "options; put '--' before it if it starts with '-')" % word)
@@ -283,8 +346,13 @@ def knob_environment(ns, start_timeout):
         env["KOLO_CACHE_CAPACITY"] = str(cap)
     if ns.disable_cache:
         env["KOLO_CACHE_CAPACITY"] = "0"
+    if ns.hierarchical and ns.no_hierarchical:
+        raise UsageError("--hierarchical-allreduce and --no-hierarchical-allreduce exclude each "
+                         "other")
     if ns.hierarchical:
         env["KOLO_HIERARCHICAL_ALLREDUCE"] = "1"
+    if ns.no_hierarchical:
+        env["KOLO_HIERARCHICAL_ALLREDUCE"] = "0"
     if ns.timeline is not None:
         if not ns.timeline:
             raise UsageError("--timeline-filename: empty file name")
@@ -338,6 +406,9 @@ def parse(argv, environ=None):
     if ns.version:
         print("kolorun (kolo) %s" % __version__)
         return None
+    if ns.check_build:
+        print_report(verbose=bool(ns.verbose), environ=environ)
+        return None
     if not command:
         raise UsageError("no command to run (usage: kolorun -np N COMMAND [ARGS...])")
     if ns.gloo and ns.mpi:
@@ -369,8 +440,13 @@ def parse(argv, environ=None):
     timeout_text = ns.start_timeout
     timeout_flag = "--start-timeout"
     if timeout_text is None:
-        timeout_text = environ.get("KOLO_START_TIMEOUT", str(DEFAULT_START_TIMEOUT))
         timeout_flag = "KOLO_START_TIMEOUT"
+        timeout_text = environ.get("KOLO_START_TIMEOUT")
+        if timeout_text is None and "HOROVOD_START_TIMEOUT" in environ:
+            timeout_flag = "HOROVOD_START_TIMEOUT"
+            timeout_text = environ["HOROVOD_START_TIMEOUT"]
+        if timeout_text is None:
+            timeout_text = str(DEFAULT_START_TIMEOUT)
     start_timeout = _number(timeout_text, timeout_flag, 1, 86400)
     ssh_port = _integer(ns.ssh_port, "--ssh-port", 1, 65535) if ns.ssh_port is not None else None
     identity = ns.ssh_identity or environ.get("KOLO_SSH_IDENTITY") or None
@@ -384,7 +460,36 @@ def parse(argv, environ=None):
         network_interface=ns.network_interface, start_timeout=start_timeout,
         output_dir=ns.output_dir, verbose=bool(ns.verbose),
         knob_env=knob_environment(ns, start_timeout),
-        extra_env=_extra_environment(ns.env, environ), command=command)
+        extra_env=_extra_environment(ns.env, environ), command=command,
+        notes=_ignored_notes(ns))
+
+
+def _ignored_notes(ns):
+    notes = []
+    for opt in OPTIONS:
+        if opt.group == G_COMPAT and getattr(ns, opt.dest) not in (None, False):
+            if opt.names == ("--tcp",):
+                continue  # already what kolo does: nothing to warn about
+            notes.append("%s has no effect in kolo (%s)" % ("/".join(opt.names), opt.help))
+    return tuple(notes)
+
+
+# Tuning variables that horovodrun sets under the same name with HOROVOD_ instead of KOLO_.
+_MIRRORED = ("START_TIMEOUT", "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY",
+             "HIERARCHICAL_ALLREDUCE", "TIMELINE", "TIMELINE_MARK_CYCLES", "STALL_CHECK_DISABLE",
+             "STALL_CHECK_TIME_SECONDS", "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "GLOO_IFACE")
+
+
+def horovod_knob_environment(knob_env):
+    """horovodrun's names for the KOLO_* variables the tuning flags set (same values; the log
+    level upper-case, as horovodrun's choices are), for scripts that read HOROVOD_*. The
+    runtime reads KOLO_* first, so these never change what kolo does."""
+    env = {}
+    for key in _MIRRORED:
+        value = knob_env.get("KOLO_" + key)
+        if value is not None:
+            env["HOROVOD_" + key] = value.upper() if key == "LOG_LEVEL" else value
+    return env
 
 
 def _raise_usage(message):

@@ -19,6 +19,7 @@ import subprocess
 import time
 
 from . import hosts as hostlib
+from .args import horovod_knob_environment
 from . import ssh
 from .output import OutputPump
 from .store_server import StoreServer
@@ -92,13 +93,21 @@ class GlooJob:
         if self.opts.network_interface and "NCCL_SOCKET_IFNAME" not in self.environ:
             env["NCCL_SOCKET_IFNAME"] = self.opts.network_interface
         env.update(self.opts.knob_env)
-        env.update({
-            "KOLO_RANK": str(slot.rank), "KOLO_SIZE": str(slot.size),
-            "KOLO_LOCAL_RANK": str(slot.local_rank), "KOLO_LOCAL_SIZE": str(slot.local_size),
-            "KOLO_CROSS_RANK": str(slot.cross_rank), "KOLO_CROSS_SIZE": str(slot.cross_size),
-            "KOLO_HOSTNAME": slot.host, "KOLO_CONTROLLER": "gloo",
-            "KOLO_RENDEZVOUS_ADDR": addr, "KOLO_RENDEZVOUS_PORT": str(self.server.port),
-        })
+        env.update(horovod_knob_environment(self.opts.knob_env))
+        place = {
+            "RANK": str(slot.rank), "SIZE": str(slot.size),
+            "LOCAL_RANK": str(slot.local_rank), "LOCAL_SIZE": str(slot.local_size),
+            "CROSS_RANK": str(slot.cross_rank), "CROSS_SIZE": str(slot.cross_size),
+            "HOSTNAME": slot.host, "CONTROLLER": "gloo",
+        }
+        env.update(("KOLO_" + k, v) for k, v in place.items())
+        env.update({"KOLO_RENDEZVOUS_ADDR": addr, "KOLO_RENDEZVOUS_PORT": str(self.server.port)})
+        # horovodrun's names for the same place (scripts read HOROVOD_RANK and friends); the
+        # runtime reads the KOLO_* ones first.
+        env.update(("HOROVOD_" + k, v) for k, v in place.items())
+        env.update({"HOROVOD_GLOO_RENDEZVOUS_ADDR": addr,
+                    "HOROVOD_GLOO_RENDEZVOUS_PORT": str(self.server.port),
+                    "HOROVOD_CPU_OPERATIONS": "gloo"})
         return env
 
     def _make_worker(self, slot, addr):

@@ -23,6 +23,8 @@ def main(argv=None, environ=None):
     except (UsageError, TopologyError) as e:
         console.message("%s\n(see kolorun --help)" % e)
         return 2
+    for note in opts.notes:
+        console.message(note)
     try:
         if opts.controller == "mpi":
             return run_mpi(opts, environ, console)

@@ -13,10 +13,16 @@ are set. The line follows horovodrun's:
 import os
 import shlex
 
+from .args import horovod_knob_environment
+
 # Rank-specific variables of an outer launcher would be wrong for every MPI rank.
 _RANK_VARS = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK",
               "KOLO_CROSS_SIZE", "KOLO_HOSTNAME", "KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT",
-              "KOLO_RENDEZVOUS_DIR", "KOLO_CONTROLLER"}
+              "KOLO_RENDEZVOUS_DIR", "KOLO_CONTROLLER",
+              "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+              "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
+              "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_CONTROLLER",
+              "HOROVOD_CPU_OPERATIONS"}
 # Passed by name (mpirun -x NAME copies kolorun's value) so remote ranks find the same programs.
 _PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
 
@@ -25,6 +31,7 @@ def mpi_environment(opts, environ):
     """(assignments, names): variables set to a value, and variables passed by name."""
     assign = {"KOLO_CONTROLLER": "mpi"}
     assign.update(opts.knob_env)
+    assign.update(horovod_knob_environment(opts.knob_env))
     if opts.network_interface and "NCCL_SOCKET_IFNAME" not in environ:
         assign["NCCL_SOCKET_IFNAME"] = opts.network_interface
     assign.update(opts.extra_env)

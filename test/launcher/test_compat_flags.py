@@ -1,0 +1,211 @@
+"""kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
+reach the ranks with horovodrun's values, --check-build prints horovodrun's block, and the flags
+kolo cannot honour are refused (elastic) or accepted with a note (autotune and friends)."""
+
+import ctypes
+import json
+import os
+import re
+
+import pytest
+
+from conftest import PY, base_env, kolorun
+
+from kolo_launcher import args, check_build, mpi_run
+from kolo_launcher.hosts import HostSlots
+
+ENV = {"PATH": "/usr/bin"}
+
+
+def parse(*argv, env=None):
+    return args.parse(list(argv), ENV if env is None else env)
+
+
+# ---- flags ------------------------------------------------------------------------------------
+def test_horovodrun_flags_parse_to_kolo_settings():
+    o = parse("-np", "4", "-H", "a:2,b:2", "-p", "2222", "-i", "/k", "--start-timeout", "40",
+              "--network-interfaces", "eth1", "--output-filename", "/tmp/o", "--verbose",
+              "--fusion-threshold-mb", "16", "--cycle-time-ms", "3.5", "--cache-capacity",
+              "256", "--hierarchical-allreduce", "--timeline-filename", "/tmp/tl.json",
+              "--timeline-mark-cycles", "--no-stall-check",
+              "--stall-check-warning-time-seconds", "20",
+              "--stall-check-shutdown-time-seconds", "50", "--log-level", "TRACE", "--gloo",
+              "python", "train.py", "--lr", "0.1")
+    assert (o.np, o.ssh_port, o.ssh_identity, o.start_timeout) == (4, 2222, "/k", 40)
+    assert o.hosts == [HostSlots("a", 2), HostSlots("b", 2)] and o.controller == "gloo"
+    assert (o.network_interface, o.output_dir, o.verbose) == ("eth1", "/tmp/o", True)
+    assert o.command == ["python", "train.py", "--lr", "0.1"] and o.notes == ()
+    assert args.horovod_knob_environment(o.knob_env) == {
+        "HOROVOD_START_TIMEOUT": "40", "HOROVOD_FUSION_THRESHOLD": str(16 << 20),
+        "HOROVOD_CYCLE_TIME": "3.5", "HOROVOD_CACHE_CAPACITY": "256",
+        "HOROVOD_HIERARCHICAL_ALLREDUCE": "1", "HOROVOD_TIMELINE": "/tmp/tl.json",
+        "HOROVOD_TIMELINE_MARK_CYCLES": "1", "HOROVOD_STALL_CHECK_DISABLE": "1",
+        "HOROVOD_STALL_CHECK_TIME_SECONDS": "20", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "50",
+        "HOROVOD_LOG_LEVEL": "TRACE", "HOROVOD_GLOO_IFACE": "eth1"}
+    for level in ("TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "FATAL"):
+        assert parse("-np", "1", "--log-level", level, "c").knob_env["KOLO_LOG_LEVEL"] == \
+            level.lower()
+    assert parse("-np", "2", "--mpi", "c").controller == "mpi"
+
+
+def test_no_hierarchical_allreduce():
+    o = parse("-np", "2", "--no-hierarchical-allreduce", "c")
+    assert o.knob_env["KOLO_HIERARCHICAL_ALLREDUCE"] == "0"
+    with pytest.raises(args.UsageError, match="exclude each other"):
+        parse("-np", "2", "--hierarchical-allreduce", "--no-hierarchical-allreduce", "c")
+
+
+def test_start_timeout_falls_back_to_horovod_variable():
+    assert parse("-np", "1", "c", env={"HOROVOD_START_TIMEOUT": "33"}).start_timeout == 33
+    both = {"HOROVOD_START_TIMEOUT": "33", "KOLO_START_TIMEOUT": "44"}
+    assert parse("-np", "1", "c", env=both).start_timeout == 44
+    assert parse("-np", "1", "--start-timeout", "55", "c", env=both).start_timeout == 55
+    with pytest.raises(args.UsageError, match="HOROVOD_START_TIMEOUT"):
+        parse("-np", "1", "c", env={"HOROVOD_START_TIMEOUT": "later"})
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--min-np", "1"), ("--max-np", "4"), ("--slots-per-host", "2"), ("--slots", "2"),
+    ("--elastic-timeout", "60"), ("--reset-limit", "3"), ("--blacklist-cooldown-range", "1"),
+    ("--host-discovery-script", "d.sh"), ("--config-file", "c.yaml"), ("--jsrun", None),
+])
+def test_unsupported_horovodrun_flags_are_refused_with_the_reason(flag, value):
+    argv = ["-np", "2", flag] + ([value] if value else []) + ["c"]
+    with pytest.raises(args.UsageError, match=re.escape(flag) + ": .* not supported"):
+        parse(*argv)
+
+
+def test_unsupported_flag_exit_status():
+    r = kolorun(["-np", "2", "--min-np", "1", "true"])
+    assert r.returncode == 2 and "--min-np: elastic training is not supported" in r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["--autotune"], ["--autotune-log-file", "/tmp/a.csv"], ["--autotune-warmup-samples", "3"],
+    ["--autotune-steps-per-sample", "10"], ["--autotune-bayes-opt-max-samples", "20"],
+    ["--autotune-gaussian-process-noise", "0.8"], ["--hierarchical-allgather"],
+    ["--no-hierarchical-allgather"], ["--mpi-threads-disable"], ["--num-nccl-streams", "2"],
+    ["--thread-affinity", "1"], ["--log-hide-timestamp"], ["--log-without-timestamp"],
+    ["--log-with-timestamp"], ["--prefix-output-with-timestamp"],
+])
+def test_flags_without_effect_are_accepted_with_a_note(argv):
+    o = parse(*(["-np", "2"] + argv + ["python", "t.py"]))
+    assert o.command == ["python", "t.py"] and o.np == 2
+    assert len(o.notes) == 1 and argv[0] in o.notes[0].split(" has no effect in kolo (")[0]
+    assert o.knob_env == {"KOLO_START_TIMEOUT": "120"}
+
+
+def test_tcp_is_accepted_silently():
+    assert parse("-np", "2", "--tcp", "c").notes == ()
+
+
+def test_help_lists_compat_and_refused_flags(capsys):
+    assert args.parse(["--help"], ENV) is None
+    text = capsys.readouterr().out
+    for name in ["-cb", "--check-build", "--no-hierarchical-allreduce", "--autotune", "--tcp",
+                 "--min-np", "--host-discovery-script", "--config-file", "HOROVOD_RANK",
+                 "HOROVOD_START_TIMEOUT"]:
+        assert name in text, name
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+# ---- the ranks' environment ------------------------------------------------------------------
+_DUMP = ("import json, os; print('ENV ' + json.dumps({k: v for k, v in os.environ.items() "
+         "if k.startswith(('KOLO_', 'HOROVOD_'))}))")
+
+
+def _rank_envs(stdout):
+    out = {}
+    for line in stdout.splitlines():
+        m = re.match(r"\[(\d+)\]<stdout>:ENV (.*)$", line)
+        if m:
+            out[int(m.group(1))] = json.loads(m.group(2))
+    return out
+
+
+def test_ranks_get_horovodrun_variables():
+    env = base_env(HOROVOD_RANK="99", HOROVOD_GLOO_RENDEZVOUS_PORT="1")  # stale outer values
+    r = kolorun(["-np", "3", "-H", "localhost:2,127.0.0.1:1", "--fusion-threshold-mb", "8",
+                 "--cycle-time-ms", "2", "--log-level", "DEBUG", "--autotune",
+                 PY, "-c", _DUMP], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "--autotune has no effect in kolo" in r.stderr
+    envs = _rank_envs(r.stdout)
+    assert sorted(envs) == [0, 1, 2]
+    place = {0: ("localhost", 0, 2, 0, 2), 1: ("localhost", 1, 2, 0, 1),
+             2: ("127.0.0.1", 0, 1, 1, 2)}
+    for rank, e in envs.items():
+        host, lr, ls, cr, cs = place[rank]
+        want = {"RANK": str(rank), "SIZE": "3", "LOCAL_RANK": str(lr), "LOCAL_SIZE": str(ls),
+                "CROSS_RANK": str(cr), "CROSS_SIZE": str(cs), "HOSTNAME": host,
+                "CONTROLLER": "gloo"}
+        for key, value in want.items():
+            assert e["HOROVOD_" + key] == value, key
+            assert e["KOLO_" + key] == value, key
+        assert e["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == e["KOLO_RENDEZVOUS_ADDR"]
+        assert e["HOROVOD_GLOO_RENDEZVOUS_PORT"] == e["KOLO_RENDEZVOUS_PORT"] != "1"
+        assert e["HOROVOD_CPU_OPERATIONS"] == "gloo"
+        assert e["HOROVOD_FUSION_THRESHOLD"] == e["KOLO_FUSION_THRESHOLD"] == str(8 << 20)
+        assert e["HOROVOD_CYCLE_TIME"] == "2" and e["HOROVOD_LOG_LEVEL"] == "DEBUG"
+        assert e["HOROVOD_START_TIMEOUT"] == "120"
+    ports = {e["KOLO_RENDEZVOUS_PORT"] for e in envs.values()}
+    assert len(ports) == 1
+
+
+def test_mpi_mode_exports_horovod_knobs_not_stale_places():
+    o = parse("--mpi", "-np", "2", "--fusion-threshold-mb", "4", "--timeline-filename",
+              "/tmp/t.json", "python", "t.py")
+    stale = {"PATH": "/bin", "HOROVOD_RANK": "5", "HOROVOD_GLOO_RENDEZVOUS_ADDR": "10.0.0.1",
+             "HOROVOD_CONTROLLER": "gloo", "HOROVOD_FUSION_THRESHOLD": "1",
+             "HOROVOD_CYCLE_TIME": "7"}
+    cmd = mpi_run.build_command(o, stale, is_root=False)
+    for x in ["HOROVOD_FUSION_THRESHOLD=%d" % (4 << 20), "HOROVOD_TIMELINE=/tmp/t.json",
+              "HOROVOD_START_TIMEOUT=120", "HOROVOD_CYCLE_TIME"]:
+        assert cmd[cmd.index(x) - 1] == "-x", x
+    for name in ("HOROVOD_RANK", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_CONTROLLER",
+                 "HOROVOD_FUSION_THRESHOLD"):
+        assert name not in cmd, name
+
+
+# ---- --check-build ----------------------------------------------------------------------------
+_BLOCK = re.compile(
+    r"kolo v(?P<version>\S+):\n\n"
+    r"Available Frameworks:\n    \[ \] TensorFlow\n    \[(?P<torch>[X ])\] PyTorch\n"
+    r"    \[ \] MXNet\n\n"
+    r"Available Controllers:\n    \[(?P<mpi>[X ])\] MPI\n    \[(?P<gloo>[X ])\] Gloo\n\n"
+    r"Available Tensor Operations:\n    \[(?P<nccl>[X ])\] NCCL\n    \[ \] DDL\n    \[ \] CCL\n"
+    r"    \[(?P<mpi_ops>[X ])\] MPI\n    \[(?P<gloo_ops>[X ])\] Gloo\n$")
+
+
+def _expected_marks(path):
+    lib = ctypes.CDLL(path)
+    lib.kolo_version.restype = ctypes.c_char_p
+    return (lib.kolo_version().decode(), "X" if lib.kolo_mpi_built() else " ",
+            "X" if lib.kolo_gloo_built() else " ", "X" if lib.kolo_nccl_built() else " ")
+
+
+@pytest.mark.parametrize("flag", ["-cb", "--check-build"])
+def test_check_build_prints_horovodrun_block(flag):
+    lib, path = check_build.load_library(os.environ)
+    assert lib is not None, path  # CTest sets KOLO_LIBRARY to this build's libkolo.so
+    env = base_env(KOLO_LIBRARY=path)
+    r = kolorun([flag], env=env)  # no -np, no command: horovodrun -cb needs neither
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    m = _BLOCK.fullmatch(r.stdout)
+    assert m, r.stdout
+    version, mpi, gloo, nccl = _expected_marks(path)
+    assert (m["version"], m["mpi"], m["gloo"], m["nccl"]) == (version, mpi, gloo, nccl)
+    assert (m["mpi_ops"], m["gloo_ops"]) == (mpi, gloo)
+    torch_here = check_build._torch_available()
+    assert m["torch"] == ("X" if torch_here else " ")
+    assert gloo == "X"  # kolo's default mode needs Gloo: this build has it
+
+
+def test_check_build_without_library_says_why(tmp_path):
+    missing = str(tmp_path / "libkolo.so")
+    text, note = check_build.report({"KOLO_LIBRARY": missing})
+    assert note and missing in note and "KOLO_LIBRARY" in note
+    assert "[X]" not in text.replace("[X] PyTorch", "")
+    assert "    [ ] PyTorch" in text  # nothing to run it with
+    r = kolorun(["--check-build", "--verbose"], env=base_env(KOLO_LIBRARY=missing))
+    assert r.returncode == 0 and r.stdout.startswith("\nkolo v")
