@@ -6,7 +6,6 @@ import threading
 from kolo import _lib, common
 from kolo import process_sets as _ps
 
-_NOT_INIT = "kolo has not been initialized; use hvd.init()."
 _atexit_lock = threading.Lock()
 _atexit_registered = False
 
@@ -61,7 +60,7 @@ def is_initialized():
 def _topology(fn):
     value = fn()
     if value < 0:
-        raise ValueError(_NOT_INIT)
+        raise common.NotInitializedError(common.NOT_INITIALIZED_MESSAGE)
     return value
 
 

@@ -1,8 +1,9 @@
 """What every kolo front end shares: errors, reduction ops, op names and the handle table.
 
 Error model (DESIGN.md "Errors"): a call that the runtime rejects on the calling thread raises
-ValueError for bad arguments (INVALID_ARGUMENT, DUPLICATE_NAME, UNSUPPORTED, NOT_INITIALIZED)
-and KoloInternalError otherwise; an op that fails after it started (a mismatch between ranks, a
+ValueError for bad arguments (INVALID_ARGUMENT, DUPLICATE_NAME, UNSUPPORTED), NotInitializedError
+(both a ValueError and a KoloInternalError, with Horovod's message) before init(), and
+KoloInternalError otherwise; an op that fails after it started (a mismatch between ranks, a
 lost peer, a timeout, shutdown) raises KoloInternalError from synchronize() with the runtime's
 message. KoloInternalError subclasses RuntimeError, as horovod.common.exceptions'
 HorovodInternalError does, and is also exported under that name.
@@ -58,6 +59,19 @@ class KoloInternalError(RuntimeError):
 
 HorovodInternalError = KoloInternalError
 
+# Horovod's words for a call made before init() (horovod.common.basics raises ValueError with
+# exactly this text from rank(), size(), ...); kept verbatim so code that matches it still works.
+NOT_INITIALIZED_MESSAGE = "Horovod has not been initialized; use hvd.init()."
+
+
+class NotInitializedError(ValueError, KoloInternalError):
+    """A call made before init() (or after shutdown()). A ValueError, as horovod.common.basics
+    raises from rank()/size(); also a HorovodInternalError, as horovod.torch's collectives raise
+    when the runtime refuses an op before init, so `except` clauses written for either work."""
+
+    def __init__(self, message):
+        KoloInternalError.__init__(self, message, _lib.ERR_NOT_INITIALIZED)
+
 
 def raise_for_call(rc, what):
     """Raises the exception for a C call rejected on this thread (rc != OK)."""
@@ -65,7 +79,7 @@ def raise_for_call(rc, what):
         return
     msg = _lib.last_error() or _lib.status_string(rc)
     if rc == _lib.ERR_NOT_INITIALIZED:
-        raise ValueError("%s: kolo has not been initialized; use hvd.init(). (%s)" % (what, msg))
+        raise NotInitializedError("%s (%s: %s)" % (NOT_INITIALIZED_MESSAGE, what, msg))
     if rc in _VALUE_ERRORS:
         raise ValueError("%s: %s" % (what, msg))
     raise KoloInternalError("%s: %s" % (what, msg), rc)

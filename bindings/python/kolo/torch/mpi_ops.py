@@ -21,10 +21,17 @@ Semantics kept from Horovod 0.28:
 import torch
 
 from kolo import _ops, common
-from kolo.basics import rank
-from kolo.common import (Average, Max, Min, Product, Sum,
-                         handle_average_backwards_compatibility)
-from kolo.process_sets import global_process_set
+# horovod.torch.mpi_ops also carries the lifecycle, topology and build calls, the reduction ops,
+# the process sets and HorovodInternalError; scripts import them from there, so they are here.
+from kolo.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401
+                         gloo_built, gloo_enabled, init, is_homogeneous, is_initialized,
+                         local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                         nccl_built, rank, rocm_built, shutdown, size, start_timeline,
+                         stop_timeline)
+from kolo.common import (Adasum, Average, HorovodInternalError, Max, Min,  # noqa: F401
+                         Product, Sum, handle_average_backwards_compatibility)
+from kolo.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
+                               remove_process_set)
 from kolo.torch._adapter import TorchAdapter as _A
 from kolo.torch.compression import Compression
 
@@ -124,7 +131,15 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
             val = val / set_size
         return torch.sparse_coo_tensor(idx.transpose(0, 1), val, t.size())
 
-    return common.combine([h_idx, h_val], build, "sparse_allreduce")
+    return _CallableHandle(common.combine([h_idx, h_val], build, "sparse_allreduce"))
+
+
+class _CallableHandle(int):
+    """An int handle (poll/synchronize take it) that can also be called: horovod.torch's
+    sparse_allreduce_async returns a function that waits and returns the result."""
+
+    def __call__(self):
+        return synchronize(self)
 
 
 # ---- gradients ---------------------------------------------------------------------------------
