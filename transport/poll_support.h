@@ -1,6 +1,7 @@
 // Helpers shared by transports that complete requests by polling (MPI, Gloo): the first abort
-// cause, and the backoff between polls. Thread safety: AbortState may be set and read from any
-// thread; a Backoff belongs to one waiting thread.
+// cause, the transports split from one (which abort with it), how a peer is named in errors,
+// and the backoff between polls. Thread safety: AbortState and SplitChildren may be used from
+// any thread; a Backoff belongs to one waiting thread.
 #pragma once
 
 #include <sched.h>
@@ -9,7 +10,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "transport/transport.h"
@@ -38,6 +42,41 @@ class AbortState {
   mutable std::mutex mu_;
   Status cause_;
 };
+
+// The transports split from one transport (process sets), held weakly: an abort of the parent
+// reaches every child still alive. `State` is the transports' shared state type.
+template <typename State>
+class SplitChildren {
+ public:
+  void add(const std::shared_ptr<State>& child) {
+    std::lock_guard<std::mutex> lock(mu_);
+    children_.erase(std::remove_if(children_.begin(), children_.end(),
+                                   [](const std::weak_ptr<State>& w) { return w.expired(); }),
+                    children_.end());
+    children_.push_back(child);
+  }
+  // The children still alive, held strongly so that they outlive the caller's use.
+  std::vector<std::shared_ptr<State>> alive() {
+    std::vector<std::shared_ptr<State>> out;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& weak : children_) {
+      if (auto child = weak.lock()) out.push_back(std::move(child));
+    }
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::weak_ptr<State>> children_;
+};
+
+// "rank 2 (global 5)": a group rank and, through the group's table, its global rank.
+inline std::string describeGroupRank(int groupRank, const std::vector<int>& globalRanks) {
+  const int global = groupRank >= 0 && groupRank < static_cast<int>(globalRanks.size())
+                         ? globalRanks[static_cast<size_t>(groupRank)]
+                         : groupRank;
+  return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+}
 
 // Polling backoff: yield for the first ~50 us (a reply is usually that close), then sleep
 // 1, 2, 4 ... up to 1000 us, so ranks sharing few cores do not spin against each other.

@@ -209,3 +209,14 @@ def test_check_build_without_library_says_why(tmp_path):
     assert "    [ ] PyTorch" in text  # nothing to run it with
     r = kolorun(["--check-build", "--verbose"], env=base_env(KOLO_LIBRARY=missing))
     assert r.returncode == 0 and r.stdout.startswith("\nkolo v")
+
+
+def test_output_filename_pads_ranks_like_horovodrun(tmp_path):
+    d = tmp_path / "logs"
+    r = kolorun(["-np", "11", "--output-filename", str(d), PY, "-c",
+                 "import os; print(os.environ['HOROVOD_RANK'])"], timeout=120)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.name for p in d.iterdir())
+    assert names == ["rank.%02d" % q for q in range(11)]
+    for q in range(11):
+        assert (d / ("rank.%02d" % q) / "stdout").read_text() == "%d\n" % q

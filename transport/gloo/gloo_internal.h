@@ -57,13 +57,13 @@ struct GlooShared {
   int size = 0;
   std::vector<int> globalRanks;  // group rank -> global rank
   AbortState abort;
+  SplitChildren<GlooShared> children;  // transports split from this one
 
   // Records the cause (first wins) and fails the Gloo context, so that every wait on it -- ours
   // and those inside Gloo's own collectives -- returns promptly, and peers see the connections
   // close instead of waiting for their timeout. Transports split from this one abort too.
   // Before failing the context it leaves the cause in the store as this rank's abort note.
   void abortWith(const Status& cause);
-  void addChild(const std::shared_ptr<GlooShared>& child);
   // `direct` is the failure seen on the connection to `groupRank`. When that peer aborted
   // first (it left an abort note), its own cause is returned instead, marked as relayed: a
   // survivor then names the rank that was really lost, not the survivor that passed the
@@ -76,11 +76,6 @@ struct GlooShared {
                         std::chrono::milliseconds grace);
   std::atomic<int> blamed{-1};  // the rank the latest failure blames (for the abort note)
 
- private:
-  std::mutex childrenMu_;
-  std::vector<std::weak_ptr<GlooShared>> children_;
-
- public:
   // "rank 2 (global 5)"
   std::string describe(int groupRank) const;
 

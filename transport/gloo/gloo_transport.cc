@@ -263,22 +263,7 @@ void GlooShared::abortWith(const Status& cause) {
   if (!abort.set(cause)) return;
   leaveNote(cause, blamed.load());
   if (context) context->fail("kolo: transport aborted: " + cause.toString());
-  std::vector<std::shared_ptr<GlooShared>> alive;
-  {
-    std::lock_guard<std::mutex> lock(childrenMu_);
-    for (auto& weak : children_) {
-      if (auto child = weak.lock()) alive.push_back(std::move(child));
-    }
-  }
-  for (auto& child : alive) child->abortWith(cause);
-}
-
-void GlooShared::addChild(const std::shared_ptr<GlooShared>& child) {
-  std::lock_guard<std::mutex> lock(childrenMu_);
-  children_.erase(std::remove_if(children_.begin(), children_.end(),
-                                 [](const std::weak_ptr<GlooShared>& w) { return w.expired(); }),
-                  children_.end());
-  children_.push_back(child);
+  for (auto& child : children.alive()) child->abortWith(cause);
 }
 
 Status GlooShared::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
@@ -326,10 +311,7 @@ Status GlooShared::explainTimeout(const std::vector<int>& peers, const Status& d
 }
 
 std::string GlooShared::describe(int groupRank) const {
-  int global = groupRank >= 0 && groupRank < static_cast<int>(globalRanks.size())
-                   ? globalRanks[static_cast<size_t>(groupRank)]
-                   : groupRank;
-  return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+  return describeGroupRank(groupRank, globalRanks);
 }
 
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
@@ -436,7 +418,7 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   KOLO_RETURN_IF_ERROR(connectGroup(
       makePrefixStore(state_->store, prefix), static_cast<int>(it - ranks.begin()),
       static_cast<int>(ranks.size()), state_->device, timeout(), std::move(globals), &child));
-  state_->addChild(child);
+  state_->children.add(child);
   auto t = std::make_unique<GlooTransport>(std::move(child));
   t->setTimeout(timeout());
   *out = std::move(t);

@@ -34,16 +34,12 @@ struct MpiShared {
   std::vector<int> globalRanks;  // group rank -> MPI_COMM_WORLD rank
   std::shared_ptr<const MpiReductions> reductions;
   AbortState abort;
+  SplitChildren<MpiShared> children;  // transports split from this one
 
   // Records the cause (first wins), here and in the transports split from this one.
   void abortWith(const Status& cause);
-  void addChild(const std::shared_ptr<MpiShared>& child);
   // "rank 2 (global 5)"
   std::string describe(int groupRank) const;
-
- private:
-  std::mutex childrenMu_;
-  std::vector<std::weak_ptr<MpiShared>> children_;
 };
 
 // Polls `*req` until it completes, the abort state is set (returns the cause) or the deadline

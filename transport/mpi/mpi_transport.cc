@@ -257,29 +257,11 @@ MpiShared::~MpiShared() {
 void MpiShared::abortWith(const Status& cause) {
   abort.set(cause);
   anyTransportAborted().store(true);
-  std::vector<std::shared_ptr<MpiShared>> alive;
-  {
-    std::lock_guard<std::mutex> lock(childrenMu_);
-    for (auto& weak : children_) {
-      if (auto child = weak.lock()) alive.push_back(std::move(child));
-    }
-  }
-  for (auto& child : alive) child->abortWith(cause);
-}
-
-void MpiShared::addChild(const std::shared_ptr<MpiShared>& child) {
-  std::lock_guard<std::mutex> lock(childrenMu_);
-  children_.erase(std::remove_if(children_.begin(), children_.end(),
-                                 [](const std::weak_ptr<MpiShared>& w) { return w.expired(); }),
-                  children_.end());
-  children_.push_back(child);
+  for (auto& child : children.alive()) child->abortWith(cause);
 }
 
 std::string MpiShared::describe(int groupRank) const {
-  int global = groupRank >= 0 && groupRank < static_cast<int>(globalRanks.size())
-                   ? globalRanks[static_cast<size_t>(groupRank)]
-                   : groupRank;
-  return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+  return describeGroupRank(groupRank, globalRanks);
 }
 
 Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what, Deadline deadline) {
@@ -392,7 +374,7 @@ Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
   KOLO_RETURN_IF_ERROR(describeComm(child.get()));
   child->reductions = state_->reductions;
   for (int r : ranks) child->globalRanks.push_back(state_->globalRanks[static_cast<size_t>(r)]);
-  state_->addChild(child);
+  state_->children.add(child);
   auto t = std::make_unique<MpiTransport>(std::move(child));
   t->setTimeout(timeout());
   *out = std::move(t);

@@ -114,7 +114,10 @@ class GlooJob:
         rank_env = self._rank_env(slot, addr)
         remote = not self.local[slot.host]
         if self.opts.output_dir:
-            d = os.path.join(self.opts.output_dir, "rank.%d" % slot.rank)
+            # horovodrun pads the rank with zeros to the width of the largest one, so that
+            # the folders sort in rank order (rank.0 .. rank.9, then rank.00 .. rank.10 ..).
+            width = len(str(max(slot.size - 1, 0)))
+            d = os.path.join(self.opts.output_dir, "rank.%0*d" % (width, slot.rank))
             os.makedirs(d, exist_ok=True)
             out = open(os.path.join(d, "stdout"), "wb")
             err = open(os.path.join(d, "stderr"), "wb")
