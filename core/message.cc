@@ -192,8 +192,9 @@ class Reader {
   std::string error_;
 };
 
-void writeRequest(Writer& w, const Request& r) {
-  w.i32(r.rank);
+// The fields a Request and its Response share, in the same wire order in both messages.
+template <typename Op>
+void writeOpFields(Writer& w, const Op& r) {
   w.i32(static_cast<int32_t>(r.type));
   w.str(r.name);
   w.i32(static_cast<int32_t>(r.dtype));
@@ -204,14 +205,11 @@ void writeRequest(Writer& w, const Request& r) {
   w.i32(r.root);
   w.i32(r.device);
   w.i32(r.processSet);
-  w.vec64(r.splits);
-  w.i32(r.groupId);
-  w.i32(r.groupSize);
 }
 
-Request readRequest(Reader& rd) {
-  Request r;
-  r.rank = rd.i32("request rank");
+template <typename Op>
+void readOpFields(Reader& rd, Op* op) {
+  Op& r = *op;
   r.type = rd.opType();
   r.name = rd.str("name");
   r.dtype = rd.dataType();
@@ -222,6 +220,20 @@ Request readRequest(Reader& rd) {
   r.root = rd.i32("root");
   r.device = rd.i32("device");
   r.processSet = rd.i32("process set");
+}
+
+void writeRequest(Writer& w, const Request& r) {
+  w.i32(r.rank);
+  writeOpFields(w, r);
+  w.vec64(r.splits);
+  w.i32(r.groupId);
+  w.i32(r.groupSize);
+}
+
+Request readRequest(Reader& rd) {
+  Request r;
+  r.rank = rd.i32("request rank");
+  readOpFields(rd, &r);
   r.splits = rd.vec64("splits");
   r.groupId = rd.i32("group id");
   r.groupSize = rd.i32("group size");
@@ -230,16 +242,7 @@ Request readRequest(Reader& rd) {
 
 void writeResponse(Writer& w, const Response& r) {
   w.i32(static_cast<int32_t>(r.kind));
-  w.i32(static_cast<int32_t>(r.type));
-  w.str(r.name);
-  w.i32(static_cast<int32_t>(r.dtype));
-  w.vec64(r.shape);
-  w.i32(static_cast<int32_t>(r.reduceOp));
-  w.f64(r.prescale);
-  w.f64(r.postscale);
-  w.i32(r.root);
-  w.i32(r.device);
-  w.i32(r.processSet);
+  writeOpFields(w, r);
   w.vec64(r.rankDim0);
   w.vec64(r.splitMatrix);
   w.vec32(r.joinedRanks);
@@ -252,16 +255,7 @@ void writeResponse(Writer& w, const Response& r) {
 Response readResponse(Reader& rd) {
   Response r;
   r.kind = rd.kind();
-  r.type = rd.opType();
-  r.name = rd.str("name");
-  r.dtype = rd.dataType();
-  r.shape = rd.vec64("shape");
-  r.reduceOp = rd.reduceOp();
-  r.prescale = rd.f64("prescale");
-  r.postscale = rd.f64("postscale");
-  r.root = rd.i32("root");
-  r.device = rd.i32("device");
-  r.processSet = rd.i32("process set");
+  readOpFields(rd, &r);
   r.rankDim0 = rd.vec64("rank dim0");
   r.splitMatrix = rd.vec64("split matrix");
   r.joinedRanks = rd.vec32("joined ranks");
