@@ -94,9 +94,29 @@ Status Collectives::waitAll(Counter c, uint32_t target, const char* what,
   return s;
 }
 
-Status Collectives::waitBufferFree(uint32_t g, const char* what,
-                                   std::chrono::milliseconds timeout) {
-  return waitAll(kConsumed, g - (kStagingBuffers - 1), what, timeout);
+namespace {
+CallDesc reductionCall(uint32_t kind, DataType dtype, ReduceOp op, uint64_t count,
+                       uint64_t chunk) {
+  return CallDesc{kind, static_cast<int32_t>(dtype), static_cast<int32_t>(op), 0, count, chunk};
+}
+}  // namespace
+
+Status Collectives::claim(uint32_t g, const CallDesc& mine, const char* what,
+                          std::chrono::milliseconds timeout, uint8_t** slot) {
+  KOLO_RETURN_IF_ERROR(waitAll(kConsumed, g - (kStagingBuffers - 1), what, timeout));
+  const int b = static_cast<int>(g % kStagingBuffers);
+  seg_->rankBlock(seg_->rank()).desc[b] = mine;
+  *slot = seg_->staging(seg_->rank(), b);
+  return Status::ok();
+}
+
+Status Collectives::publish(uint32_t g, const CallDesc& mine, const char* what,
+                            std::chrono::milliseconds timeout) {
+  set(kPublished, g + 1);
+  KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, what, timeout));
+  Status agreed = checkDescriptors(g, mine);
+  if (!agreed.isOk()) skipTo(g);
+  return agreed;
 }
 
 Status Collectives::checkDescriptors(uint32_t g, const CallDesc& mine) const {
@@ -155,28 +175,16 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
     const int b = static_cast<int>(g % kStagingBuffers);
     const size_t first = k * chunkElems;
     const size_t len = std::min(chunkElems, count - first);
-    KOLO_RETURN_IF_ERROR(waitBufferFree(g, "allreduce", timeout));
-    CallDesc mine;
-    mine.kind = kAllreduce;
-    mine.dtype = static_cast<int32_t>(dtype);
-    mine.op = static_cast<int32_t>(op);
-    mine.count = count;
-    mine.chunk = k;
-    seg_->rankBlock(me).desc[b] = mine;
-    uint8_t* slot = seg_->staging(me, b);
+    const CallDesc mine = reductionCall(kAllreduce, dtype, op, count, k);
+    uint8_t* slot = nullptr;
+    KOLO_RETURN_IF_ERROR(claim(g, mine, "allreduce", timeout, &slot));
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       size_t pb = 0, pe = 0;
       ops::chunkRange(len, n, q, &pb, &pe);
       if (pe > pb) std::memcpy(slot + pb * elem, buf + (first + pb) * elem, (pe - pb) * elem);
     }
-    set(kPublished, g + 1);
-    KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "allreduce", timeout));
-    Status agreed = checkDescriptors(g, mine);
-    if (!agreed.isOk()) {
-      skipTo(g);
-      return agreed;
-    }
+    KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
     size_t pb = 0, pe = 0;
     ops::chunkRange(len, n, me, &pb, &pe);
     if (pe > pb) {
@@ -215,21 +223,11 @@ Status Collectives::allreduceOneShot(uint8_t* buf, size_t count, DataType dtype,
   const size_t bytes = count * sizeOf(dtype);
   const uint32_t g = seq_++;
   const int b = static_cast<int>(g % kStagingBuffers);
-  KOLO_RETURN_IF_ERROR(waitBufferFree(g, "allreduce", timeout));
-  CallDesc mine;
-  mine.kind = kAllreduce;
-  mine.dtype = static_cast<int32_t>(dtype);
-  mine.op = static_cast<int32_t>(op);
-  mine.count = count;
-  seg_->rankBlock(me).desc[b] = mine;
-  std::memcpy(seg_->staging(me, b), buf, bytes);
-  set(kPublished, g + 1);
-  KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "allreduce", timeout));
-  Status agreed = checkDescriptors(g, mine);
-  if (!agreed.isOk()) {
-    skipTo(g);
-    return agreed;
-  }
+  const CallDesc mine = reductionCall(kAllreduce, dtype, op, count, 0);
+  uint8_t* slot = nullptr;
+  KOLO_RETURN_IF_ERROR(claim(g, mine, "allreduce", timeout, &slot));
+  std::memcpy(slot, buf, bytes);
+  KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
   // Every rank folds every input, in rank order: the same bits everywhere, one wait in all.
   ops::reduce3(buf, seg_->staging(0, b), seg_->staging(1, b), count, dtype, op);
   for (int q = 2; q < n; ++q) ops::reduceInto(buf, seg_->staging(q, b), count, dtype, op);
@@ -253,21 +251,11 @@ Status Collectives::broadcast(void* data, size_t bytes, int root,
     const int b = static_cast<int>(g % kStagingBuffers);
     const size_t first = k * chunk;
     const size_t len = std::min(chunk, bytes - first);
-    KOLO_RETURN_IF_ERROR(waitBufferFree(g, "broadcast", timeout));
-    CallDesc mine;
-    mine.kind = kBroadcast;
-    mine.root = root;
-    mine.count = bytes;
-    mine.chunk = k;
-    seg_->rankBlock(me).desc[b] = mine;
-    if (me == root) std::memcpy(seg_->staging(me, b), buf + first, len);
-    set(kPublished, g + 1);
-    KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "broadcast", timeout));
-    Status agreed = checkDescriptors(g, mine);
-    if (!agreed.isOk()) {
-      skipTo(g);
-      return agreed;
-    }
+    const CallDesc mine{kBroadcast, 0, 0, root, bytes, k};
+    uint8_t* slot = nullptr;
+    KOLO_RETURN_IF_ERROR(claim(g, mine, "broadcast", timeout, &slot));
+    if (me == root) std::memcpy(slot, buf + first, len);
+    KOLO_RETURN_IF_ERROR(publish(g, mine, "broadcast", timeout));
     if (me != root) std::memcpy(buf + first, seg_->staging(root, b), len);
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
     set(kConsumed, g + 1);
@@ -302,22 +290,12 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
   for (size_t j = 0, rounds = ceilDiv(largest, chunk); j < rounds; ++j) {
     const uint32_t g = seq_++;
     const int b = static_cast<int>(g % kStagingBuffers);
-    KOLO_RETURN_IF_ERROR(waitBufferFree(g, "allgatherv", timeout));
-    CallDesc mine;
-    mine.kind = kAllgatherv;
-    mine.count = total;
-    mine.chunk = j;
-    seg_->rankBlock(me).desc[b] = mine;
+    const CallDesc mine{kAllgatherv, 0, 0, 0, total, j};
+    uint8_t* slot = nullptr;
+    KOLO_RETURN_IF_ERROR(claim(g, mine, "allgatherv", timeout, &slot));
     const size_t lo = j * chunk;
-    if (lo < sendBytes)
-      std::memcpy(seg_->staging(me, b), own + lo, std::min(chunk, sendBytes - lo));
-    set(kPublished, g + 1);
-    KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "allgatherv", timeout));
-    Status agreed = checkDescriptors(g, mine);
-    if (!agreed.isOk()) {
-      skipTo(g);
-      return agreed;
-    }
+    if (lo < sendBytes) std::memcpy(slot, own + lo, std::min(chunk, sendBytes - lo));
+    KOLO_RETURN_IF_ERROR(publish(g, mine, "allgatherv", timeout));
     for (int q = 0; q < n; ++q) {
       const size_t block = recvBytes[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
@@ -360,28 +338,16 @@ Status Collectives::reducescatter(const void* send, void* recv,
     const uint32_t g = seq_++;
     const int b = static_cast<int>(g % kStagingBuffers);
     const size_t lo = j * region;
-    KOLO_RETURN_IF_ERROR(waitBufferFree(g, "reducescatter", timeout));
-    CallDesc mine;
-    mine.kind = kReducescatter;
-    mine.dtype = static_cast<int32_t>(dtype);
-    mine.op = static_cast<int32_t>(op);
-    mine.count = total;
-    mine.chunk = j;
-    seg_->rankBlock(me).desc[b] = mine;
-    uint8_t* slot = seg_->staging(me, b);
+    const CallDesc mine = reductionCall(kReducescatter, dtype, op, total, j);
+    uint8_t* slot = nullptr;
+    KOLO_RETURN_IF_ERROR(claim(g, mine, "reducescatter", timeout, &slot));
     for (int q = 0; q < n; ++q) {
       const size_t block = recvCounts[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
       std::memcpy(slot + q * region * elem, in + (first[static_cast<size_t>(q)] + lo) * elem,
                   std::min(region, block - lo) * elem);
     }
-    set(kPublished, g + 1);
-    KOLO_RETURN_IF_ERROR(waitAll(kPublished, g + 1, "reducescatter", timeout));
-    Status agreed = checkDescriptors(g, mine);
-    if (!agreed.isOk()) {
-      skipTo(g);
-      return agreed;
-    }
+    KOLO_RETURN_IF_ERROR(publish(g, mine, "reducescatter", timeout));
     if (lo < mineCount) {
       const size_t m = std::min(region, mineCount - lo);
       auto input = [&](int q) -> const uint8_t* {

@@ -65,8 +65,15 @@ class Collectives {
   std::atomic<uint32_t>& counter(int r, Counter c);
   // Waits until counter c of every rank but this one reached `target` (wrap-safe).
   Status waitAll(Counter c, uint32_t target, const char* what, std::chrono::milliseconds timeout);
-  // Chunk g may write staging buffer g % kStagingBuffers once every rank consumed chunk g-3.
-  Status waitBufferFree(uint32_t g, const char* what, std::chrono::milliseconds timeout);
+  // Starts chunk g: waits until staging buffer g % kStagingBuffers is free (every rank consumed
+  // chunk g-3), then records this rank's description of the call in it. *slot: this rank's
+  // staging buffer for the chunk, to fill before publish().
+  Status claim(uint32_t g, const CallDesc& mine, const char* what,
+               std::chrono::milliseconds timeout, uint8_t** slot);
+  // Publishes chunk g, waits for every rank's publication and compares the descriptions: on a
+  // difference this rank skips the chunk and returns kMismatch naming both calls.
+  Status publish(uint32_t g, const CallDesc& mine, const char* what,
+                 std::chrono::milliseconds timeout);
   void set(Counter c, uint32_t value);
   // After waiting for every rank's publication of chunk g: kMismatch if a descriptor differs.
   Status checkDescriptors(uint32_t g, const CallDesc& mine) const;
