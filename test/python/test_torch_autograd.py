@@ -85,7 +85,8 @@ def test_allgather_grad(hvd):
     weights = torch.arange(rows, dtype=torch.float64).unsqueeze(1).repeat(1, 2)
     (y * weights * (r + 1)).sum().backward()
     offset = r * (r + 1) // 2
-    expect = w * torch.arange(offset, offset + r + 1, dtype=torch.float64).unsqueeze(1)
+    # Horovod's gradient: the ranks' output gradients averaged (w / n), this rank's rows.
+    expect = (w / n) * torch.arange(offset, offset + r + 1, dtype=torch.float64).unsqueeze(1)
     torch.testing.assert_close(x.grad, expect.repeat(1, 2))
 
 
@@ -96,7 +97,7 @@ def test_broadcast_grad(hvd):
         y = hvd.broadcast(x, root)
         torch.testing.assert_close(y.detach(), torch.full((2, 2), float(root)))
         (y * (r + 1)).sum().backward()
-        expect = w if r == root else 0.0
+        expect = w / n if r == root else 0.0  # averaged over the ranks, as Horovod
         torch.testing.assert_close(x.grad, torch.full((2, 2), expect))
 
 

@@ -229,8 +229,9 @@ class KoloAllgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Every rank's loss may depend on this rank's rows: sum the gradients, keep our rows.
-        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        # Every rank's loss may depend on this rank's rows: combine the gradients and keep our
+        # rows. Averaged, as Horovod does (the gradient of the ranks' mean loss).
+        grad = allreduce(grad_output, op=Average, process_set=ctx.ps)
         dims = allgather(torch.tensor([ctx.dim0], dtype=torch.int64), process_set=ctx.ps)
         me = (ctx.ps or global_process_set).rank()
         offset = int(dims[:me].sum().item())
@@ -245,7 +246,8 @@ class KoloBroadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = allreduce(grad_output, op=Sum, process_set=ctx.ps)
+        # Averaged over the ranks, as Horovod does; only the root's input reached the outputs.
+        grad = allreduce(grad_output, op=Average, process_set=ctx.ps)
         if rank() != ctx.root_rank:
             grad = torch.zeros_like(grad)
         return grad, None, None, None
