@@ -111,17 +111,24 @@ def test_every_flag_maps_to_its_variable():
         "KOLO_STALL_CHECK_TIME_SECONDS": "30", "KOLO_STALL_SHUTDOWN_TIME_SECONDS": "90",
         "KOLO_LOG_LEVEL": "debug", "KOLO_GLOO_IFACE": "eth0", "KOLO_START_TIMEOUT": "30",
         "KOLO_HIERARCHICAL_ALLREDUCE": "1"}
-    assert parse("-np", "1", "--disable-cache", "c").knob_env["KOLO_CACHE_CAPACITY"] == "0"
+    # horovodrun's --disable-cache concerns its start-up check cache, not the response cache.
+    assert "KOLO_CACHE_CAPACITY" not in parse("-np", "1", "--disable-cache", "c").knob_env
+    assert parse("-np", "1", "--disable-cache", "--cache-capacity", "5", "c").knob_env[
+        "KOLO_CACHE_CAPACITY"] == "5"
     assert parse("-np", "1", "--fusion-threshold-mb", "0.5", "c").knob_env[
         "KOLO_FUSION_THRESHOLD"] == "524288"
 
 
 def test_horovodrun_spellings():
     o = parse("--num-proc", "4", "--hosts", "a:2,b:2", "--ssh-port", "2222",
-              "--gloo-timeout-seconds", "45", "--disable-cache", "-v", "--gloo", "cmd")
+              "--gloo-timeout-seconds", "45", "--disable-cache", "--verbose", "--gloo", "cmd")
     assert (o.np, o.ssh_port, o.start_timeout, o.verbose) == (4, 2222, 45, True)
     assert o.hosts == [HostSlots("a", 2), HostSlots("b", 2)]
-    assert o.knob_env["KOLO_CACHE_CAPACITY"] == "0"
+    # --network-interfaces takes a comma list, --network-interface repeats; Gloo uses the first.
+    o = parse("-np", "1", "--network-interfaces", "eth0,eth1", "--network-interface", "eth2",
+              "--network-interface", "eth0", "c")
+    assert o.network_interface == "eth0,eth1,eth2"
+    assert o.knob_env["KOLO_GLOO_IFACE"] == "eth0"
     assert parse("-n", "2", "--verbose", "-p", "22", "c").ssh_port == 22
     assert parse("-np=2", "--hosts=a:2", "c").np == 2
 
@@ -169,8 +176,8 @@ def test_start_timeout_from_environment():
     (["-np", "2", "--log-level", "loud", "c"], "--log-level: expected one of"),
     (["-np", "2", "--start-timeout", "0", "c"], "--start-timeout"),
     (["-np", "2", "--ssh-port", "70000", "c"], "--ssh-port"),
-    (["-np", "2", "--disable-cache", "--cache-capacity", "5", "c"], "contradicts"),
-    (["-np", "2", "--network-interface", "eth0,eth1", "c"], "one interface"),
+    (["-np", "2", "--network-interface", "eth0,,eth1", "c"], "interface names"),
+    (["-np", "2", "--network-interface", "a b", "c"], "interface names"),
     (["-np", "2", "--bogus", "c"], "unrecognized option '--bogus'"),
     (["-np", "2", "-H", "a:0", "c"], "out of range"),
     (["-np", "2", "--hostfile", "/nonexistent/hosts", "c"], "cannot read"),
@@ -203,8 +210,9 @@ def test_script_usage_error_exit_status():
     r = kolorun(["-np", "5", "-H", "a:2,b:2", "true"])
     assert r.returncode == 2
     assert "-np 5 asks for more processes than the host list has slots" in r.stderr
-    r = kolorun(["--version"])
-    assert r.returncode == 0 and r.stdout.startswith("kolorun (kolo) ")
+    for flag in ("--version", "-v"):  # horovodrun -v: the bare version
+        r = kolorun([flag])
+        assert r.returncode == 0 and r.stdout.strip() == args.__version__
 
 
 # ---- MPI mode ---------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def run_in_launcher_ns(netns, argv, timeout=60):
 
 def test_two_hosts_two_slots_topology_and_cross_host_allreduce(netns):
     a, b = netns["A"], netns["B"]
-    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b), "-v",
+    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b), "--verbose",
                                    "--network-interface", "kolo0"] + worker("topo", "--ring"))
     assert r.returncode == 0, r.stderr
     assert "ranks connect to 10.99.0.254" in r.stderr

@@ -15,7 +15,7 @@ def remote_env(**extra):
 
 
 def test_remote_ranks_topology_environment_and_cwd(tmp_path):
-    r = kolorun(["-np", "4", "-H", "localhost:2,127.0.0.1:2", "-v", "--cycle-time-ms", "4",
+    r = kolorun(["-np", "4", "-H", "localhost:2,127.0.0.1:2", "--verbose", "--cycle-time-ms", "4",
                  "-x", "TEST_X=a b'c"] + worker("topo", "--ring"),
                 env=remote_env(TEST_INHERITED="yes"), cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr

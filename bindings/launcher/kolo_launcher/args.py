@@ -131,11 +131,13 @@ OPTIONS = [
         "ssh port of the remote hosts (default: ssh's own configuration)"),
     Opt(("-i", "--ssh-identity-file"), "ssh_identity", "value", "FILE", G_NET,
         "ssh private key for the remote hosts (default: $KOLO_SSH_IDENTITY, else ssh's own)"),
-    Opt(("--network-interface", "--network-interfaces"), "network_interface", "value", "IF",
+    Opt(("--network-interface", "--network-interfaces"), "network_interface", "append", "IF",
         G_NET,
-        "network interface for all traffic: kolorun serves the store on its address and every "
-        "rank gets KOLO_GLOO_IFACE=IF (MPI mode: btl_tcp_if_include / oob_tcp_if_include); "
-        "default: the store listens on every address and ranks choose their own"),
+        "network interface(s) for the job's traffic, comma-separated or repeated: kolorun "
+        "serves the store on the first one's address and every rank gets KOLO_GLOO_IFACE=the "
+        "first (Gloo uses one); NCCL_SOCKET_IFNAME and, in MPI mode, btl_tcp_if_include / "
+        "oob_tcp_if_include get them all; default: the store listens on every address and "
+        "ranks choose their own"),
     Opt(("--start-timeout", "--gloo-timeout-seconds"), "start_timeout", "value", "SECONDS",
         G_NET,
         "fail the job when a rank has not connected to the store within SECONDS of the start "
@@ -146,10 +148,11 @@ OPTIONS = [
     Opt(("--output-filename",), "output_dir", "value", "DIR", G_OUT,
         "write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr instead of the "
         "terminal (MPI mode: mpirun --output-filename DIR)"),
-    Opt(("-v", "--verbose"), "verbose", "flag", None, G_OUT,
+    Opt(("--verbose",), "verbose", "flag", None, G_OUT,
         "print what kolorun does: the host assignment, the store address, each remote command, "
         "the mpirun command line"),
-    Opt(("--version",), "version", "flag", None, G_OUT, "print kolorun's version and exit"),
+    Opt(("-v", "--version"), "version", "flag", None, G_OUT,
+        "print kolo's version and exit (as horovodrun -v: the bare version)"),
     Opt(("-cb", "--check-build"), "check_build", "flag", None, G_OUT,
         "print which frameworks, controllers and tensor operations this kolo was built with "
         "(horovodrun's layout; reads libkolo.so, see $KOLO_LIBRARY) and exit"),
@@ -164,7 +167,8 @@ OPTIONS = [
         "number of negotiated responses the response cache keeps, 0 turns it off; sets "
         "KOLO_CACHE_CAPACITY (runtime default 1024)"),
     Opt(("--disable-cache",), "disable_cache", "flag", None, G_TUNE,
-        "turn the response cache off; sets KOLO_CACHE_CAPACITY=0"),
+        "horovodrun's flag to re-run its cached start-up checks every time; kolorun caches "
+        "none, so it has no effect (the response cache is --cache-capacity 0)"),
     Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
         "allreduce within each host, then across hosts, then broadcast within each host; sets "
         "KOLO_HIERARCHICAL_ALLREDUCE=1"),
@@ -341,11 +345,7 @@ def knob_environment(ns, start_timeout):
         env["KOLO_CYCLE_TIME"] = env_number(_number(ns.cycle_ms, "--cycle-time-ms", 0, 60000))
     if ns.cache_capacity is not None:
         cap = _integer(ns.cache_capacity, "--cache-capacity", 0, 1 << 20)
-        if ns.disable_cache and cap != 0:
-            raise UsageError("--disable-cache contradicts --cache-capacity %d" % cap)
         env["KOLO_CACHE_CAPACITY"] = str(cap)
-    if ns.disable_cache:
-        env["KOLO_CACHE_CAPACITY"] = "0"
     if ns.hierarchical and ns.no_hierarchical:
         raise UsageError("--hierarchical-allreduce and --no-hierarchical-allreduce exclude each "
                          "other")
@@ -374,7 +374,7 @@ def knob_environment(ns, start_timeout):
                              % (", ".join(LOG_LEVELS), ns.log_level))
         env["KOLO_LOG_LEVEL"] = level
     if ns.network_interface is not None:
-        env["KOLO_GLOO_IFACE"] = ns.network_interface
+        env["KOLO_GLOO_IFACE"] = ns.network_interface.split(",")[0]
     return env
 
 
@@ -404,7 +404,7 @@ def parse(argv, environ=None):
         print(parser.format_help(), end="")
         return None
     if ns.version:
-        print("kolorun (kolo) %s" % __version__)
+        print(__version__)
         return None
     if ns.check_build:
         print_report(verbose=bool(ns.verbose), environ=environ)
@@ -433,10 +433,17 @@ def parse(argv, environ=None):
     hosts_given = hosts is not None
     if hosts is None:
         hosts = [HostSlots("localhost", np)]
-    if ns.network_interface is not None and not re.fullmatch(r"[^\s,/]{1,15}",
-                                                             ns.network_interface):
-        raise UsageError("--network-interface: expected one interface name (like eth0), got %r"
-                         % ns.network_interface)
+    if ns.network_interface is not None:
+        # horovodrun: a comma-separated list, or the flag repeated; kept in order, once each.
+        names = []
+        for given in ns.network_interface:
+            for name in given.split(","):
+                if not re.fullmatch(r"[^\s,/]{1,15}", name):
+                    raise UsageError("--network-interface: expected interface names like eth0 "
+                                     "(comma-separated), got %r" % given)
+                if name not in names:
+                    names.append(name)
+        ns.network_interface = ",".join(names)
     timeout_text = ns.start_timeout
     timeout_flag = "--start-timeout"
     if timeout_text is None:

@@ -68,7 +68,8 @@ class GlooJob:
     # ---- setup -----------------------------------------------------------------------------
     def _addresses(self):
         """(bind address, {host: address its ranks use to reach the store})."""
-        iface = self.opts.network_interface
+        # Gloo, and so the store's address, uses the first of the interfaces given.
+        iface = (self.opts.network_interface or "").split(",")[0]
         if iface:
             addr = hostlib.interface_ipv4(iface)
             if not addr:
