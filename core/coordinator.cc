@@ -72,10 +72,12 @@ void Coordinator::loop() {
       cause = s;
       break;
     }
-    // Pacing (see the header): immediate on new work, cycle time while anyone is busy,
-    // heartbeat when the whole job is idle.
-    double wait = globalIdle_ && d_.queue->size() == 0 ? d_.config.heartbeatSeconds
-                                                        : d_.config.cycleTimeMs / 1000.0;
+    // Pacing (see the header): immediate on new work, and while this rank still has ops the
+    // others lack; the cycle time while others are busy; the heartbeat when the job is idle.
+    double wait = 0.0;
+    if (d_.queue->size() == 0) {
+      wait = globalIdle_ ? d_.config.heartbeatSeconds : d_.config.cycleTimeMs / 1000.0;
+    }
     d_.queue->waitForWork(Clock::now() + seconds(wait),
                           [this] { return shutdownRequested_.load(); });
   }

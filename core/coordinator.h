@@ -8,10 +8,13 @@
 //      validates them and answers the same ordered response list to every rank;
 //   4. plans fusion over the ready responses and executes the batches, completing handles.
 // Every rank runs the same rounds in lockstep, so all ranks execute the same response list.
-// Pacing: a round starts at once when an op is enqueued; while any rank has work pending the
-// next round follows after at most KOLO_CYCLE_TIME; when every rank is idle the thread sleeps on
-// a condition variable and only a heartbeat round (KOLO_HEARTBEAT_SECONDS) runs, so an idle
-// runtime costs nothing and a silent peer is still noticed (KOLO_TIMEOUT_SECONDS).
+// Pacing: a round starts at once when an op is enqueued, and at once after a round that left
+// ops of this rank pending (the next round then waits in its control allreduce for the ranks
+// that lack them, and completes as soon as they submit, instead of a cycle later); a rank with
+// nothing pending while others are busy runs a round every KOLO_CYCLE_TIME; when every rank is
+// idle the thread sleeps on a condition variable and only a heartbeat round
+// (KOLO_HEARTBEAT_SECONDS) runs, so an idle runtime costs nothing and a silent peer is still
+// noticed (KOLO_TIMEOUT_SECONDS).
 // Failure: any transport error aborts the runtime; every pending op fails with the first cause
 // (naming the lost rank), later submissions fail at once with it.
 #pragma once
