@@ -97,18 +97,16 @@ void Coordinator::finish(const Status& cause) {
     d_.global->abort(cause);
   }
   for (auto& e : d_.queue->removeAll()) {
-    if (d_.timeline) d_.timeline->negotiateEnd(e->request.name);
+    endNegotiation(*e);
     e->handle->complete(cause);
   }
 }
 
 Status Coordinator::round() {
   if (d_.timeline && d_.timeline->markCycles()) d_.timeline->markCycleStart();
-  for (const auto& name : d_.queue->takeNew()) {
-    if (d_.timeline) {
-      if (TensorEntry* e = d_.queue->find(name)) d_.timeline->negotiateStart(name, e->request.type);
-    }
-  }
+  // The round works on every entry in the queue, also those enqueued while it runs; each
+  // one's NEGOTIATE_ begin is written where the round first looks at it (beginNegotiation).
+  d_.queue->takeNew();
 
   std::vector<uint8_t> view;
   KOLO_RETURN_IF_ERROR(exchangeCacheView(&view));
@@ -157,6 +155,7 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   bool idle = !shutdownRequested_;
   bool joined = false;
   d_.queue->forEach([&](TensorEntry& e) {
+    beginNegotiation(e);
     idle = false;
     if (e.request.type == OpType::kJoin) joined = true;
     uint32_t bit = 0;
@@ -195,6 +194,7 @@ Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, Respo
   mine.rank = d_.rank;
   mine.shutdown = shutdownRequested_;
   d_.queue->forEach([&](TensorEntry& e) {
+    beginNegotiation(e);
     if (e.announced || cacheReady.count(e.request.name)) return;
     e.announced = true;
     mine.requests.push_back(e.request);
@@ -329,12 +329,22 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
   }
 }
 
+void Coordinator::beginNegotiation(TensorEntry& e) {
+  if (e.timelineOpen || d_.timeline == nullptr || !d_.timeline->active()) return;
+  d_.timeline->negotiateStart(e.request.name, e.request.type);
+  e.timelineOpen = true;
+}
+
+void Coordinator::endNegotiation(TensorEntry& e) {
+  if (!e.timelineOpen) return;
+  d_.timeline->negotiateEnd(e.request.name);
+  e.timelineOpen = false;
+}
+
 void Coordinator::completeEntry(const std::string& name, const Status& s) {
   auto entry = d_.queue->remove(name);
   if (!entry) return;
-  if (d_.timeline) {
-    d_.timeline->negotiateEnd(name);
-  }
+  endNegotiation(*entry);
   entry->handle->complete(s);
 }
 
@@ -403,7 +413,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       rs.push_back(&ready[i]);
       es.push_back(d_.queue->find(ready[i].name));
       if (d_.timeline && es.back() != nullptr) {
-        d_.timeline->negotiateEnd(ready[i].name);
+        endNegotiation(*es.back());
         d_.timeline->opStart(ready[i].name, ready[i].type);
       }
     }

@@ -76,6 +76,10 @@ class Coordinator {
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);
   void updateCache(const std::vector<Response>& fromNegotiation);
   Status executeAll(const std::vector<Response>& ready);
+  // The timeline's NEGOTIATE_<OP> begin and end of an entry: the begin when a round first
+  // looks at it (with the timeline on), the end once, if a begin was written.
+  void beginNegotiation(TensorEntry& e);
+  void endNegotiation(TensorEntry& e);
   void completeEntry(const std::string& name, const Status& s);
   void finish(const Status& cause);
 

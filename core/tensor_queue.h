@@ -37,6 +37,7 @@ struct TensorEntry {
   std::shared_ptr<void> readyEvent;
   Clock::time_point enqueued;
   bool announced = false;  // sent to the coordinator rank in a full round
+  bool timelineOpen = false;  // the timeline holds its NEGOTIATE_<OP> begin, not yet its end
 };
 
 class TensorQueue {

@@ -1,12 +1,14 @@
 // The timeline through the runtime as N processes: KOLO_TIMELINE with all-ranks mode and cycle
 // marks, then start/stop/start at run time. Every rank checks its own files: valid JSON (parsed
 // by python3's json module), the tensor names, NEGOTIATE_ALLREDUCE, ALLREDUCE, the activities,
-// CYCLE_START, dtype/shape args and the start time.
+// CYCLE_START, dtype/shape args and the start time; and that no row ends an event it never
+// began, also when the timeline starts while the coordinator is in the middle of a round.
 #include <catch2/catch.hpp>
 #include <kolo.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,6 +39,30 @@ void allreduceSome(const std::string& prefix, int count) {
   for (auto h : hs) {
     REQUIRE(kolo_handle_wait(h, 60) == KOLO_OK);
     kolo_handle_release(h);
+  }
+}
+
+// Every "E" event must close a "B" of the same row (tid) opened before it in the file. Events
+// are one per line. Rows may end with events still open (an op in flight when it stopped).
+void checkRowsNest(const std::string& path) {
+  std::ifstream in(path);
+  std::map<std::string, int> open;
+  std::string line;
+  int lineNo = 0;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    const bool begin = line.find("\"ph\":\"B\"") != std::string::npos;
+    const bool end = line.find("\"ph\":\"E\"") != std::string::npos;
+    if (!begin && !end) continue;
+    const size_t at = line.find("\"tid\":");
+    REQUIRE(at != std::string::npos);
+    const std::string tid = line.substr(at + 6, line.find_first_of(",}", at + 6) - (at + 6));
+    if (begin) ++open[tid];
+    if (end) {
+      INFO(path << " line " << lineNo << ": " << line);
+      CHECK(open[tid] > 0);
+      --open[tid];
+    }
   }
 }
 
@@ -76,12 +102,26 @@ TEST_CASE("KOLO_TIMELINE with all ranks and cycle marks; start/stop/start at run
   allreduceSome("between/t", 2);
   REQUIRE(kolo_start_timeline(second.c_str(), 1) == KOLO_OK);
   allreduceSome("phase2/t", 3);
+  // Starts while the coordinator runs rounds (cycle marks: a round begins at every op): the ops
+  // submitted right after must still show their NEGOTIATE_ begin before its end.
+  std::vector<std::string> quick;
+  for (int i = 0; i < 10; ++i) {
+    quick.push_back(dir + "/quick" + std::to_string(i) + ".json");
+    REQUIRE(kolo_start_timeline(quick.back().c_str(), 1) == KOLO_OK);
+    allreduceSome("quick" + std::to_string(i) + "/t", 2);
+  }
   barrier();
   REQUIRE(kolo_shutdown() == KOLO_OK);
+  for (const auto& q : quick) {
+    std::string mine = q.substr(0, q.size() - 5) + "." + std::to_string(rank) + ".json";
+    REQUIRE(validJson(mine));
+    checkRowsNest(mine);
+  }
 
   // KOLO_TIMELINE_ALL_RANKS: "env.json" -> "env.<rank>.json" on every rank.
   const std::string envFile = dir + "/env." + std::to_string(rank) + ".json";
   REQUIRE(validJson(envFile));
+  checkRowsNest(envFile);
   std::string env = readFile(envFile);
   for (const char* needle :
        {"grad/layer0", "grad/layer19", "grad/big", "NEGOTIATE_ALLREDUCE", "\"ALLREDUCE\"",
