@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/reduce_cpu.h"
+#include "test/c_api_values.h"
 
 namespace {
 
@@ -28,24 +28,7 @@ const kolo_dtype_t kAllTypes[] = {KOLO_UINT8,   KOLO_INT8,    KOLO_UINT16,  KOLO
                                   KOLO_INT32,   KOLO_INT64,   KOLO_FLOAT16, KOLO_BFLOAT16,
                                   KOLO_FLOAT32, KOLO_FLOAT64, KOLO_BOOL};
 
-size_t sizeOf(kolo_dtype_t t) {
-  switch (t) {
-    case KOLO_UINT8:
-    case KOLO_INT8:
-    case KOLO_BOOL:
-      return 1;
-    case KOLO_UINT16:
-    case KOLO_INT16:
-    case KOLO_FLOAT16:
-    case KOLO_BFLOAT16:
-      return 2;
-    case KOLO_INT32:
-    case KOLO_FLOAT32:
-      return 4;
-    default:
-      return 8;
-  }
-}
+size_t sizeOf(kolo_dtype_t t) { return kolo_test::dtypeSize(t); }
 
 // A buffer of any dtype, read and written as doubles (all test values are exactly representable).
 struct Buf {
@@ -53,72 +36,8 @@ struct Buf {
   std::vector<unsigned char> bytes;
   Buf(kolo_dtype_t type, size_t n) : t(type), bytes(n * sizeOf(type)) {}
   size_t size() const { return bytes.size() / sizeOf(t); }
-  void set(size_t i, double v) {
-    unsigned char* p = bytes.data() + i * sizeOf(t);
-    switch (t) {
-      case KOLO_UINT8:
-        *p = static_cast<uint8_t>(v);
-        break;
-      case KOLO_INT8:
-        *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v);
-        break;
-      case KOLO_UINT16:
-        *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
-        break;
-      case KOLO_INT16:
-        *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v);
-        break;
-      case KOLO_INT32:
-        *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v);
-        break;
-      case KOLO_INT64:
-        *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v);
-        break;
-      case KOLO_FLOAT16:
-        *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToHalf(static_cast<float>(v));
-        break;
-      case KOLO_BFLOAT16:
-        *reinterpret_cast<uint16_t*>(p) = kolo::ops::floatToBfloat16(static_cast<float>(v));
-        break;
-      case KOLO_FLOAT32:
-        *reinterpret_cast<float*>(p) = static_cast<float>(v);
-        break;
-      case KOLO_FLOAT64:
-        *reinterpret_cast<double*>(p) = v;
-        break;
-      case KOLO_BOOL:
-        *p = v != 0 ? 1 : 0;
-        break;
-    }
-  }
-  double get(size_t i) const {
-    const unsigned char* p = bytes.data() + i * sizeOf(t);
-    switch (t) {
-      case KOLO_UINT8:
-        return *p;
-      case KOLO_INT8:
-        return *reinterpret_cast<const int8_t*>(p);
-      case KOLO_UINT16:
-        return *reinterpret_cast<const uint16_t*>(p);
-      case KOLO_INT16:
-        return *reinterpret_cast<const int16_t*>(p);
-      case KOLO_INT32:
-        return *reinterpret_cast<const int32_t*>(p);
-      case KOLO_INT64:
-        return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
-      case KOLO_FLOAT16:
-        return kolo::ops::halfToFloat(*reinterpret_cast<const uint16_t*>(p));
-      case KOLO_BFLOAT16:
-        return kolo::ops::bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
-      case KOLO_FLOAT32:
-        return *reinterpret_cast<const float*>(p);
-      case KOLO_FLOAT64:
-        return *reinterpret_cast<const double*>(p);
-      case KOLO_BOOL:
-        return *p;
-    }
-    return 0;
-  }
+  void set(size_t i, double v) { kolo_test::encode(t, v, bytes.data() + i * sizeOf(t)); }
+  double get(size_t i) const { return kolo_test::decode(t, bytes.data() + i * sizeOf(t)); }
 };
 
 struct Tensor {
