@@ -106,7 +106,7 @@ Status Coordinator::round() {
   if (d_.timeline && d_.timeline->markCycles()) d_.timeline->markCycleStart();
   // The round works on every entry in the queue, also those enqueued while it runs; each
   // one's NEGOTIATE_ begin is written where the round first looks at it (beginNegotiation).
-  d_.queue->takeNew();
+  d_.queue->clearNew();
 
   std::vector<uint8_t> view;
   KOLO_RETURN_IF_ERROR(exchangeCacheView(&view));

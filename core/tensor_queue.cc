@@ -56,11 +56,9 @@ void TensorQueue::notify() {
   cv_.notify_one();
 }
 
-std::vector<std::string> TensorQueue::takeNew() {
+void TensorQueue::clearNew() {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::string> out;
-  out.swap(fresh_);
-  return out;
+  fresh_.clear();
 }
 
 TensorEntry* TensorQueue::find(const std::string& name) {

@@ -47,13 +47,13 @@ class TensorQueue {
   // Adds all or nothing (grouped allreduce).
   Status addGroup(std::vector<std::unique_ptr<TensorEntry>> entries);
 
-  // Coordinator side. Blocks until something was added since the last call, `shouldWake`
+  // Coordinator side. Blocks until something was added since the last clearNew(), `shouldWake`
   // returns true, or the deadline passes. Returns true if new entries are waiting.
   bool waitForWork(Deadline deadline, const std::function<bool()>& shouldWake);
   void notify();  // wakes waitForWork (shutdown, abort)
 
-  // Names of entries added since the last call, in arrival order.
-  std::vector<std::string> takeNew();
+  // A round starts (it looks at every entry): entries added so far no longer count as new.
+  void clearNew();
   TensorEntry* find(const std::string& name);
   std::unique_ptr<TensorEntry> remove(const std::string& name);
   // Every entry in arrival order (coordinator: to fail them all on abort/shutdown).
@@ -67,7 +67,7 @@ class TensorQueue {
   std::condition_variable cv_;
   std::unordered_map<std::string, std::unique_ptr<TensorEntry>> entries_;
   std::deque<std::string> order_;  // arrival order of names still in entries_
-  std::vector<std::string> fresh_;
+  std::vector<std::string> fresh_;  // added since clearNew(), still in entries_
   bool woken_ = false;
 };
 
