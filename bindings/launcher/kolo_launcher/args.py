@@ -127,6 +127,9 @@ OPTIONS = [
         "KOLO_CONTROLLER=mpi"),
     Opt(("--mpi-args",), "mpi_args", "value", "'ARGS'", G_MODE,
         "extra arguments for mpirun in MPI mode, as one shell-quoted string"),
+    Opt(("--tcp",), "tcp", "flag", None, G_MODE,
+        "horovodrun's TCP-only switch, already what kolorun does: Gloo mode is TCP only, MPI "
+        "mode passes -mca pml ob1 -mca btl ^openib"),
     Opt(("-p", "--ssh-port"), "ssh_port", "value", "PORT", G_NET,
         "ssh port of the remote hosts (default: ssh's own configuration)"),
     Opt(("-i", "--ssh-identity-file"), "ssh_identity", "value", "FILE", G_NET,
@@ -222,8 +225,6 @@ OPTIONS += [
              "kolo's log lines always carry a timestamp (what this asks for)"),
     _ignored(("--prefix-output-with-timestamp",), "flag", None,
              "output lines are prefixed with the rank only"),
-    _ignored(("--tcp",), "flag", None,
-             "Gloo mode is TCP only; MPI mode already passes -mca pml ob1 -mca btl ^openib"),
 ]
 
 # horovodrun flags with no kolo equivalent: refused with the reason (exit status 2).
@@ -475,8 +476,6 @@ def _ignored_notes(ns):
     notes = []
     for opt in OPTIONS:
         if opt.group == G_COMPAT and getattr(ns, opt.dest) not in (None, False):
-            if opt.names == ("--tcp",):
-                continue  # already what kolo does: nothing to warn about
             notes.append("%s has no effect in kolo (%s)" % ("/".join(opt.names), opt.help))
     return tuple(notes)
 
