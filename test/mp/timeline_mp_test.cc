@@ -99,9 +99,16 @@ TEST_CASE("KOLO_TIMELINE with all ranks and cycle marks; start/stop/start at run
   REQUIRE(kolo_start_timeline(first.c_str(), 0) == KOLO_OK);
   allreduceSome("phase1/t", 3);
   REQUIRE(kolo_stop_timeline() == KOLO_OK);
+  // Rank 0 also records the other ranks' requests (their NEGOTIATE ticks): without this barrier
+  // a faster rank's "between" request could reach rank 0 before rank 0 stopped "first".
+  barrier();
   allreduceSome("between/t", 2);
   REQUIRE(kolo_start_timeline(second.c_str(), 1) == KOLO_OK);
   allreduceSome("phase2/t", 3);
+  // A CYCLE_START is written when a round begins. The phase2 ops may all complete in a round
+  // that had begun before this start (its mark went nowhere); the barrier needs a round that
+  // begins after they completed, so "second" holds at least one mark before quick0 replaces it.
+  barrier();
   // Starts while the coordinator runs rounds (cycle marks: a round begins at every op): the ops
   // submitted right after must still show their NEGOTIATE_ begin before its end.
   std::vector<std::string> quick;
