@@ -191,7 +191,7 @@ int kolo_cross_size(void) { return topo(&kolo::Topology::crossSize); }
 
 int kolo_mpi_built(void) { return kolo::transportBuilt(kolo::TransportKind::kMpi) ? 1 : 0; }
 int kolo_gloo_built(void) { return kolo::transportBuilt(kolo::TransportKind::kGloo) ? 1 : 0; }
-int kolo_nccl_built(void) { return KOLO_HAVE_NCCL; }
+int kolo_nccl_built(void) { return KOLO_HAVE_NCCL ? KOLO_NCCL_VERSION_CODE : 0; }
 int kolo_cuda_built(void) { return KOLO_HAVE_CUDA; }
 int kolo_mpi_enabled(void) {
   auto rt = runtime();

@@ -120,6 +120,7 @@ KOLO_API int kolo_cross_size(void);
 /* ---- what was built / what is in use (1 or 0) --------------------------------------------- */
 KOLO_API int kolo_mpi_built(void);
 KOLO_API int kolo_gloo_built(void);
+/* NCCL_VERSION_CODE of the NCCL headers kolo was built against (e.g. 22809 for 2.28.9), or 0. */
 KOLO_API int kolo_nccl_built(void);
 KOLO_API int kolo_cuda_built(void);
 KOLO_API int kolo_mpi_enabled(void);  /* the job was set up over MPI (also under shm) */

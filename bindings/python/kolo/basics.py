@@ -108,7 +108,7 @@ def gloo_built():
 
 
 def nccl_built():
-    """Horovod returns the NCCL version or 0; kolo returns 1 or 0 (truthiness matches)."""
+    """NCCL_VERSION_CODE kolo was built against (e.g. 22809 for 2.28.9), or 0, as Horovod."""
     return int(_lib.lib.kolo_nccl_built())
 
 
