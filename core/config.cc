@@ -87,9 +87,10 @@ class EnvReader {
     return Status::ok();
   }
 
-  Status getBool(const std::string& name, bool* out) const {
+  Status getBool(const std::string& name, bool* out,
+                 std::initializer_list<const char*> extra = {}) const {
     std::string from;
-    const char* v = find(name, &from);
+    const char* v = find(name, &from, extra);
     if (v == nullptr) return Status::ok();
     std::string s(v);
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -196,6 +197,8 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(env.getDouble("TIMEOUT_SECONDS", 0.1, 1e7, &c.timeoutSeconds));
   KOLO_RETURN_IF_ERROR(env.getDouble("HEARTBEAT_SECONDS", 0.001, 3600, &c.heartbeatSeconds));
   KOLO_RETURN_IF_ERROR(env.getBool("HIERARCHICAL_ALLREDUCE", &c.hierarchicalAllreduce));
+  KOLO_RETURN_IF_ERROR(env.getBool("ASYNC_COMPLETION", &c.asyncCompletion,
+                                   {"HOROVOD_ENABLE_ASYNC_COMPLETION"}));
 
   KOLO_RETURN_IF_ERROR(readAlgorithm(env, "ALLREDUCE", &c.algorithms.allreduce));
   KOLO_RETURN_IF_ERROR(readAlgorithm(env, "ALLGATHER", &c.algorithms.allgather));
@@ -232,6 +235,7 @@ std::string Config::toString() const {
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
     << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
     << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << hierarchicalAllreduce
+    << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
     << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)
     << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)

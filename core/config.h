@@ -45,6 +45,8 @@ struct Config {
   double timeoutSeconds = 30;                  // KOLO_TIMEOUT_SECONDS: a silent peer is lost
   double heartbeatSeconds = 1.0;               // KOLO_HEARTBEAT_SECONDS: idle round cadence
   bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE
+  bool asyncCompletion = false;                // KOLO_ASYNC_COMPLETION (HOROVOD_ENABLE_ASYNC_
+                                               //   COMPLETION): CUDA ops complete when queued
 
   // --- algorithms ---------------------------------------------------------------------------
   ops::AlgorithmConfig algorithms;  // KOLO_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,

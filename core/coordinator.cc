@@ -5,6 +5,7 @@
 
 #include "core/fusion_planner.h"
 #include "ops/collectives.h"
+#include "ops/device_executor.h"
 #include "ops/execute.h"
 #include "timeline/timeline.h"
 
@@ -67,7 +68,8 @@ Status Coordinator::terminalStatus() const {
 void Coordinator::loop() {
   Status cause;
   while (true) {
-    Status s = round();
+    Status s = d_.device != nullptr ? d_.device->poll() : Status::ok();
+    if (s.isOk()) s = round();
     if (!s.isOk()) {
       cause = s;
       break;

@@ -41,10 +41,20 @@ class DeviceExecutor {
   // contract of ops::execute (execute.h). Creates the process set's NCCL communicators on first
   // use (collective over the set's members, which run the same batch at the same point). Each
   // handle of the batch gets the batch's completion event (HandleState::completionEvent) before
-  // the call returns; it returns once the device work completed, failed, or the transport
-  // timeout passed (kTimeout / kPeerLost / kIo abort the runtime, as with the CPU transports).
+  // the call returns. By default it returns once the device work completed, failed, or the
+  // transport timeout passed (kTimeout / kPeerLost / kIo abort the runtime, as with the CPU
+  // transports). With asynchronous completion (Config::asyncCompletion) it returns once the
+  // work is queued on the device, so the handles complete before the work does; poll() then
+  // watches that work.
   virtual Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
                          const std::vector<TensorEntry*>& entries) = 0;
+
+  // Coordinator side, between rounds: one look, without blocking, at device work still in
+  // flight (asynchronous completion only; otherwise none ever is). ok while it runs or once it
+  // completed; a transport failure when some of it failed or passed the transport timeout (the
+  // communicator is aborted; the coordinator aborts the runtime with that cause, so every later
+  // op fails naming it).
+  virtual Status poll() { return Status::ok(); }
 };
 
 }  // namespace kolo::ops

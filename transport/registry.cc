@@ -267,6 +267,16 @@ bool deviceTransportAvailable(std::string* why) {
 #endif
 }
 
+Status deviceStreamWait(void* event, void* stream) {
+#if KOLO_HAVE_NCCL
+  return cudaStreamWaitFor(event, stream);
+#else
+  (void)event;
+  (void)stream;
+  return Status(ErrorCode::kUnsupported, "kolo was built without CUDA/NCCL");
+#endif
+}
+
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out) {
   out->reset();

@@ -374,6 +374,16 @@ int kolo_handle_cuda_event(kolo_handle_t h, void** event) {
   return KOLO_OK;
 }
 
+int kolo_handle_stream_wait(kolo_handle_t h, void* stream) {
+  auto rec = lookup(h);
+  if (!rec) return unknownHandle(h);
+  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  void* event = rec->state->completionEvent.get();
+  if (event == nullptr) return KOLO_OK;  // a host op: nothing runs on a device
+  Status s = kolo::deviceStreamWait(event, stream);
+  return s.isOk() ? KOLO_OK : fail(s);
+}
+
 int kolo_handle_received_splits(kolo_handle_t h, int32_t* splits, int32_t n) {
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);

@@ -199,9 +199,18 @@ KOLO_API int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int
 /* Device ops (input on a CUDA device): *event receives the cudaEvent_t recorded on kolo's
  * stream after the op's device work, for cudaStreamWaitEvent on a consumer stream; it stays
  * valid until kolo_handle_release. NULL for host ops. The handle must be done (else
- * KOLO_ERR_INVALID_ARGUMENT). kolo completes a device handle only after that work finished,
- * so waiting on the event is an ordering guarantee, not a second wait. */
+ * KOLO_ERR_INVALID_ARGUMENT). By default kolo completes a device handle only after that work
+ * finished, so waiting on the event is an ordering guarantee, not a second wait. With
+ * KOLO_ASYNC_COMPLETION=1 (or HOROVOD_ENABLE_ASYNC_COMPLETION=1) a device handle completes as
+ * soon as its work is queued: the host does not block on the device, and the consumer MUST
+ * order its stream after the event (kolo_handle_stream_wait) before it reads the output or
+ * writes the input. A device failure found later aborts the runtime: later ops fail with it. */
 KOLO_API int kolo_handle_cuda_event(kolo_handle_t h, void** event);
+/* Makes `stream` (a cudaStream_t; NULL = the default stream) wait, on the device, for the op's
+ * device work: cudaStreamWaitEvent on the completion event above. The host does not block. A
+ * no-op for host ops. The handle must be done (else KOLO_ERR_INVALID_ARGUMENT); KOLO_ERR_IO
+ * with CUDA's message if CUDA refuses. */
+KOLO_API int kolo_handle_stream_wait(kolo_handle_t h, void* stream);
 /* alltoall: rows received from each rank (n = set size). */
 KOLO_API int kolo_handle_received_splits(kolo_handle_t h, int32_t* splits, int32_t n);
 KOLO_API int kolo_handle_join_result(kolo_handle_t h, int32_t* last_joined_rank);

@@ -51,6 +51,9 @@ TEST_CASE("names: empty, too long, duplicate in flight") {
   expectError(kolo_allreduce_async("twice", &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h2),
               KOLO_ERR_DUPLICATE_NAME, {"'twice'", "already in flight"});
   CHECK(h2 == 0);
+  expectError(kolo_handle_stream_wait(h1, nullptr), KOLO_ERR_INVALID_ARGUMENT,
+              {"is still running"});
+  expectError(kolo_handle_cuda_event(h1, nullptr), KOLO_ERR_INVALID_ARGUMENT, {"event is NULL"});
   gate.open = true;
   REQUIRE(kolo_handle_wait(h1, 30.0) == KOLO_OK);
   REQUIRE(kolo_handle_release(h1) == KOLO_OK);
@@ -81,6 +84,7 @@ TEST_CASE("handles: released, forged, bad timeouts") {
                 {what});
     expectError(kolo_handle_join_result(bad, &last), KOLO_ERR_INVALID_ARGUMENT, {what});
     expectError(kolo_handle_received_splits(bad, splits, 1), KOLO_ERR_INVALID_ARGUMENT, {what});
+    expectError(kolo_handle_stream_wait(bad, nullptr), KOLO_ERR_INVALID_ARGUMENT, {what});
     expectError(kolo_handle_release(bad), KOLO_ERR_INVALID_ARGUMENT, {what});
   }
   // A NaN timeout is not a wait without limit: it is rejected.
@@ -88,6 +92,11 @@ TEST_CASE("handles: released, forged, bad timeouts") {
   expectError(kolo_handle_wait(h, std::nan("")), KOLO_ERR_INVALID_ARGUMENT, {"timeout is NaN"});
   CHECK(kolo_handle_wait(h, std::numeric_limits<double>::infinity()) == KOLO_OK);
   CHECK(kolo_handle_wait(h, 1e300) == KOLO_OK);
+  // A host op has no device work: ordering a stream after it is a no-op, event or not.
+  void* event = &h;
+  CHECK(kolo_handle_cuda_event(h, &event) == KOLO_OK);
+  CHECK(event == nullptr);
+  CHECK(kolo_handle_stream_wait(h, nullptr) == KOLO_OK);
   REQUIRE(kolo_handle_release(h) == KOLO_OK);
   expectUsable();
 }

@@ -29,10 +29,13 @@ kolo_tensor_t tensorOf(void* data, kolo_dtype_t t, const std::vector<int64_t>& s
   return kolo_tensor_t{data, t, static_cast<int32_t>(shape.size()), shape.data(), gDevice, nullptr};
 }
 
+// Waits for the op, then orders the default stream (where download() copies) after its device
+// work: needed under KOLO_ASYNC_COMPLETION=1, where the handle completes when the work is queued.
 void waitOk(kolo_handle_t h) {
   int rc = kolo_handle_wait(h, 120.0);
   INFO(kolo_last_error());
   REQUIRE(rc == KOLO_OK);
+  REQUIRE(kolo_handle_stream_wait(h, nullptr) == KOLO_OK);
 }
 
 // The owned device output of a done handle, downloaded; releases the handle.

@@ -2,7 +2,7 @@
 // (bitwise), the NCCL transport on a single rank (a real communicator: NCCL runs its kernels
 // even for one rank), and the runtime end to end through the executor -- fusion, scaling,
 // grouped and out-of-place ops, owned device outputs, the hierarchical allreduce, waiting on
-// the producer's stream, the completion event, and submission errors.
+// the producer's stream, the completion event, asynchronous completion, and submission errors.
 //
 // Without a visible CUDA device the program prints a SKIPPED line and exits 0 (CTest label
 // gpu): a CPU-only machine builds and "passes" it without having tested anything on a GPU.
@@ -375,6 +375,61 @@ TEST_CASE("the runtime waits on the producer's stream, then hands back a complet
   cudaStreamDestroy(consumer);
   cudaStreamDestroy(producer);
   cudaFreeHost(pinned);
+}
+
+TEST_CASE("asynchronous completion: the handle completes when queued, the consumer orders") {
+  // KOLO_ASYNC_COMPLETION=1: kolo_handle_wait returns while the producer's stream (and so the
+  // op queued behind it) is still busy; kolo_handle_stream_wait orders the consumer's stream
+  // after the op without blocking the host; the values read on that stream are the result.
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  REQUIRE(setenv("KOLO_ASYNC_COMPLETION", "1", 1) == 0);
+  REQUIRE(kolo_init() == KOLO_OK);
+  REQUIRE(unsetenv("KOLO_ASYNC_COMPLETION") == 0);
+  cudaStream_t producer, consumer;
+  REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess);
+  const size_t busyCount = 64 << 20;
+  DeviceArray<float> busy(busyCount);
+  REQUIRE(cudaMemset(busy.get(), 0, busyCount * sizeof(float)) == cudaSuccess);
+  std::vector<float> values(4096);
+  std::iota(values.begin(), values.end(), 1.f);
+  DeviceArray<float> a(values), b(values);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  for (int i = 0; i < 400; ++i) {
+    REQUIRE(cuda::scale(busy.get(), busyCount, DataType::kFloat32, 1.5, producer) == cudaSuccess);
+  }
+  const int64_t shape[1] = {4096};
+  kolo_tensor_t ta{a.get(), KOLO_FLOAT32, 1, shape, 0, producer};
+  kolo_tensor_t tb{b.get(), KOLO_FLOAT32, 1, shape, 0, producer};
+  kolo_handle_t ha = 0, hb = 0;  // two ops: the fused path through the device fusion buffer
+  REQUIRE(kolo_allreduce_async("async/a", &ta, nullptr, KOLO_SUM, 2.0, 1.0, 0, nullptr, nullptr,
+                               &ha) == KOLO_OK);
+  REQUIRE(kolo_allreduce_async("async/b", &tb, nullptr, KOLO_SUM, 3.0, 1.0, 0, nullptr, nullptr,
+                               &hb) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(ha, 60.0) == KOLO_OK);
+  REQUIRE(kolo_handle_wait(hb, 60.0) == KOLO_OK);
+  void* event = nullptr;
+  REQUIRE(kolo_handle_cuda_event(ha, &event) == KOLO_OK);
+  REQUIRE(event != nullptr);
+  // The producer's 400 passes over 256 MiB take far longer than the host took to get here.
+  CHECK(cudaEventQuery(static_cast<cudaEvent_t>(event)) == cudaErrorNotReady);
+  REQUIRE(kolo_handle_stream_wait(ha, consumer) == KOLO_OK);
+  REQUIRE(kolo_handle_stream_wait(hb, consumer) == KOLO_OK);
+  std::vector<float> gotA(values.size()), gotB(values.size());
+  REQUIRE(cudaMemcpyAsync(gotA.data(), a.get(), values.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, consumer) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(gotB.data(), b.get(), values.size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, consumer) == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(consumer) == cudaSuccess);
+  for (size_t i = 0; i < values.size(); ++i) {
+    REQUIRE(gotA[i] == 2.f * values[i]);
+    REQUIRE(gotB[i] == 3.f * values[i]);
+  }
+  REQUIRE(kolo_handle_release(ha) == KOLO_OK);
+  REQUIRE(kolo_handle_release(hb) == KOLO_OK);
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+  cudaStreamDestroy(consumer);
+  cudaStreamDestroy(producer);
 }
 
 TEST_CASE("device tensors that cannot be used are rejected at submission") {

@@ -39,6 +39,15 @@ TEST_CASE("config reads KOLO_ and HOROVOD_ names and rejects bad values") {
   CHECK(c.fusionThresholdBytes == 1024);
   CHECK(c.cycleTimeMs == 2.5);
   CHECK(c.algorithms.allreduce == ops::Algorithm::kRing);
+  CHECK_FALSE(c.asyncCompletion);
+
+  // Horovod's name for asynchronous completion of GPU ops; KOLO_ wins when both are set.
+  env["HOROVOD_ENABLE_ASYNC_COMPLETION"] = "1";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.asyncCompletion);
+  env["KOLO_ASYNC_COMPLETION"] = "off";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK_FALSE(c.asyncCompletion);
 
   env["KOLO_CACHE_CAPACITY"] = "lots";
   Status s = Config::fromEnvironment(&c, get);

@@ -66,6 +66,7 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   Status reserve(size_t bytes, void** out);
+  size_t capacity() const { return capacity_; }
 
  private:
   void* data_ = nullptr;

@@ -14,7 +14,7 @@
 //    device memory) or owned by the handle (cudaMalloc, freed with the handle).
 //  - reducescatter: the input is read-only, so a staged copy is prescaled and reduced.
 // Every path ends in finish(): one completion event for the batch, handed to each handle and
-// waited for before returning.
+// waited for before returning (or, with asynchronous completion, watched by poll()).
 #include <numeric>
 
 #include "core/handle.h"
@@ -71,7 +71,7 @@ Status NcclExecutor::runAllreduce(const ops::ExecContext& ctx, SetState& st, con
     KOLO_RETURN_IF_ERROR(copies(t, {{e.input.data, buf, total * elem}}));
   } else {
     void* p = nullptr;
-    Status s = fusion_.reserve(padded * elem, &p);
+    Status s = fusionBuffer(padded * elem, &p);
     if (!s.isOk()) return s;
     buf = static_cast<char*>(p);
     std::vector<cuda::CopyDesc> in;
@@ -119,7 +119,7 @@ Status NcclExecutor::runHierarchical(const ops::ExecContext& ctx, SetState& st, 
       buf, mine, std::vector<size_t>(static_cast<size_t>(parts), shard), dtype, op));
   if (st.cross != nullptr && st.cross->size() > 1 && shard > 0) {
     void* host = nullptr;
-    KOLO_RETURN_IF_ERROR(staging_.reserve(shard * elem, &host));
+    KOLO_RETURN_IF_ERROR(stagingBuffer(shard * elem, &host));
     Status s = cuda::check(
         cudaMemcpyAsync(host, mine, shard * elem, cudaMemcpyDeviceToHost, local.stream()),
         "cudaMemcpyAsync (shard to host)", local.device());
@@ -169,7 +169,7 @@ Status NcclExecutor::runAllgather(const ops::ExecContext& ctx, SetState& st, con
   }
   const size_t total = std::accumulate(blockBytes.begin(), blockBytes.end(), size_t{0});
   void* p = nullptr;
-  KOLO_RETURN_IF_ERROR(fusion_.reserve(total, &p));
+  KOLO_RETURN_IF_ERROR(fusionBuffer(total, &p));
   char* buf = static_cast<char*>(p);
   std::vector<size_t> blockOffset(static_cast<size_t>(n), 0);
   for (int k = 1; k < n; ++k) blockOffset[k] = blockOffset[k - 1] + blockBytes[k - 1];
@@ -246,7 +246,7 @@ Status NcclExecutor::runReducescatter(const ops::ExecContext& ctx, SetState& st,
   void* out = nullptr;
   KOLO_RETURN_IF_ERROR(allocateOutput(e, t.device(), shape, counts[me] * elem, &out));
   void* staged = nullptr;
-  KOLO_RETURN_IF_ERROR(fusion_.reserve(total * elem, &staged));
+  KOLO_RETURN_IF_ERROR(fusionBuffer(total * elem, &staged));
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));
   KOLO_RETURN_IF_ERROR(copies(t, {{e.input.data, staged, total * elem}}));
   KOLO_RETURN_IF_ERROR(scale(t, staged, total, r.dtype, r.prescale));

@@ -51,6 +51,12 @@ class Activity {
 
 bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
 
+Status cudaStreamWaitFor(void* event, void* stream) {
+  return cuda::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                         static_cast<cudaEvent_t>(event), 0),
+                     "cudaStreamWaitEvent (consumer stream after kolo's completion event)", -1);
+}
+
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
                           std::unique_ptr<ops::DeviceExecutor>* out) {
   *out = std::make_unique<NcclExecutor>(cfg, std::move(store));
@@ -72,6 +78,7 @@ NcclExecutor::~NcclExecutor() {
   const auto limit =
       std::min<std::chrono::milliseconds>(millis(cfg_.timeoutSeconds), std::chrono::seconds(10));
   bool peersGone = false;
+  inFlight_.clear();  // closing a communicator finishes or aborts its work
   for (auto& entry : sets_) {
     for (NcclTransport* t : {entry.second.local.get(), entry.second.all.get()}) {
       if (t == nullptr) continue;
@@ -242,6 +249,14 @@ Status NcclExecutor::setUp(const ProcessSet& set, int device, SetState* st) {
 // ---- batch plumbing ----------------------------------------------------------------------------
 
 Status NcclExecutor::waitReady(NcclTransport& t, const Entries& es) {
+  if (lastDone_) {  // asynchronous completion: after the previous batch, on whichever stream
+    Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(lastDone_), 0),
+                           "cudaStreamWaitEvent (previous batch)", t.device());
+    if (!s.isOk()) {
+      t.abort(s);
+      return s;
+    }
+  }
   for (TensorEntry* e : es) {
     if (e == nullptr || !e->readyEvent) continue;
     Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(e->readyEvent), 0),
@@ -268,7 +283,61 @@ Status NcclExecutor::finish(NcclTransport& t, const Entries& es) {
   for (TensorEntry* e : es) {
     if (e != nullptr) e->handle->completionEvent = done;
   }
-  return t.waitEvent(cuda::eventOf(done), t.deadlineFromNow());
+  if (!cfg_.asyncCompletion) return t.waitEvent(cuda::eventOf(done), t.deadlineFromNow());
+
+  // Asynchronous completion: the handles complete now. An owned output freed with its handle
+  // first waits for the work writing it (cudaFree must not race a kernel still using it).
+  for (TensorEntry* e : es) {
+    if (e == nullptr || !e->handle->ownedDeviceOutput) continue;
+    std::shared_ptr<void> mem = std::move(e->handle->ownedDeviceOutput);
+    void* p = mem.get();
+    e->handle->ownedDeviceOutput =
+        std::shared_ptr<void>(p, [mem = std::move(mem), done](void*) mutable {
+          (void)cudaEventSynchronize(cuda::eventOf(done));
+          mem.reset();
+        });
+  }
+  inFlight_.push_back(InFlight{done, &t, t.deadlineFromNow()});
+  lastDone_ = std::move(done);
+  return poll();  // a failure already visible fails this batch too
+}
+
+Status NcclExecutor::poll() {
+  size_t kept = 0;
+  for (size_t i = 0; i < inFlight_.size(); ++i) {
+    InFlight& f = inFlight_[i];
+    bool done = false;
+    Status s = f.transport->queryEvent(cuda::eventOf(f.event), f.deadline, &done);
+    if (!s.isOk()) {
+      inFlight_.clear();
+      return s;
+    }
+    if (!done) inFlight_[kept++] = std::move(f);
+  }
+  inFlight_.resize(kept);
+  return Status::ok();
+}
+
+Status NcclExecutor::drain() {
+  for (InFlight& f : inFlight_) {
+    Status s = f.transport->waitEvent(cuda::eventOf(f.event), f.deadline);
+    if (!s.isOk()) {
+      inFlight_.clear();
+      return s;
+    }
+  }
+  inFlight_.clear();
+  return Status::ok();
+}
+
+Status NcclExecutor::fusionBuffer(size_t bytes, void** out) {
+  if (bytes > fusion_.capacity()) KOLO_RETURN_IF_ERROR(drain());
+  return fusion_.reserve(bytes, out);
+}
+
+Status NcclExecutor::stagingBuffer(size_t bytes, void** out) {
+  if (bytes > staging_.capacity()) KOLO_RETURN_IF_ERROR(drain());
+  return staging_.reserve(bytes, out);
 }
 
 Status NcclExecutor::allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape,

@@ -21,4 +21,8 @@ Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
 // Whether a CUDA device is visible; *why (optional) says why not.
 bool cudaDeviceVisible(std::string* why = nullptr);
 
+// cudaStreamWaitEvent(stream, event): `stream` (a cudaStream_t, null = the default stream) runs
+// its later work after `event` (a cudaEvent_t) completed. The host does not block.
+Status cudaStreamWaitFor(void* event, void* stream);
+
 }  // namespace kolo

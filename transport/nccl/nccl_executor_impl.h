@@ -22,6 +22,15 @@
 //    shard across hosts over the CPU transport (through pinned host memory), allgather inside
 //    the host (NCCL). Used for set 0 and every other set whose hosts hold equal member counts;
 //    other sets, and int16/uint16/bool, take the flat NCCL allreduce.
+//  - Asynchronous completion (KOLO_ASYNC_COMPLETION=1, Horovod's HOROVOD_ENABLE_ASYNC_COMPLETION):
+//    finish() records the completion event and returns at once; the handles complete while the
+//    device work may still run, and the consumer orders its stream after the event
+//    (kolo_handle_stream_wait; kolo.torch does it in synchronize()). The batch stays in
+//    inFlight_, which poll() checks between rounds against the transport deadline. Every batch
+//    waits (on the device) for the previous batch's event, whatever its stream, so the shared
+//    fusion buffer is never written by two streams at once; growing the fusion or staging
+//    buffer, or freeing a handle's owned output, first waits (on the host) for the work that
+//    may still use it.
 //  - Any failure of a communicator aborts it (ncclCommAbort) and is returned as a transport
 //    failure (kTimeout / kPeerLost / kIo), which aborts the runtime; a set whose setup failed
 //    keeps failing with that cause.
@@ -52,6 +61,7 @@ class NcclExecutor final : public ops::DeviceExecutor {
                  std::shared_ptr<void>* readyEvent) override;
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
                  const std::vector<TensorEntry*>& entries) override;
+  Status poll() override;
 
  private:
   struct SetState {
@@ -63,6 +73,11 @@ class NcclExecutor final : public ops::DeviceExecutor {
   };
   using Batch = std::vector<const Response*>;
   using Entries = std::vector<TensorEntry*>;
+  struct InFlight {  // asynchronous completion: a batch queued on the device, not seen done
+    std::shared_ptr<void> event;
+    NcclTransport* transport;  // owned by sets_, which lives as long as the executor
+    Deadline deadline;
+  };
 
   Status checkPointer(const TensorView& t, const char* what) const;
   Status executionDevice(int* device);
@@ -74,6 +89,11 @@ class NcclExecutor final : public ops::DeviceExecutor {
   // Batch plumbing (nccl_executor.cc).
   Status waitReady(NcclTransport& t, const Entries& es);
   Status finish(NcclTransport& t, const Entries& es);
+  // Host-waits for every batch in flight (before a buffer they may use is freed).
+  Status drain();
+  // fusion_.reserve / staging_.reserve, draining first when the buffer must grow.
+  Status fusionBuffer(size_t bytes, void** out);
+  Status stagingBuffer(size_t bytes, void** out);
   Status allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape, size_t bytes,
                         void** out);
   Status copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs);
@@ -104,6 +124,8 @@ class NcclExecutor final : public ops::DeviceExecutor {
   std::map<int32_t, SetState> sets_;
   cuda::DeviceBuffer fusion_;
   cuda::PinnedBuffer staging_;  // hierarchical: the shard on its way across hosts
+  std::vector<InFlight> inFlight_;  // asynchronous completion only
+  std::shared_ptr<void> lastDone_;  // asynchronous completion: the last batch's event
 };
 
 }  // namespace kolo

@@ -257,25 +257,35 @@ Status NcclTransport::settle(ncclResult_t r, const char* what, Deadline deadline
   }
 }
 
-Status NcclTransport::waitEvent(cudaEvent_t event, Deadline deadline) {
+Status NcclTransport::queryEvent(cudaEvent_t event, Deadline deadline, bool* done) {
+  *done = false;
   KOLO_RETURN_IF_ERROR(usable());
+  cudaError_t e = cudaEventQuery(event);
+  if (e == cudaSuccess) {
+    *done = true;
+    return Status::ok();
+  }
+  if (e != cudaErrorNotReady) return fail(cuda::check(e, describe() + ": device work failed"));
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
+  if (q != ncclSuccess) return fail(ncclError(q, "ncclCommGetAsyncError"));
+  if (state != ncclSuccess && state != ncclInProgress) {
+    return fail(ncclError(state, "an operation in flight"));
+  }
+  if (Clock::now() >= deadline) {
+    return fail(Status(ErrorCode::kTimeout,
+                       describe() + ": device work did not complete within " +
+                           seconds(timeout()) +
+                           "; a peer is lost or stuck (the communicator was aborted)"));
+  }
+  return Status::ok();
+}
+
+Status NcclTransport::waitEvent(cudaEvent_t event, Deadline deadline) {
   for (int spin = 0;; ++spin) {
-    cudaError_t e = cudaEventQuery(event);
-    if (e == cudaSuccess) return Status::ok();
-    if (e != cudaErrorNotReady) return fail(cuda::check(e, describe() + ": device work failed"));
-    KOLO_RETURN_IF_ERROR(usable());
-    ncclResult_t state = ncclSuccess;
-    ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
-    if (q != ncclSuccess) return fail(ncclError(q, "ncclCommGetAsyncError"));
-    if (state != ncclSuccess && state != ncclInProgress) {
-      return fail(ncclError(state, "an operation in flight"));
-    }
-    if (Clock::now() >= deadline) {
-      return fail(Status(ErrorCode::kTimeout,
-                         describe() + ": device work did not complete within " +
-                             seconds(timeout()) +
-                             "; a peer is lost or stuck (the communicator was aborted)"));
-    }
+    bool done = false;
+    KOLO_RETURN_IF_ERROR(queryEvent(event, deadline, &done));
+    if (done) return Status::ok();
     backoff(spin);
   }
 }

@@ -89,6 +89,10 @@ class NcclTransport final : public Transport {
                               DataType dtype, ReduceOp op);
   // Waits for `event` (recorded on any stream of this device), watching this communicator.
   Status waitEvent(cudaEvent_t event, Deadline deadline);
+  // One look at `event`, without blocking: *done once it completed; ok while it runs and the
+  // communicator is healthy; the failure (the communicator aborted) on a CUDA or NCCL error or
+  // once `deadline` passed.
+  Status queryEvent(cudaEvent_t event, Deadline deadline, bool* done);
   // Waits until everything enqueued on stream() so far has completed.
   Status synchronize(Deadline deadline);
   // The first failure (ok while healthy).
