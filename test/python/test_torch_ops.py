@@ -41,6 +41,41 @@ def test_allreduce_every_op(hvd, dtype):
     _exact(x, (base + r).to(dtype))  # the out-of-place op left its input alone
 
 
+def test_consumer_stream_ordering(hvd):
+    """synchronize() orders the consumer's stream after the op (kolo_handle_stream_wait): a
+    no-op for a host op; for a CUDA op, torch's current stream (here a side stream), which is
+    what makes KOLO_ASYNC_COMPLETION=1 safe. The CUDA part runs where each rank has a GPU."""
+    import ctypes
+
+    from kolo import _lib
+    from kolo.torch._adapter import TorchAdapter
+
+    n = hvd.size()
+    x = torch.ones(3)
+    d = TorchAdapter.describe(x, "x")
+    h = _lib.Handle(0)
+    assert _lib.lib.kolo_allreduce_async(b"stream_wait/host", ctypes.byref(d), None, _lib.C_SUM,
+                                         1.0, 1.0, 0, _lib.NO_CALLBACK, None,
+                                         ctypes.byref(h)) == _lib.OK
+    assert _lib.lib.kolo_handle_wait(h, 60.0) == _lib.OK
+    assert _lib.lib.kolo_handle_stream_wait(h, None) == _lib.OK
+    TorchAdapter.consume([h.value], x)
+    assert _lib.lib.kolo_handle_release(h) == _lib.OK
+    assert x.tolist() == [float(n)] * 3
+
+    if not (hvd.nccl_built() and torch.cuda.is_available()
+            and torch.cuda.device_count() >= hvd.local_size()):
+        return
+    dev = torch.device("cuda", hvd.local_rank())
+    side = torch.cuda.Stream(dev)
+    with torch.cuda.device(dev), torch.cuda.stream(side):
+        y = torch.full((1 << 20,), float(hvd.rank() + 1), device=dev)
+        out = hvd.allreduce(y, op=hvd.Sum)
+        total = out.sum()  # queued on the side stream, after the op
+    side.synchronize()
+    assert total.item() == float(n * (n + 1) // 2) * (1 << 20)
+
+
 def test_allreduce_bool_and_scalar(hvd):
     n, r = hvd.size(), hvd.rank()
     b = torch.tensor([r == 0, True, False])

@@ -111,6 +111,7 @@ _SIGNATURES = {
     "kolo_handle_wait": (_int, [Handle, _dbl]),
     "kolo_handle_status": (_int, [Handle, _intp, ctypes.POINTER(_cp)]),
     "kolo_handle_output": (_int, [Handle, ctypes.POINTER(_vp), _i32p, _i64p]),
+    "kolo_handle_stream_wait": (_int, [Handle, _vp]),
     "kolo_handle_received_splits": (_int, [Handle, _i32p, _i32]),
     "kolo_handle_join_result": (_int, [Handle, _i32p]),
     "kolo_handle_release": (_int, [Handle]),

@@ -50,6 +50,18 @@ def _set_size(ps_id):
     return n.value
 
 
+def _start(A, label, submit, finish, keep, like):
+    """common.start, plus the consumer side of device ops: once the op completed, and before
+    finish reads or copies anything, A.consume orders the framework's current stream (of
+    like's device) after the op's device work. The host does not block on the device."""
+
+    def consumed(hs):
+        A.consume(hs, like)
+        return finish(hs)
+
+    return common.start(label, submit, consumed, keep)
+
+
 def _inplace_work(A, tensor, label):
     A.check_writable(tensor, label)
     return A.contiguous(tensor)
@@ -88,7 +100,8 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
         finish = lambda hs: _copy_back(A, tensor, work)  # noqa: E731
     else:
         finish = lambda hs: output  # noqa: E731
-    return common.start("allreduce %r" % full, submit, finish, (tensor, work, output, d_in, d_out))
+    return _start(A, "allreduce %r" % full, submit, finish,
+                  (tensor, work, output, d_in, d_out), work)
 
 
 def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
@@ -126,7 +139,7 @@ def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, post
         return [_copy_back(A, t, w) for t, w in zip(tensors, works)]
 
     keep = (tensors, works, outputs, d_in, d_out, c_in, c_out)
-    return common.start("grouped_allreduce %r" % full, submit, finish, keep)
+    return _start(A, "grouped_allreduce %r" % full, submit, finish, keep, works[0])
 
 
 def allgather_async(A, tensor, name, process_set):
@@ -144,7 +157,7 @@ def allgather_async(A, tensor, name, process_set):
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return common.start("allgather %r" % full, submit, finish, (tensor, work, d_in))
+    return _start(A, "allgather %r" % full, submit, finish, (tensor, work, d_in), work)
 
 
 def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
@@ -168,7 +181,7 @@ def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
     def finish(hs):
         return _copy_back(A, tensor, work) if inplace else result
 
-    return common.start("broadcast %r" % full, submit, finish, (tensor, work, d))
+    return _start(A, "broadcast %r" % full, submit, finish, (tensor, work, d), work)
 
 
 def alltoall_async(A, tensor, splits, name, process_set):
@@ -204,7 +217,8 @@ def alltoall_async(A, tensor, splits, name, process_set):
         common.raise_for_call(rc, "alltoall received splits")
         return out, A.int32_vector([received[i] for i in range(n)])
 
-    return common.start("alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits))
+    return _start(A, "alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits),
+                  work)
 
 
 def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -225,7 +239,7 @@ def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, 
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return common.start("reducescatter %r" % full, submit, finish, (tensor, work, d_in))
+    return _start(A, "reducescatter %r" % full, submit, finish, (tensor, work, d_in), work)
 
 
 def barrier(process_set=None):

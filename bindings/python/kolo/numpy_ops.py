@@ -59,6 +59,10 @@ class NumpyAdapter:
         return t
 
     @staticmethod
+    def consume(c_handles, like):
+        """Host arrays: the data is ready once the op completed."""
+
+    @staticmethod
     def contiguous(x):
         if not isinstance(x, np.ndarray):
             x = np.asarray(x)

@@ -77,6 +77,21 @@ class TorchAdapter:
         return t
 
     @staticmethod
+    def consume(c_handles, like):
+        """CUDA tensors: makes torch's current stream of like's device wait for the ops' device
+        work (kolo_handle_stream_wait on their completion events); the host does not block.
+        Needed with KOLO_ASYNC_COMPLETION (the handle completes when the work is queued); a
+        cheap no-op ordering otherwise. CPU tensors: nothing to do."""
+        if not isinstance(like, torch.Tensor) or like.device.type != "cuda":
+            return
+        stream = torch.cuda.current_stream(like.device).cuda_stream or None
+        for h in c_handles:
+            rc = _lib.lib.kolo_handle_stream_wait(h, stream)
+            if rc != _lib.OK:
+                raise RuntimeError("ordering torch's current stream on %s after kolo's op: %s"
+                                   % (like.device, _lib.last_error() or _lib.status_string(rc)))
+
+    @staticmethod
     def contiguous(x):
         if not isinstance(x, torch.Tensor):
             raise ValueError("expected a torch.Tensor; got %s" % type(x).__name__)
