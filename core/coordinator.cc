@@ -94,6 +94,12 @@ void Coordinator::finish(const Status& cause) {
   running_ = false;
   if (cause.code() == ErrorCode::kShutdown) {
     d_.log->debug("coordinator stopped: {}", cause.message());
+    Status late = d_.device != nullptr ? d_.device->drain() : Status::ok();
+    if (!late.isOk()) {
+      d_.log->error("device work queued before shutdown failed (its ops had completed: "
+                    "asynchronous completion): {}",
+                    late.toString());
+    }
   } else {
     d_.log->error("runtime aborted: {}", cause.toString());
     d_.global->abort(cause);

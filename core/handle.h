@@ -47,6 +47,7 @@ class HandleState {
   // Device ops: a cudaEvent_t recorded after the op's device work on the runtime's stream (a
   // consumer stream may wait on it); shared by the ops of one batch, null for host ops.
   std::shared_ptr<void> completionEvent;
+  int completionDevice = -1;  // the CUDA device of completionEvent
   std::shared_ptr<void> ownedDeviceOutput;  // device ops without allocator: cudaMalloc'ed output
 
  private:

@@ -55,6 +55,11 @@ class DeviceExecutor {
   // communicator is aborted; the coordinator aborts the runtime with that cause, so every later
   // op fails naming it).
   virtual Status poll() { return Status::ok(); }
+
+  // Coordinator side, when it stops: waits for the device work still in flight (each batch
+  // bounded by the transport timeout). A failure is returned (the coordinator logs it: the
+  // handles had completed already).
+  virtual Status drain() { return Status::ok(); }
 };
 
 }  // namespace kolo::ops

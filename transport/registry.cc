@@ -267,11 +267,12 @@ bool deviceTransportAvailable(std::string* why) {
 #endif
 }
 
-Status deviceStreamWait(void* event, void* stream) {
+Status deviceStreamWait(void* event, int device, void* stream) {
 #if KOLO_HAVE_NCCL
-  return cudaStreamWaitFor(event, stream);
+  return cudaStreamWaitFor(event, device, stream);
 #else
   (void)event;
+  (void)device;
   (void)stream;
   return Status(ErrorCode::kUnsupported, "kolo was built without CUDA/NCCL");
 #endif

@@ -380,7 +380,7 @@ int kolo_handle_stream_wait(kolo_handle_t h, void* stream) {
   if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
   void* event = rec->state->completionEvent.get();
   if (event == nullptr) return KOLO_OK;  // a host op: nothing runs on a device
-  Status s = kolo::deviceStreamWait(event, stream);
+  Status s = kolo::deviceStreamWait(event, rec->state->completionDevice, stream);
   return s.isOk() ? KOLO_OK : fail(s);
 }
 

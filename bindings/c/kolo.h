@@ -206,7 +206,7 @@ KOLO_API int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int
  * order its stream after the event (kolo_handle_stream_wait) before it reads the output or
  * writes the input. A device failure found later aborts the runtime: later ops fail with it. */
 KOLO_API int kolo_handle_cuda_event(kolo_handle_t h, void** event);
-/* Makes `stream` (a cudaStream_t; NULL = the default stream) wait, on the device, for the op's
+/* Makes `stream` (a cudaStream_t; NULL = the default stream of the op's device) wait for the op's
  * device work: cudaStreamWaitEvent on the completion event above. The host does not block. A
  * no-op for host ops. The handle must be done (else KOLO_ERR_INVALID_ARGUMENT); KOLO_ERR_IO
  * with CUDA's message if CUDA refuses. */

@@ -1,5 +1,8 @@
 #include "transport/nccl/cuda_util.h"
 
+#include <algorithm>
+#include <iterator>
+
 namespace kolo::cuda {
 
 Status check(cudaError_t e, const std::string& what, int device) {
@@ -99,6 +102,25 @@ Status makeEvent(int device, std::shared_ptr<void>* out) {
   *out = std::shared_ptr<void>(
       ev, [](void* p) { (void)cudaEventDestroy(static_cast<cudaEvent_t>(p)); });
   return Status::ok();
+}
+
+void DeferredFrees::add(std::shared_ptr<void> mem, std::shared_ptr<void> event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  items_.emplace_back(std::move(mem), std::move(event));
+}
+
+void DeferredFrees::reclaim() {
+  std::vector<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto running = [](const auto& item) {
+      return cudaEventQuery(eventOf(item.second)) == cudaErrorNotReady;
+    };
+    auto split = std::stable_partition(items_.begin(), items_.end(), running);
+    ready.assign(std::make_move_iterator(split), std::make_move_iterator(items_.end()));
+    items_.erase(split, items_.end());
+  }
+  // `ready` goes out of scope here: cudaFree runs outside the lock.
 }
 
 Status allocateShared(int device, size_t bytes, std::shared_ptr<void>* out) {

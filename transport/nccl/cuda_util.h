@@ -10,7 +10,10 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -79,6 +82,19 @@ Status makeEvent(int device, std::shared_ptr<void>* out);
 inline cudaEvent_t eventOf(const std::shared_ptr<void>& e) {
   return static_cast<cudaEvent_t>(e.get());
 }
+
+// Device memory waiting for device work that may still use it: add() takes the memory and the
+// event of that work from any thread; reclaim() releases (so frees) the memory whose event
+// completed, never blocking. What is left when it is destroyed is released then.
+class DeferredFrees {
+ public:
+  void add(std::shared_ptr<void> mem, std::shared_ptr<void> event);
+  void reclaim();
+
+ private:
+  std::mutex mu_;
+  std::vector<std::pair<std::shared_ptr<void>, std::shared_ptr<void>>> items_;  // mem, event
+};
 
 // cudaMalloc'ed memory owned by a shared_ptr (handle-owned outputs of device ops).
 Status allocateShared(int device, size_t bytes, std::shared_ptr<void>* out);

@@ -12,6 +12,7 @@
 #include "core/handle.h"
 #include "ops/device_plan.h"
 #include "timeline/timeline.h"
+#include "transport/poll_support.h"
 #include "transport/nccl/cuda_kernels.h"
 #include "transport/nccl/nccl_executor_impl.h"
 
@@ -51,10 +52,15 @@ class Activity {
 
 bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
 
-Status cudaStreamWaitFor(void* event, void* stream) {
-  return cuda::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                         static_cast<cudaEvent_t>(event), 0),
-                     "cudaStreamWaitEvent (consumer stream after kolo's completion event)", -1);
+Status cudaStreamWaitFor(void* event, int device, void* stream) {
+  KOLO_REQUIRE(device >= 0, kInternal, "a completion event without its device");
+  cuda::DeviceGuard g(device);  // a null stream means the default stream of the current device
+  KOLO_RETURN_IF_ERROR(g.status());
+  cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
+                                      static_cast<cudaEvent_t>(event), 0);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
+  return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
+                     device);
 }
 
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
@@ -281,20 +287,25 @@ Status NcclExecutor::finish(NcclTransport& t, const Entries& es) {
     return s;
   }
   for (TensorEntry* e : es) {
-    if (e != nullptr) e->handle->completionEvent = done;
+    if (e == nullptr) continue;
+    e->handle->completionEvent = done;
+    e->handle->completionDevice = t.device();
   }
   if (!cfg_.asyncCompletion) return t.waitEvent(cuda::eventOf(done), t.deadlineFromNow());
 
-  // Asynchronous completion: the handles complete now. An owned output freed with its handle
-  // first waits for the work writing it (cudaFree must not race a kernel still using it).
+  // Asynchronous completion: the handles complete now. An owned output released while the work
+  // writing it may still run is not freed then (cudaFree would wait for the device, on whatever
+  // thread released it): it goes to frees_, which poll() empties as the work completes. Once
+  // the executor is gone its communicators are closed, so the work has ended.
+  std::weak_ptr<cuda::DeferredFrees> frees = frees_;
   for (TensorEntry* e : es) {
     if (e == nullptr || !e->handle->ownedDeviceOutput) continue;
     std::shared_ptr<void> mem = std::move(e->handle->ownedDeviceOutput);
     void* p = mem.get();
     e->handle->ownedDeviceOutput =
-        std::shared_ptr<void>(p, [mem = std::move(mem), done](void*) mutable {
-          (void)cudaEventSynchronize(cuda::eventOf(done));
-          mem.reset();
+        std::shared_ptr<void>(p, [mem = std::move(mem), done, frees](void*) mutable {
+          if (cudaEventQuery(cuda::eventOf(done)) != cudaErrorNotReady) return;  // free now
+          if (auto f = frees.lock()) f->add(std::move(mem), std::move(done));
         });
   }
   inFlight_.push_back(InFlight{done, &t, t.deadlineFromNow()});
@@ -302,31 +313,52 @@ Status NcclExecutor::finish(NcclTransport& t, const Entries& es) {
   return poll();  // a failure already visible fails this batch too
 }
 
+// Batches run one after the other (each waits for lastDone_), so only the oldest one in flight
+// is running; the others wait for it. Its deadline counts from when it could start: when it
+// was queued, or when poll() saw the one before it complete.
 Status NcclExecutor::poll() {
+  frees_->reclaim();
   size_t kept = 0;
+  bool headAdvanced = false;
   for (size_t i = 0; i < inFlight_.size(); ++i) {
     InFlight& f = inFlight_[i];
+    const bool head = kept == 0;
+    if (head && headAdvanced) f.deadline = std::max(f.deadline, f.transport->deadlineFromNow());
     bool done = false;
-    Status s = f.transport->queryEvent(cuda::eventOf(f.event), f.deadline, &done);
-    if (!s.isOk()) {
-      inFlight_.clear();
-      return s;
+    Status s = f.transport->queryEvent(cuda::eventOf(f.event), head ? f.deadline : Deadline::max(),
+                                       &done);
+    if (!s.isOk()) return failInFlight(s);
+    if (done) {
+      headAdvanced = headAdvanced || head;
+      continue;
     }
-    if (!done) inFlight_[kept++] = std::move(f);
+    if (i != kept) inFlight_[kept] = std::move(f);
+    ++kept;
   }
   inFlight_.resize(kept);
   return Status::ok();
 }
 
-Status NcclExecutor::drain() {
-  for (InFlight& f : inFlight_) {
-    Status s = f.transport->waitEvent(cuda::eventOf(f.event), f.deadline);
-    if (!s.isOk()) {
-      inFlight_.clear();
-      return s;
+Status NcclExecutor::failInFlight(const Status& cause) {
+  // Every communicator stops now: work of other sets queued behind the failed batch would
+  // otherwise spin in its kernels (and keep consumer streams waiting) until shutdown.
+  for (auto& entry : sets_) {
+    for (NcclTransport* t : {entry.second.local.get(), entry.second.all.get()}) {
+      if (t != nullptr) t->abortNow(cause);
     }
   }
   inFlight_.clear();
+  lastDone_.reset();
+  return cause;
+}
+
+Status NcclExecutor::drain() {
+  Backoff backoff;
+  while (!inFlight_.empty()) {
+    KOLO_RETURN_IF_ERROR(poll());
+    if (!inFlight_.empty()) backoff.pause();
+  }
+  frees_->reclaim();
   return Status::ok();
 }
 

@@ -21,8 +21,9 @@ Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
 // Whether a CUDA device is visible; *why (optional) says why not.
 bool cudaDeviceVisible(std::string* why = nullptr);
 
-// cudaStreamWaitEvent(stream, event): `stream` (a cudaStream_t, null = the default stream) runs
-// its later work after `event` (a cudaEvent_t) completed. The host does not block.
-Status cudaStreamWaitFor(void* event, void* stream);
+// cudaStreamWaitEvent(stream, event): `stream` (a cudaStream_t; null = the default stream of
+// `device`, the event's device) runs its later work after `event` (a cudaEvent_t) completed.
+// The host does not block.
+Status cudaStreamWaitFor(void* event, int device, void* stream);
 
 }  // namespace kolo

@@ -26,11 +26,13 @@
 //    finish() records the completion event and returns at once; the handles complete while the
 //    device work may still run, and the consumer orders its stream after the event
 //    (kolo_handle_stream_wait; kolo.torch does it in synchronize()). The batch stays in
-//    inFlight_, which poll() checks between rounds against the transport deadline. Every batch
-//    waits (on the device) for the previous batch's event, whatever its stream, so the shared
-//    fusion buffer is never written by two streams at once; growing the fusion or staging
-//    buffer, or freeing a handle's owned output, first waits (on the host) for the work that
-//    may still use it.
+//    inFlight_, which poll() checks between rounds: the oldest batch against the transport
+//    deadline counted from when it could start; a failure aborts every communicator. Every
+//    batch waits (on the device) for the previous batch's event, whatever its stream, so the
+//    shared fusion buffer is never written by two streams at once; growing the fusion or
+//    staging buffer first waits (on the host) for the work in flight, and a handle's owned
+//    output released early is freed by poll() once its batch completed (frees_). At shutdown
+//    the coordinator drains what is in flight, so a late failure is logged, not lost.
 //  - Any failure of a communicator aborts it (ncclCommAbort) and is returned as a transport
 //    failure (kTimeout / kPeerLost / kIo), which aborts the runtime; a set whose setup failed
 //    keeps failing with that cause.
@@ -62,6 +64,7 @@ class NcclExecutor final : public ops::DeviceExecutor {
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
                  const std::vector<TensorEntry*>& entries) override;
   Status poll() override;
+  Status drain() override;
 
  private:
   struct SetState {
@@ -89,8 +92,8 @@ class NcclExecutor final : public ops::DeviceExecutor {
   // Batch plumbing (nccl_executor.cc).
   Status waitReady(NcclTransport& t, const Entries& es);
   Status finish(NcclTransport& t, const Entries& es);
-  // Host-waits for every batch in flight (before a buffer they may use is freed).
-  Status drain();
+  // A batch in flight failed: aborts every communicator, forgets the batches, returns cause.
+  Status failInFlight(const Status& cause);
   // fusion_.reserve / staging_.reserve, draining first when the buffer must grow.
   Status fusionBuffer(size_t bytes, void** out);
   Status stagingBuffer(size_t bytes, void** out);
@@ -126,6 +129,9 @@ class NcclExecutor final : public ops::DeviceExecutor {
   cuda::PinnedBuffer staging_;  // hierarchical: the shard on its way across hosts
   std::vector<InFlight> inFlight_;  // asynchronous completion only
   std::shared_ptr<void> lastDone_;  // asynchronous completion: the last batch's event
+  // Owned outputs released while their batch ran (asynchronous completion); the handles'
+  // deleters hold it weakly and may run on any thread.
+  std::shared_ptr<cuda::DeferredFrees> frees_ = std::make_shared<cuda::DeferredFrees>();
 };
 
 }  // namespace kolo

@@ -200,6 +200,11 @@ void NcclTransport::abort(const Status& cause) {
   abortRequested_ = true;
 }
 
+void NcclTransport::abortNow(const Status& cause) {
+  abort(cause);
+  (void)usable();
+}
+
 Status NcclTransport::fail(const Status& cause) {
   bool doAbort = false;
   Status first;

@@ -71,6 +71,9 @@ class NcclTransport final : public Transport {
   Status split(const std::vector<int>& ranks, int32_t setId,
                std::unique_ptr<Transport>* out) override;
   void abort(const Status& cause) override;
+  // abort() and, on the thread that uses the communicator, ncclCommAbort at once (its kernels
+  // stop instead of spinning until the next use).
+  void abortNow(const Status& cause);
 
   // ---- asynchronous API (the device executor) ----------------------------------------------
   int device() const { return device_; }
