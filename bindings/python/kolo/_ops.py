@@ -53,10 +53,12 @@ def _set_size(ps_id):
 def _start(A, label, submit, finish, keep, like):
     """common.start, plus the consumer side of device ops: once the op completed, and before
     finish reads or copies anything, A.consume orders the framework's current stream (of
-    like's device) after the op's device work. The host does not block on the device."""
+    like's device) after the op's device work, and marks the arrays in `keep` as used on that
+    stream (their memory is not reused before it passes this point). The host does not block
+    on the device."""
 
     def consumed(hs):
-        A.consume(hs, like)
+        A.consume(hs, like, keep)
         return finish(hs)
 
     return common.start(label, submit, consumed, keep)
