@@ -5,7 +5,9 @@
 //  - kMin/kMax: a NaN in either input gives NaN (NaN propagates, as in torch). kProduct
 //    multiplies. Integer arithmetic wraps modulo 2^bits.
 //  - bool: sum/max = logical OR, min/product = logical AND; kBitAnd = bitwise AND (ints, bool).
-//  - float16/bfloat16 are converted to float, combined, and rounded back to nearest-even.
+//  - float16/bfloat16 are converted to float, combined, and rounded back to nearest-even. fp16
+//    uses the CPU's F16C conversions where it has them (with AVX2), bitwise the same results;
+//    KOLO_DISABLE_F16C=1 in the environment keeps the portable path (for tests and comparison).
 //  - Scaling: floats multiply in their own precision (fp16/bf16 via float); integers multiply in
 //    double and round to nearest (ties away from zero), saturating at the type's range. bool is
 //    unchanged by scaling.
