@@ -18,15 +18,13 @@
 #include <string>
 
 #include "core/config.h"
+#include "test/fuzz/fuzz_util.h"
 
 namespace {
 
 using Env = std::map<std::string, std::string>;
 
-void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_config: %s\n", what.c_str());
-  std::abort();
-}
+using fuzz::fail;
 
 Env parseLines(const std::string& text) {
   Env env;

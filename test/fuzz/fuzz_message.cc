@@ -14,13 +14,11 @@
 #include <vector>
 
 #include "core/message.h"
+#include "test/fuzz/fuzz_util.h"
 
 namespace {
 
-void fail(const char* what) {
-  std::fprintf(stderr, "fuzz_message: %s\n", what);
-  std::abort();
-}
+using fuzz::fail;
 
 bool sameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/store.h"
+#include "test/fuzz/fuzz_util.h"
 
 namespace {
 
@@ -35,16 +36,8 @@ using Bytes = std::vector<uint8_t>;
 using kolo::ErrorCode;
 using std::chrono::milliseconds;
 
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "fuzz_store_client: %s\n", what.c_str());
-  std::abort();
-}
-
-uint64_t le(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
+using fuzz::fail;
+using fuzz::le;
 
 // What one store call should return.
 struct Outcome {
