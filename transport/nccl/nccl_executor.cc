@@ -255,22 +255,18 @@ Status NcclExecutor::setUp(const ProcessSet& set, int device, SetState* st) {
 // ---- batch plumbing ----------------------------------------------------------------------------
 
 Status NcclExecutor::waitReady(NcclTransport& t, const Entries& es) {
+  auto after = [&t](const std::shared_ptr<void>& event, const char* what) {
+    Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(event), 0), what,
+                           t.device());
+    if (!s.isOk()) t.abort(s);
+    return s;
+  };
   if (lastDone_) {  // asynchronous completion: after the previous batch, on whichever stream
-    Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(lastDone_), 0),
-                           "cudaStreamWaitEvent (previous batch)", t.device());
-    if (!s.isOk()) {
-      t.abort(s);
-      return s;
-    }
+    KOLO_RETURN_IF_ERROR(after(lastDone_, "cudaStreamWaitEvent (previous batch)"));
   }
   for (TensorEntry* e : es) {
     if (e == nullptr || !e->readyEvent) continue;
-    Status s = cuda::check(cudaStreamWaitEvent(t.stream(), cuda::eventOf(e->readyEvent), 0),
-                           "cudaStreamWaitEvent (producer's ready event)", t.device());
-    if (!s.isOk()) {
-      t.abort(s);
-      return s;
-    }
+    KOLO_RETURN_IF_ERROR(after(e->readyEvent, "cudaStreamWaitEvent (producer's ready event)"));
   }
   return Status::ok();
 }
