@@ -59,7 +59,7 @@ def test_consumer_stream_ordering(hvd):
                                          ctypes.byref(h)) == _lib.OK
     assert _lib.lib.kolo_handle_wait(h, 60.0) == _lib.OK
     assert _lib.lib.kolo_handle_stream_wait(h, None) == _lib.OK
-    TorchAdapter.consume([h.value], x, (x,))
+    TorchAdapter.consume([h.value], (x, d))
     assert _lib.lib.kolo_handle_release(h) == _lib.OK
     assert x.tolist() == [float(n)] * 3
 

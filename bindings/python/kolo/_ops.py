@@ -50,15 +50,15 @@ def _set_size(ps_id):
     return n.value
 
 
-def _start(A, label, submit, finish, keep, like):
+def _start(A, label, submit, finish, keep):
     """common.start, plus the consumer side of device ops: once the op completed, and before
-    finish reads or copies anything, A.consume orders the framework's current stream (of
-    like's device) after the op's device work, and marks the arrays in `keep` as used on that
+    finish reads or copies anything, A.consume orders the framework's current stream (of the
+    op's device) after the op's device work, and marks the arrays in `keep` as used on that
     stream (their memory is not reused before it passes this point). The host does not block
     on the device."""
 
     def consumed(hs):
-        A.consume(hs, like, keep)
+        A.consume(hs, keep)
         return finish(hs)
 
     return common.start(label, submit, consumed, keep)
@@ -102,8 +102,7 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
         finish = lambda hs: _copy_back(A, tensor, work)  # noqa: E731
     else:
         finish = lambda hs: output  # noqa: E731
-    return _start(A, "allreduce %r" % full, submit, finish,
-                  (tensor, work, output, d_in, d_out), work)
+    return _start(A, "allreduce %r" % full, submit, finish, (tensor, work, output, d_in, d_out))
 
 
 def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
@@ -141,7 +140,7 @@ def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, post
         return [_copy_back(A, t, w) for t, w in zip(tensors, works)]
 
     keep = (tensors, works, outputs, d_in, d_out, c_in, c_out)
-    return _start(A, "grouped_allreduce %r" % full, submit, finish, keep, works[0])
+    return _start(A, "grouped_allreduce %r" % full, submit, finish, keep)
 
 
 def allgather_async(A, tensor, name, process_set):
@@ -159,7 +158,7 @@ def allgather_async(A, tensor, name, process_set):
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return _start(A, "allgather %r" % full, submit, finish, (tensor, work, d_in), work)
+    return _start(A, "allgather %r" % full, submit, finish, (tensor, work, d_in))
 
 
 def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
@@ -183,7 +182,7 @@ def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
     def finish(hs):
         return _copy_back(A, tensor, work) if inplace else result
 
-    return _start(A, "broadcast %r" % full, submit, finish, (tensor, work, d), work)
+    return _start(A, "broadcast %r" % full, submit, finish, (tensor, work, d))
 
 
 def alltoall_async(A, tensor, splits, name, process_set):
@@ -219,8 +218,7 @@ def alltoall_async(A, tensor, splits, name, process_set):
         common.raise_for_call(rc, "alltoall received splits")
         return out, A.int32_vector([received[i] for i in range(n)])
 
-    return _start(A, "alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits),
-                  work)
+    return _start(A, "alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits))
 
 
 def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
@@ -241,7 +239,7 @@ def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, 
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return _start(A, "reducescatter %r" % full, submit, finish, (tensor, work, d_in), work)
+    return _start(A, "reducescatter %r" % full, submit, finish, (tensor, work, d_in))
 
 
 def barrier(process_set=None):

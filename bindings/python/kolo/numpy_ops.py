@@ -59,7 +59,7 @@ class NumpyAdapter:
         return t
 
     @staticmethod
-    def consume(c_handles, like, keep):
+    def consume(c_handles, keep):
         """Host arrays: the data is ready once the op completed."""
 
     @staticmethod

@@ -11,7 +11,7 @@ import operator
 
 import torch
 
-from kolo import _lib
+from kolo import _lib, common
 
 _DTYPES = {
     torch.uint8: _lib.UINT8,
@@ -77,26 +77,27 @@ class TorchAdapter:
         return t
 
     @staticmethod
-    def consume(c_handles, like, keep):
-        """CUDA tensors: makes torch's current stream of like's device wait for the ops' device
-        work (kolo_handle_stream_wait on their completion events); the host does not block.
-        Needed with KOLO_ASYNC_COMPLETION (the handle completes when the work is queued); a
-        cheap no-op ordering otherwise. The CUDA tensors in `keep` (inputs, staging copies,
-        outputs) are recorded on that stream, so torch's caching allocator does not hand their
-        memory out again, on the stream they were made on, before kolo's work is done. CPU
-        tensors: nothing to do."""
-        if not isinstance(like, torch.Tensor) or like.device.type != "cuda":
+    def consume(c_handles, keep):
+        """CUDA ops: makes torch's current stream of the op's device (that of the first tensor
+        in `keep`) wait for the ops' device work (kolo_handle_stream_wait on their completion
+        events); the host does not block. Needed with KOLO_ASYNC_COMPLETION (the handle
+        completes when the work is queued); a cheap no-op ordering otherwise. The CUDA tensors
+        in `keep` (inputs, staging copies, outputs) are recorded on that stream, so torch's
+        caching allocator does not hand their memory out again, on the stream they were made
+        on, before kolo's work is done. CPU tensors: nothing to do."""
+        tensors = [t for item in keep or ()
+                   for t in (item if isinstance(item, (list, tuple)) else (item,))
+                   if isinstance(t, torch.Tensor)]
+        if not tensors or tensors[0].device.type != "cuda":
             return
-        current = torch.cuda.current_stream(like.device)
+        device = tensors[0].device
+        current = torch.cuda.current_stream(device)
         for h in c_handles:
-            rc = _lib.lib.kolo_handle_stream_wait(h, current.cuda_stream or None)
-            if rc != _lib.OK:
-                raise RuntimeError("ordering torch's current stream on %s after kolo's op: %s"
-                                   % (like.device, _lib.last_error() or _lib.status_string(rc)))
-        for item in keep or ():
-            for t in item if isinstance(item, (list, tuple)) else (item,):
-                if isinstance(t, torch.Tensor) and t.device == like.device:
-                    t.record_stream(current)
+            common.raise_for_call(_lib.lib.kolo_handle_stream_wait(h, current.cuda_stream or None),
+                                  "ordering torch's current stream on %s after the op" % device)
+        for t in tensors:
+            if t.device == device:
+                t.record_stream(current)
 
     @staticmethod
     def contiguous(x):
