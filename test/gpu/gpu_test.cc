@@ -318,6 +318,22 @@ TEST_CASE("hierarchical allreduce on one GPU: padded reduce-scatter + allgather"
   REQUIRE(rt->shutdown().isOk());
 }
 
+namespace {
+
+// Floats in keepBusy's buffer (256 MiB).
+constexpr size_t kBusyCount = 64 << 20;
+
+// Queues `passes` scale kernels over `busy` (kBusyCount floats, zeroed here) on `stream`: tens
+// of milliseconds of work, far longer than the host takes to submit an op and wait for it.
+void keepBusy(DeviceArray<float>& busy, int passes, cudaStream_t stream) {
+  REQUIRE(cudaMemset(busy.get(), 0, kBusyCount * sizeof(float)) == cudaSuccess);
+  for (int i = 0; i < passes; ++i) {
+    REQUIRE(cuda::scale(busy.get(), kBusyCount, DataType::kFloat32, 1.5, stream) == cudaSuccess);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("the runtime waits on the producer's stream, then hands back a completed event") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   REQUIRE(kolo_init() == KOLO_OK);
@@ -326,18 +342,14 @@ TEST_CASE("the runtime waits on the producer's stream, then hands back a complet
   REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
   // Keep the producer's stream busy for a while, then write the tensor's values on it. If the
   // runtime did not wait on that stream it would reduce the zeros that are there now.
-  const size_t busyCount = 64 << 20;
-  DeviceArray<float> busy(busyCount);
-  REQUIRE(cudaMemset(busy.get(), 0, busyCount * sizeof(float)) == cudaSuccess);
+  DeviceArray<float> busy(kBusyCount);
   std::vector<float> values(4096);
   std::iota(values.begin(), values.end(), 1.f);
   DeviceArray<float> t(std::vector<float>(values.size(), 0.f));
   float* pinned = nullptr;
   REQUIRE(cudaMallocHost(&pinned, values.size() * sizeof(float)) == cudaSuccess);
   std::memcpy(pinned, values.data(), values.size() * sizeof(float));
-  for (int i = 0; i < 200; ++i) {
-    REQUIRE(cuda::scale(busy.get(), busyCount, DataType::kFloat32, 1.5, producer) == cudaSuccess);
-  }
+  keepBusy(busy, 200, producer);
   REQUIRE(cudaMemcpyAsync(t.get(), pinned, values.size() * sizeof(float), cudaMemcpyHostToDevice,
                           producer) == cudaSuccess);
 
@@ -388,16 +400,12 @@ TEST_CASE("asynchronous completion: the handle completes when queued, the consum
   cudaStream_t producer, consumer;
   REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess);
-  const size_t busyCount = 64 << 20;
-  DeviceArray<float> busy(busyCount);
-  REQUIRE(cudaMemset(busy.get(), 0, busyCount * sizeof(float)) == cudaSuccess);
+  DeviceArray<float> busy(kBusyCount);
   std::vector<float> values(4096);
   std::iota(values.begin(), values.end(), 1.f);
   DeviceArray<float> a(values), b(values);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  for (int i = 0; i < 400; ++i) {
-    REQUIRE(cuda::scale(busy.get(), busyCount, DataType::kFloat32, 1.5, producer) == cudaSuccess);
-  }
+  keepBusy(busy, 400, producer);
   const int64_t shape[1] = {4096};
   kolo_tensor_t ta{a.get(), KOLO_FLOAT32, 1, shape, 0, producer};
   kolo_tensor_t tb{b.get(), KOLO_FLOAT32, 1, shape, 0, producer};
