@@ -41,7 +41,7 @@ struct Config {
   int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
   bool stallCheck = true;                      // KOLO_STALL_CHECK_DISABLE=1 turns it off
   double stallCheckSeconds = 60;               // KOLO_STALL_CHECK_TIME_SECONDS
-  double stallShutdownSeconds = 0;             // KOLO_STALL_SHUTDOWN_TIME_SECONDS (0 = off)
+  double stallShutdownSeconds = 1800;  // KOLO_STALL_SHUTDOWN_TIME_SECONDS: fail stalled ops (0 = never)
   double timeoutSeconds = 30;                  // KOLO_TIMEOUT_SECONDS: a silent peer is lost
   double heartbeatSeconds = 1.0;               // KOLO_HEARTBEAT_SECONDS: idle round cadence
   bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE

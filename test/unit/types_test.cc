@@ -40,6 +40,14 @@ TEST_CASE("config reads KOLO_ and HOROVOD_ names and rejects bad values") {
   CHECK(c.cycleTimeMs == 2.5);
   CHECK(c.algorithms.allreduce == ops::Algorithm::kRing);
   CHECK_FALSE(c.asyncCompletion);
+  // Nothing waits forever by default: stalled ops fail after 30 minutes (0 = never).
+  CHECK(c.stallShutdownSeconds == 1800);
+  env["HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"] = "0";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.stallShutdownSeconds == 0);
+  env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = "90";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.stallShutdownSeconds == 90);
 
   // Horovod's name for asynchronous completion of GPU ops; KOLO_ wins when both are set.
   env["HOROVOD_ENABLE_ASYNC_COMPLETION"] = "1";
