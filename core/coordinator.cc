@@ -42,7 +42,7 @@ ops::AlgorithmConfig controlPlane(ops::AlgorithmConfig c) {
 
 Coordinator::Coordinator(Deps deps)
     : d_(std::move(deps)),
-      negotiator_(d_.size),
+      negotiator_(d_.size, d_.sets),
       cache_(static_cast<size_t>(d_.config.cacheCapacity)) {}
 
 Coordinator::~Coordinator() { shutdown(); }
@@ -122,11 +122,11 @@ Status Coordinator::round() {
 
   // Slots set on every rank are ready without negotiation, in slot order (same everywhere).
   std::vector<Response> ready;
-  std::set<std::string> cacheReady;
+  std::set<OpKey> cacheReady;
   for (uint32_t bit : cache_.bitsInUse()) {
     if (view[kFlagCount + bit] == 1) {
       ready.push_back(cache_.response(bit));
-      cacheReady.insert(ready.back().name);
+      cacheReady.insert(keyOf(ready.back()));
       cache_.touch(bit);  // the same touches in the same order on every rank
     }
   }
@@ -135,7 +135,7 @@ Status Coordinator::round() {
   // left behind, they would complete the name's next submission with this round's requests
   // (a wrong result on the early ranks, a hang on the late one).
   if (d_.rank == 0) {
-    for (const auto& name : cacheReady) negotiator_.erase(name);
+    for (const auto& key : cacheReady) negotiator_.erase(key);
   }
 
   bool shutdownNow = false;
@@ -197,13 +197,13 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
                         view->size(), DataType::kUInt8, ReduceOp::kMin);
 }
 
-Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, ResponseList* out) {
+Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out) {
   RequestList mine;
   mine.rank = d_.rank;
   mine.shutdown = shutdownRequested_;
   d_.queue->forEach([&](TensorEntry& e) {
     beginNegotiation(e);
-    if (e.announced || cacheReady.count(e.request.name)) return;
+    if (e.announced || cacheReady.count(keyOf(e.request))) return;
     e.announced = true;
     mine.requests.push_back(e.request);
   });
@@ -226,13 +226,15 @@ Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, Respo
       if (theirs.shutdown) shutdownRanks.push_back(static_cast<int>(r));
       for (const auto& req : theirs.requests) {
         negotiator_.add(req, now);
-        if (d_.timeline) d_.timeline->negotiateRankReady(req.name, static_cast<int>(r));
+        if (d_.timeline) {
+          d_.timeline->negotiateRankReady(displayName(keyOf(req)), static_cast<int>(r));
+        }
       }
     }
     list.responses = negotiator_.takeReady(now);
     if (d_.config.stallCheck) {
       for (const auto& st : negotiator_.stalled(now, d_.config.stallCheckSeconds)) {
-        auto& last = stallWarned_[st.name];
+        auto& last = stallWarned_[OpKey{st.processSet, st.name}];
         if (now - last < seconds(d_.config.stallCheckSeconds)) continue;
         last = now;
         std::string missing;
@@ -248,7 +250,7 @@ Status Coordinator::negotiateFull(const std::set<std::string>& cacheReady, Respo
         }
       }
     }
-    for (const auto& r : list.responses) stallWarned_.erase(r.name);
+    for (const auto& r : list.responses) stallWarned_.erase(keyOf(r));
     if (!shutdownRanks.empty()) {
       list.shutdown = true;
       std::string who;
@@ -312,12 +314,12 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
   if (cache_.capacity() == 0) return;
   for (const auto& r : fromNegotiation) {
     if (!ResponseCache::isCacheable(r)) {
-      cache_.erase(r.name);
+      cache_.erase(keyOf(r));
       continue;
     }
     // Every rank makes the same put() calls in the same order, so slots agree everywhere. The
     // stored request is this rank's own (for lookups); ranks without one store the response's.
-    TensorEntry* e = d_.queue->find(r.name);
+    TensorEntry* e = d_.queue->find(keyOf(r));
     Request req;
     if (e != nullptr) {
       req = e->request;
@@ -339,21 +341,33 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
 
 void Coordinator::beginNegotiation(TensorEntry& e) {
   if (e.timelineOpen || d_.timeline == nullptr || !d_.timeline->active()) return;
-  d_.timeline->negotiateStart(e.request.name, e.request.type);
+  d_.timeline->negotiateStart(displayName(keyOf(e.request)), e.request.type);
   e.timelineOpen = true;
 }
 
 void Coordinator::endNegotiation(TensorEntry& e) {
   if (!e.timelineOpen) return;
-  d_.timeline->negotiateEnd(e.request.name);
+  d_.timeline->negotiateEnd(displayName(keyOf(e.request)));
   e.timelineOpen = false;
 }
 
-void Coordinator::completeEntry(const std::string& name, const Status& s) {
-  auto entry = d_.queue->remove(name);
+void Coordinator::completeEntry(const OpKey& key, const Status& s) {
+  auto entry = d_.queue->remove(key);
   if (!entry) return;
   endNegotiation(*entry);
   entry->handle->complete(s);
+}
+
+Status Coordinator::changeProcessSet(const Response& r, int32_t* id) {
+  std::vector<int32_t> ranks(r.shape.begin(), r.shape.end());
+  if (r.type == OpType::kAddProcessSet) return d_.sets->add(ranks, id);
+  *id = ranks.empty() ? -1 : ranks[0];
+  KOLO_RETURN_IF_ERROR(d_.sets->remove(*id));
+  negotiator_.processSetRemoved(*id);
+  for (uint32_t bit : cache_.bitsInUse()) {
+    if (cache_.response(bit).processSet == *id) cache_.erase(keyOf(cache_.response(bit)));
+  }
+  return Status::ok();
 }
 
 Status Coordinator::executeAll(const std::vector<Response>& ready) {
@@ -367,39 +381,28 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
 
     if (first.kind == Response::Kind::kError) {
       for (size_t i : batch.indices) {
-        completeEntry(ready[i].name, Status(ready[i].errorCode, ready[i].error));
+        completeEntry(keyOf(ready[i]), Status(ready[i].errorCode, ready[i].error));
       }
       continue;
     }
     switch (first.type) {
       case OpType::kJoin: {
-        if (TensorEntry* e = d_.queue->find(first.name)) e->handle->lastJoinedRank = first.lastJoinedRank;
-        completeEntry(first.name, Status::ok());
+        if (TensorEntry* e = d_.queue->find(keyOf(first))) {
+          e->handle->lastJoinedRank = first.lastJoinedRank;
+        }
+        completeEntry(keyOf(first), Status::ok());
         continue;
       }
       case OpType::kBarrier:
-        completeEntry(first.name, Status::ok());
+        completeEntry(keyOf(first), Status::ok());
         continue;
-      case OpType::kProcessSet: {
-        Status s;
+      case OpType::kAddProcessSet:
+      case OpType::kRemoveProcessSet: {
         int32_t id = -1;
-        std::vector<int32_t> ranks(first.shape.begin(), first.shape.end());
-        if (first.name.rfind("__process_set.add", 0) == 0) {
-          s = d_.sets->add(ranks, &id);
-          if (s.isOk()) negotiator_.addProcessSet(id, ranks);
-        } else {
-          id = ranks.empty() ? -1 : ranks[0];
-          s = d_.sets->remove(id);
-          if (s.isOk()) {
-            negotiator_.removeProcessSet(id);
-            for (uint32_t bit : cache_.bitsInUse()) {
-              if (cache_.response(bit).processSet == id) cache_.erase(cache_.response(bit).name);
-            }
-          }
-        }
+        Status s = changeProcessSet(first, &id);
         if (!s.isOk() && isTransportFailure(s.code())) return s;
-        if (TensorEntry* e = d_.queue->find(first.name)) e->handle->processSetId = id;
-        completeEntry(first.name, s);
+        if (TensorEntry* e = d_.queue->find(keyOf(first))) e->handle->processSetId = id;
+        completeEntry(keyOf(first), s);
         continue;
       }
       default:
@@ -407,7 +410,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
     }
     if (!known) {
       for (size_t i : batch.indices) {
-        completeEntry(ready[i].name,
+        completeEntry(keyOf(ready[i]),
                       Status(ErrorCode::kInvalidArgument,
                              "process set " + std::to_string(first.processSet) + " is unknown"));
       }
@@ -419,18 +422,18 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
     std::vector<TensorEntry*> es;
     for (size_t i : batch.indices) {
       rs.push_back(&ready[i]);
-      es.push_back(d_.queue->find(ready[i].name));
+      es.push_back(d_.queue->find(keyOf(ready[i])));
       if (d_.timeline && es.back() != nullptr) {
         endNegotiation(*es.back());
-        d_.timeline->opStart(ready[i].name, ready[i].type);
+        d_.timeline->opStart(displayName(keyOf(ready[i])), ready[i].type);
       }
     }
     ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device};
     Status s = ops::execute(ctx, rs, es);
     for (size_t k = 0; k < rs.size(); ++k) {
       if (es[k] == nullptr) continue;
-      if (d_.timeline) d_.timeline->opEnd(rs[k]->name, rs[k]->dtype, rs[k]->shape);
-      auto entry = d_.queue->remove(rs[k]->name);
+      if (d_.timeline) d_.timeline->opEnd(displayName(keyOf(*rs[k])), rs[k]->dtype, rs[k]->shape);
+      auto entry = d_.queue->remove(keyOf(*rs[k]));
       if (entry) entry->handle->complete(s);
     }
     if (!s.isOk() && isTransportFailure(s.code())) return s;

@@ -71,7 +71,7 @@ class Coordinator {
   void loop();
   Status round();
   Status exchangeCacheView(std::vector<uint8_t>* view);
-  Status negotiateFull(const std::set<std::string>& cacheReady, ResponseList* out);
+  Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
   Status gatherAtRoot(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);
   void updateCache(const std::vector<Response>& fromNegotiation);
@@ -80,7 +80,10 @@ class Coordinator {
   // looks at it (with the timeline on), the end once, if a begin was written.
   void beginNegotiation(TensorEntry& e);
   void endNegotiation(TensorEntry& e);
-  void completeEntry(const std::string& name, const Status& s);
+  void completeEntry(const OpKey& key, const Status& s);
+  // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
+  // of the sets) and tells the Negotiator and the cache of a removal. *id: the set's id.
+  Status changeProcessSet(const Response& r, int32_t* id);
   void finish(const Status& cause);
 
   Deps d_;
@@ -91,7 +94,7 @@ class Coordinator {
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;  // last round: every rank idle
-  std::map<std::string, Clock::time_point> stallWarned_;  // rank 0: last warning per name
+  std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   mutable std::mutex statusMu_;
   Status terminal_;
   std::mutex shutdownMu_;

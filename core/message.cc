@@ -3,6 +3,12 @@
 #include <cstring>
 
 namespace kolo {
+
+std::string displayName(const OpKey& key) {
+  if (key.processSet == 0) return key.name;
+  return key.name + "@ps" + std::to_string(key.processSet);
+}
+
 namespace {
 
 // Magic numbers as they appear in the byte stream: "KOLQ" / "KOLR". Different magics make a
@@ -141,7 +147,7 @@ class Reader {
   // Enums: read the raw int32 and accept only listed values.
   OpType opType() {
     int32_t v = i32("op type");
-    if (ok() && (v < 0 || v > static_cast<int32_t>(OpType::kProcessSet))) {
+    if (ok() && (v < 0 || v > static_cast<int32_t>(kLastOpType))) {
       fail("bad op type " + std::to_string(v));
     }
     return ok() ? static_cast<OpType>(v) : OpType::kAllreduce;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,29 @@ namespace kolo {
 
 // The fixed name of every join request and of the join response.
 inline constexpr const char* kJoinName = "__join";
+
+// What identifies an op in flight: its process set and its name. The same name in two sets is
+// two ops (Horovod keeps one table of pending tensors per set), so every table of ops (the
+// TensorQueue, the Negotiator, the ResponseCache) is keyed by this pair.
+struct OpKey {
+  int32_t processSet = 0;
+  std::string name;
+
+  bool operator<(const OpKey& o) const {
+    return processSet != o.processSet ? processSet < o.processSet : name < o.name;
+  }
+  bool operator==(const OpKey& o) const { return processSet == o.processSet && name == o.name; }
+  bool operator!=(const OpKey& o) const { return !(*this == o); }
+};
+
+struct OpKeyHash {
+  size_t operator()(const OpKey& k) const {
+    return std::hash<std::string>()(k.name) * 31u + static_cast<size_t>(k.processSet);
+  }
+};
+
+// How messages and timeline rows show an op: "name" in the global set, "name@ps3" in set 3.
+std::string displayName(const OpKey& key);
 
 struct Request {
   int32_t rank = 0;  // global rank of the sender
@@ -38,10 +62,13 @@ struct Request {
   int32_t device = -1;  // -1 CPU, >= 0 CUDA ordinal
   int32_t processSet = 0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each set rank (exactly set-size entries,
-                                // summing to shape[0]); kProcessSet: the rank list
+                                // summing to shape[0]); kAddProcessSet: the rank list;
+                                // kRemoveProcessSet: {set id}
   int32_t groupId = -1, groupSize = 0;  // grouped allreduce: members share groupId (per rank
                                         // counter); groupSize = number of members
 };
+
+inline OpKey keyOf(const Request& r) { return {r.processSet, r.name}; }
 
 struct RequestList {
   int32_t rank = 0;
@@ -73,6 +100,8 @@ struct Response {
   // The FusionPlanner keeps a group in one batch when it fits.
   int32_t group = -1;
 };
+
+inline OpKey keyOf(const Response& r) { return {r.processSet, r.name}; }
 
 struct ResponseList {
   bool shutdown = false;

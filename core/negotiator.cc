@@ -30,8 +30,11 @@ std::string rankList(const std::vector<int32_t>& ranks) {
   return s + "]";
 }
 
-std::string prefix(OpType type, const std::string& name) {
-  return std::string(toString(type)) + " '" + name + "'";
+// "allreduce 'grad'", and " in process set 2" for ops outside the global set.
+std::string prefix(OpType type, const OpKey& key) {
+  std::string s = std::string(toString(type)) + " '" + key.name + "'";
+  if (key.processSet != 0) s += " in process set " + std::to_string(key.processSet);
+  return s;
 }
 
 bool sameScale(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
@@ -105,17 +108,17 @@ const Field kFields[] = {
      [](const Request& r) { return std::to_string(r.groupSize); }},
     {"ranks", false,
      [](OpType t, const Request& a, const Request& b) {
-       return t != OpType::kProcessSet || a.splits == b.splits;
+       return (t != OpType::kAddProcessSet && t != OpType::kRemoveProcessSet) ||
+              a.splits == b.splits;
      },
      [](const Request& r) { return shapeToString(r.splits); }},
 };
 
-Response errorResponse(const Request& ref, const std::string& name, ErrorCode code,
-                       std::string message) {
+Response errorResponse(const Request& ref, ErrorCode code, std::string message) {
   Response r;
   r.kind = Response::Kind::kError;
   r.type = ref.type;
-  r.name = name;
+  r.name = ref.name;
   r.dtype = ref.dtype;
   r.shape = ref.shape;
   r.reduceOp = ref.reduceOp;
@@ -131,49 +134,35 @@ Response errorResponse(const Request& ref, const std::string& name, ErrorCode co
 
 }  // namespace
 
-Negotiator::Negotiator(int worldSize) : worldSize_(std::max(worldSize, 0)), joined_(worldSize_) {
-  std::vector<int32_t> all(worldSize_);
-  for (int i = 0; i < worldSize_; ++i) all[i] = i;
-  processSets_[0] = std::move(all);
-}
+Negotiator::Negotiator(int worldSize, const ProcessSetMembers* sets)
+    : worldSize_(std::max(worldSize, 0)), sets_(sets), joined_(worldSize_) {}
 
-void Negotiator::addProcessSet(int32_t id, std::vector<int32_t> globalRanks) {
+void Negotiator::processSetRemoved(int32_t id) {
   if (id == 0) return;
-  globalRanks.erase(std::remove_if(globalRanks.begin(), globalRanks.end(),
-                                   [&](int32_t r) { return r < 0 || r >= worldSize_; }),
-                    globalRanks.end());
-  std::sort(globalRanks.begin(), globalRanks.end());
-  globalRanks.erase(std::unique(globalRanks.begin(), globalRanks.end()), globalRanks.end());
-  processSets_[id] = std::move(globalRanks);
-  // A replaced set may have fewer members, completing names that waited for the old ones.
-  checkCompletions();
-}
-
-void Negotiator::removeProcessSet(int32_t id) {
-  if (id == 0 || processSets_.erase(id) == 0) return;
-  std::vector<std::pair<uint64_t, std::string>> doomed;
-  for (const auto& [name, e] : table_) {
-    if (!e.complete && e.processSet == id) doomed.emplace_back(e.arrivalSeq, name);
+  std::vector<std::pair<uint64_t, OpKey>> doomed;
+  for (const auto& [key, e] : table_) {
+    if (!e.complete && e.processSet == id) doomed.emplace_back(e.arrivalSeq, key);
   }
   std::sort(doomed.begin(), doomed.end());
   for (const auto& d : doomed) {
     const Entry& e = table_.at(d.second);
-    immediate_[nextSeq_++] = errorResponse(
-        e.requests.begin()->second, d.second, ErrorCode::kInvalidArgument,
-        prefix(e.type, d.second) + ": process set " + std::to_string(id) + " was removed");
+    immediate_[nextSeq_++] =
+        errorResponse(e.requests.begin()->second, ErrorCode::kInvalidArgument,
+                      prefix(e.type, d.second) + ": process set " + std::to_string(id) +
+                          " was removed");
     removeEntry(d.second, false);
   }
 }
 
 const std::vector<int32_t>& Negotiator::membersOf(const Entry& e) const {
   static const std::vector<int32_t> kNone;  // immutable; for a set removed under a ready entry
-  auto it = processSets_.find(e.processSet);
-  return it == processSets_.end() ? kNone : it->second;
+  const std::vector<int32_t>* m = sets_->members(e.processSet);
+  return m == nullptr ? kNone : *m;
 }
 
 void Negotiator::add(const Request& r, Clock::time_point now) {
   if (r.rank < 0 || r.rank >= worldSize_) return;
-  if (static_cast<int32_t>(r.type) < 0 || r.type > OpType::kProcessSet) return;
+  if (static_cast<int32_t>(r.type) < 0 || r.type > kLastOpType) return;
 
   if (r.type == OpType::kJoin) {
     if (joined_[r.rank]) return;
@@ -194,33 +183,31 @@ void Negotiator::add(const Request& r, Clock::time_point now) {
     return;
   }
 
-  auto it = table_.find(r.name);
+  const OpKey key = keyOf(r);
+  auto it = table_.find(key);
   if (it != table_.end() && (it->second.complete || it->second.requests.count(r.rank))) return;
 
-  // Process-set ops are collectives over the world; their processSet field names the set being
-  // added or removed and is only compared across ranks.
-  int32_t setId = r.type == OpType::kProcessSet ? 0 : r.processSet;
-  auto set = processSets_.find(setId);
-  if (set == processSets_.end() ||
-      !std::binary_search(set->second.begin(), set->second.end(), r.rank)) {
-    std::string why = set == processSets_.end()
-                          ? "rank " + std::to_string(r.rank) + " sent unknown process set " +
-                                std::to_string(setId)
-                          : "rank " + std::to_string(r.rank) + " is not a member of process set " +
-                                std::to_string(setId);
+  const std::vector<int32_t>* set = sets_->members(r.processSet);
+  if (set == nullptr || !std::binary_search(set->begin(), set->end(), r.rank)) {
+    std::string why = set == nullptr ? "rank " + std::to_string(r.rank) +
+                                           " sent unknown process set " +
+                                           std::to_string(r.processSet)
+                                     : "rank " + std::to_string(r.rank) +
+                                           " is not a member of process set " +
+                                           std::to_string(r.processSet);
     immediate_[nextSeq_++] =
-        errorResponse(r, r.name, ErrorCode::kInvalidArgument, prefix(r.type, r.name) + ": " + why);
-    if (it != table_.end()) removeEntry(r.name, false);
+        errorResponse(r, ErrorCode::kInvalidArgument, prefix(r.type, key) + ": " + why);
+    if (it != table_.end()) removeEntry(key, false);
     return;
   }
 
   if (it == table_.end()) {
     Entry e;
-    e.processSet = setId;
+    e.processSet = r.processSet;
     e.type = r.type;
     e.arrivalSeq = nextSeq_++;
     e.firstArrival = now;
-    it = table_.emplace(r.name, std::move(e)).first;
+    it = table_.emplace(key, std::move(e)).first;
   }
   Entry& e = it->second;
   e.requests[r.rank] = r;
@@ -228,9 +215,9 @@ void Negotiator::add(const Request& r, Clock::time_point now) {
     GroupRecord& g = groups_[{r.rank, r.groupId}];
     if (g.size == 0) g.size = r.groupSize;
     ++g.seen;
-    g.pending.insert(r.name);
+    g.pending.insert(key);
   }
-  if (isComplete(e)) markComplete(r.name, e);
+  if (isComplete(e)) markComplete(key, e);
 }
 
 bool Negotiator::isComplete(const Entry& e) const {
@@ -240,17 +227,17 @@ bool Negotiator::isComplete(const Entry& e) const {
   return true;
 }
 
-void Negotiator::markComplete(const std::string& name, Entry& e) {
+void Negotiator::markComplete(const OpKey& key, Entry& e) {
   e.complete = true;
   e.completeSeq = nextSeq_++;
-  e.response = buildResponse(name, e);
-  completeOrder_[e.completeSeq] = name;
+  e.response = buildResponse(key, e);
+  completeOrder_[e.completeSeq] = key;
 }
 
 void Negotiator::checkCompletions() {
-  std::vector<std::pair<uint64_t, std::string>> now;
-  for (const auto& [name, e] : table_) {
-    if (!e.complete && isComplete(e)) now.emplace_back(e.arrivalSeq, name);
+  std::vector<std::pair<uint64_t, OpKey>> now;
+  for (const auto& [key, e] : table_) {
+    if (!e.complete && isComplete(e)) now.emplace_back(e.arrivalSeq, key);
   }
   std::sort(now.begin(), now.end());
   for (const auto& n : now) markComplete(n.second, table_.at(n.second));
@@ -269,7 +256,7 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   const int32_t refRank = e.requests.begin()->first;
   const Request& ref = e.requests.begin()->second;
   const OpType t = ref.type;
-  const std::string head = prefix(t, ref.name) + ": ";
+  const std::string head = prefix(t, keyOf(ref)) + ": ";
   auto sent = [&](int32_t rank) { return "rank " + std::to_string(rank) + " sent "; };
   // Fields outer, ranks inner: the most fundamental difference wins, whoever sent it.
   for (const Field& f : kFields) {
@@ -322,11 +309,11 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   return {};
 }
 
-Response Negotiator::buildResponse(const std::string& name, const Entry& e) const {
+Response Negotiator::buildResponse(const OpKey& key, const Entry& e) const {
   const Request& ref = e.requests.begin()->second;
   const std::vector<int32_t>& members = membersOf(e);
   auto [code, message] = validate(e, members);
-  if (code != ErrorCode::kOk) return errorResponse(ref, name, code, std::move(message));
+  if (code != ErrorCode::kOk) return errorResponse(ref, code, std::move(message));
 
   std::vector<int32_t> excused;  // joined members that did not submit
   for (int32_t m : members) {
@@ -336,11 +323,11 @@ Response Negotiator::buildResponse(const std::string& name, const Entry& e) cons
     std::string who = excused.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < excused.size(); ++i) who += (i ? ", " : "") + std::to_string(excused[i]);
     who += excused.size() == 1 ? " has" : " have";
-    return errorResponse(ref, name, ErrorCode::kJoined,
-                         prefix(ref.type, name) + " is not allowed while " + who + " joined");
+    return errorResponse(ref, ErrorCode::kJoined,
+                         prefix(ref.type, key) + " is not allowed while " + who + " joined");
   }
 
-  Response r = errorResponse(ref, name, ErrorCode::kOk, "");
+  Response r = errorResponse(ref, ErrorCode::kOk, "");
   r.kind = Response::Kind::kOk;
   r.joinedRanks = std::move(excused);
   if (ref.type == OpType::kAllgather) {
@@ -355,10 +342,10 @@ Response Negotiator::buildResponse(const std::string& name, const Entry& e) cons
   return r;
 }
 
-bool Negotiator::groupClosure(const std::string& name, bool requireReady,
-                              std::vector<std::string>* members) const {
-  std::set<std::string> seen = {name};
-  std::vector<std::string> queue = {name};
+bool Negotiator::groupClosure(const OpKey& name, bool requireReady,
+                              std::vector<OpKey>* members) const {
+  std::set<OpKey> seen = {name};
+  std::vector<OpKey> queue = {name};
   for (size_t i = 0; i < queue.size(); ++i) {
     auto it = table_.find(queue[i]);
     if (it == table_.end()) continue;
@@ -375,7 +362,7 @@ bool Negotiator::groupClosure(const std::string& name, bool requireReady,
       auto g = groups_.find({rank, r.groupId});
       if (g == groups_.end()) continue;
       if (requireReady && g->second.seen < g->second.size) return false;
-      for (const std::string& other : g->second.pending) {
+      for (const OpKey& other : g->second.pending) {
         auto o = table_.find(other);
         bool error = o != table_.end() && o->second.complete &&
                      o->second.response.kind == Response::Kind::kError;
@@ -389,23 +376,23 @@ bool Negotiator::groupClosure(const std::string& name, bool requireReady,
 }
 
 std::vector<Response> Negotiator::takeReady(Clock::time_point) {
-  std::vector<std::pair<uint64_t, std::string>> order(completeOrder_.begin(), completeOrder_.end());
+  std::vector<std::pair<uint64_t, OpKey>> order(completeOrder_.begin(), completeOrder_.end());
   std::vector<Response> out;
-  std::set<std::string> released;
+  std::set<OpKey> released;
   auto imm = immediate_.begin();
   for (const auto& [seq, name] : order) {
     for (; imm != immediate_.end() && imm->first < seq; ++imm) out.push_back(imm->second);
     if (released.count(name)) continue;
-    std::vector<std::string> members;
+    std::vector<OpKey> members;
     if (!groupClosure(name, true, &members)) continue;
-    std::sort(members.begin(), members.end(), [&](const std::string& a, const std::string& b) {
+    std::sort(members.begin(), members.end(), [&](const OpKey& a, const OpKey& b) {
       return table_.at(a).completeSeq < table_.at(b).completeSeq;
     });
     const Response& first = table_.at(members.front()).response;
     bool grouped = first.kind == Response::Kind::kOk &&
                    table_.at(members.front()).requests.begin()->second.groupSize > 0;
     int32_t group = grouped ? nextGroup_++ : -1;
-    for (const std::string& m : members) {
+    for (const OpKey& m : members) {
       out.push_back(table_.at(m).response);
       out.back().group = group;
       released.insert(m);
@@ -413,11 +400,11 @@ std::vector<Response> Negotiator::takeReady(Clock::time_point) {
   }
   for (; imm != immediate_.end(); ++imm) out.push_back(imm->second);
   immediate_.clear();
-  for (const std::string& name : released) removeEntry(name, false);
+  for (const OpKey& name : released) removeEntry(name, false);
   return out;
 }
 
-void Negotiator::removeEntry(const std::string& name, bool dropGroups) {
+void Negotiator::removeEntry(const OpKey& name, bool dropGroups) {
   auto it = table_.find(name);
   if (it == table_.end()) return;
   for (const auto& [rank, r] : it->second.requests) {
@@ -433,7 +420,7 @@ void Negotiator::removeEntry(const std::string& name, bool dropGroups) {
   table_.erase(it);
 }
 
-void Negotiator::erase(const std::string& name) { removeEntry(name, false); }
+void Negotiator::erase(const OpKey& key) { removeEntry(key, false); }
 
 std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
                                                    double olderThanSeconds) const {
@@ -441,12 +428,12 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   for (const auto& [name, e] : table_) {
     double waited = std::chrono::duration<double>(now - e.firstArrival).count();
     if (waited <= olderThanSeconds) continue;
-    std::vector<std::string> unused;
+    std::vector<OpKey> unused;
     // A complete entry is stalled only while a group holds it back (otherwise the next
     // takeReady releases it).
     if (e.complete && groupClosure(name, true, &unused)) continue;
-    Stall s{name,   e.type, e.requests.begin()->second.processSet,
-            waited, {},     e.complete ? groupBlockers(name) : missingRanks(e)};
+    Stall s{name.name, e.type, name.processSet, waited, {},
+            e.complete ? groupBlockers(name) : missingRanks(e)};
     for (const auto& rq : e.requests) s.readyRanks.push_back(rq.first);
     found.emplace_back(e.arrivalSeq, std::move(s));
   }
@@ -457,11 +444,11 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   return out;
 }
 
-std::vector<int32_t> Negotiator::groupBlockers(const std::string& name) const {
-  std::vector<std::string> members;
+std::vector<int32_t> Negotiator::groupBlockers(const OpKey& name) const {
+  std::vector<OpKey> members;
   groupClosure(name, false, &members);
   std::set<int32_t> blockers;
-  for (const std::string& m : members) {
+  for (const OpKey& m : members) {
     auto it = table_.find(m);
     if (it == table_.end()) continue;
     if (!it->second.complete) {
@@ -479,18 +466,19 @@ std::vector<int32_t> Negotiator::groupBlockers(const std::string& name) const {
 std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olderThanSeconds) {
   std::vector<Response> out;
   for (const Stall& s : stalled(now, olderThanSeconds)) {
-    if (!table_.count(s.name)) continue;  // already failed as a group member
-    std::vector<std::string> members;
-    groupClosure(s.name, false, &members);
+    const OpKey key{s.processSet, s.name};
+    if (!table_.count(key)) continue;  // already failed as a group member
+    std::vector<OpKey> members;
+    groupClosure(key, false, &members);
     char waited[32];
     std::snprintf(waited, sizeof waited, "%.1f", s.waitedSeconds);
-    for (const std::string& m : members) {
+    for (const OpKey& m : members) {
       auto it = table_.find(m);
       if (it == table_.end()) continue;
       const Request& ref = it->second.requests.begin()->second;
       std::string message;
-      if (m != s.name) {
-        message = prefix(ref.type, m) + " is grouped with stalled " + prefix(s.type, s.name);
+      if (m != key) {
+        message = prefix(ref.type, m) + " is grouped with stalled " + prefix(s.type, key);
       } else if (it->second.complete) {
         message = prefix(s.type, m) + " stalled for " + waited +
                   " s in a group waiting for ranks " + rankList(s.missingRanks);
@@ -498,9 +486,9 @@ std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olde
         message = prefix(s.type, m) + " stalled for " + waited + " s: missing ranks " +
                   rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks);
       }
-      out.push_back(errorResponse(ref, m, ErrorCode::kStalled, std::move(message)));
+      out.push_back(errorResponse(ref, ErrorCode::kStalled, std::move(message)));
     }
-    for (const std::string& m : members) removeEntry(m, true);
+    for (const OpKey& m : members) removeEntry(m, true);
   }
   return out;
 }

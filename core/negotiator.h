@@ -1,15 +1,16 @@
 // Negotiator: the coordinator rank's message table. Every rank sends the coordinator rank the
-// requests it wants to run; the Negotiator collects them per tensor name and decides, purely from
-// what arrived, which names are ready everywhere (one OK Response each) and which are broken (one
-// ERROR Response naming what differs). It does no I/O and owns no threads.
+// requests it wants to run; the Negotiator collects them per op key (process set, name: the same
+// name in two sets is two ops, as Horovod keeps a table per set) and decides, purely from what
+// arrived, which ops are ready everywhere (one OK Response each) and which are broken (one ERROR
+// Response naming what differs). It does no I/O and owns no threads. Below, "name" means the key.
 //
 // Rules:
 // - A name is complete when every member of its process set that has not joined has submitted it.
-//   The process set is the one named by the name's first request, except for kProcessSet ops:
-//   they are collectives over the world (set 0); their processSet field and their rank list
-//   (splits, opaque here) are only compared across ranks. Barrier and kProcessSet carry no data.
-// - The caller keeps the sets in step with the runtime: addProcessSet / removeProcessSet when a
-//   kProcessSet op executes.
+//   Process-set changes (kAddProcessSet, kRemoveProcessSet) are collectives over the world (set
+//   0); their rank list or set id (splits, opaque here) is only compared across ranks. Barrier
+//   and the process-set ops carry no data.
+// - Membership is read from the ProcessSetTable (through ProcessSetMembers), never copied. When
+//   the caller removes a set it calls processSetRemoved(id): names pending on it fail.
 // - Validation runs once, at completion, comparing every submitting rank with the lowest one,
 //   field by field (op type, process set, dtype, shape, reduce op, prescale, postscale, root,
 //   device kind, group size, process-set rank list), so the message does not depend on arrival
@@ -49,6 +50,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/process_set_members.h"
 
 namespace kolo {
 
@@ -56,25 +58,23 @@ class Negotiator {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit Negotiator(int worldSize);
+  // `sets` (not owned) must outlive the Negotiator; it holds at least set 0 (every rank).
+  Negotiator(int worldSize, const ProcessSetMembers* sets);
 
-  // Adds or replaces process set `id` (ranks are sorted and deduplicated; ranks outside the world
-  // are dropped). Id 0 (all ranks) is added by the constructor and cannot be replaced or removed.
-  void addProcessSet(int32_t id, std::vector<int32_t> globalRanks);
-  // Removes a set; names pending on it fail with kInvalidArgument ("process set 3 was removed").
-  void removeProcessSet(int32_t id);
-  bool hasProcessSet(int32_t id) const { return processSets_.count(id) != 0; }
+  // Set `id` was removed: names pending on it fail with kInvalidArgument ("process set 3 was
+  // removed"). Id 0 is ignored.
+  void processSetRemoved(int32_t id);
 
   void add(const Request& r, Clock::time_point now);
   // Forgets a name completed elsewhere (the response-cache path). Unknown names are ignored.
-  void erase(const std::string& name);
+  void erase(const OpKey& key);
   // Ready responses in deterministic order; they are removed from the table.
   std::vector<Response> takeReady(Clock::time_point now);
 
   struct Stall {
     std::string name;
     OpType type;
-    int32_t processSet;
+    int32_t processSet;  // with name, the op's key
     double waitedSeconds;
     std::vector<int32_t> readyRanks, missingRanks;  // global ranks, ascending
   };
@@ -105,32 +105,31 @@ class Negotiator {
   struct GroupRecord {
     int32_t size = 0;
     int32_t seen = 0;
-    std::set<std::string> pending;
+    std::set<OpKey> pending;
   };
   using GroupKey = std::pair<int32_t, int32_t>;  // (global rank, groupId)
 
   bool isComplete(const Entry& e) const;
-  void markComplete(const std::string& name, Entry& e);
+  void markComplete(const OpKey& key, Entry& e);
   // Marks every incomplete entry that has become complete, in first-arrival order.
   void checkCompletions();
-  Response buildResponse(const std::string& name, const Entry& e) const;
+  Response buildResponse(const OpKey& key, const Entry& e) const;
   // Validation of one complete entry; an empty message means OK.
   std::pair<ErrorCode, std::string> validate(const Entry& e,
                                              const std::vector<int32_t>& members) const;
   // All names linked to `name` through groups. With requireReady, false when any of them is
   // incomplete or a group still misses members.
-  bool groupClosure(const std::string& name, bool requireReady,
-                    std::vector<std::string>* members) const;
-  void removeEntry(const std::string& name, bool dropGroups);
+  bool groupClosure(const OpKey& name, bool requireReady, std::vector<OpKey>* members) const;
+  void removeEntry(const OpKey& name, bool dropGroups);
   std::vector<int32_t> missingRanks(const Entry& e) const;
   // For a name held back by its groups: the ranks that still owe a member or a submission.
-  std::vector<int32_t> groupBlockers(const std::string& name) const;
+  std::vector<int32_t> groupBlockers(const OpKey& name) const;
   const std::vector<int32_t>& membersOf(const Entry& e) const;
 
   int worldSize_;
-  std::map<int32_t, std::vector<int32_t>> processSets_;
-  std::map<std::string, Entry> table_;
-  std::map<uint64_t, std::string> completeOrder_;  // completeSeq -> name, complete entries only
+  const ProcessSetMembers* sets_;
+  std::map<OpKey, Entry> table_;
+  std::map<uint64_t, OpKey> completeOrder_;  // completeSeq -> key, complete entries only
   std::map<uint64_t, Response> immediate_;         // ready responses without a table entry
   std::map<GroupKey, GroupRecord> groups_;
   std::vector<bool> joined_;

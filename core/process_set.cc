@@ -80,6 +80,11 @@ bool ProcessSetTable::contains(int32_t id) const {
   return sets_.count(id) > 0;
 }
 
+const std::vector<int32_t>* ProcessSetTable::members(int32_t id) const {
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : &it->second.ranks;
+}
+
 std::vector<ProcessSet> ProcessSetTable::all() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ProcessSet> out;

@@ -1,7 +1,10 @@
-// ProcessSetTable: the process sets this rank knows. Set 0 is every rank. Ids are assigned in
-// creation order (1, 2, ...) and never reused, so they agree on every rank: additions and
-// removals happen on the coordinator thread in the order of the agreed response list.
-// Thread safety: all methods lock; transports are used by the coordinator thread only.
+// ProcessSetTable: the process sets this rank knows, and their one owner (the Negotiator reads
+// membership through ProcessSetMembers; nothing keeps a copy). Set 0 is every rank. Ids are
+// assigned in creation order (1, 2, ...) and never reused, so they agree on every rank:
+// additions and removals happen on the coordinator thread in the order of the agreed response
+// list (kAddProcessSet / kRemoveProcessSet ops).
+// Thread safety: every method but members() locks; members() and the transports are for the
+// coordinator thread only (the one writer, so it reads without the lock).
 #pragma once
 
 #include <map>
@@ -9,6 +12,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/process_set_members.h"
 #include "core/status.h"
 #include "transport/transport.h"
 
@@ -21,7 +25,7 @@ struct ProcessSet {
   Transport* transport = nullptr;  // the set's transport on members (owned by the table)
 };
 
-class ProcessSetTable {
+class ProcessSetTable : public ProcessSetMembers {
  public:
   // The global set over `global` (not owned; the Runtime owns it).
   ProcessSetTable(Transport* global, int worldRank, int worldSize);
@@ -33,6 +37,7 @@ class ProcessSetTable {
   bool get(int32_t id, ProcessSet* out) const;
   bool contains(int32_t id) const;
   std::vector<ProcessSet> all() const;
+  const std::vector<int32_t>* members(int32_t id) const override;
 
  private:
   mutable std::mutex mu_;

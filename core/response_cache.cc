@@ -51,23 +51,23 @@ bool ResponseCache::isCacheable(const Response& r) {
 }
 
 ResponseCache::Lookup ResponseCache::lookup(const Request& localRequest, uint32_t* bit) const {
-  auto it = byName_.find(localRequest.name);
-  if (it == byName_.end()) return Lookup::kMiss;
+  auto it = byKey_.find(keyOf(localRequest));
+  if (it == byKey_.end()) return Lookup::kMiss;
   if (bit) *bit = it->second;
   return sameParameters(slots_[it->second].request, localRequest) ? Lookup::kHit : Lookup::kChanged;
 }
 
 void ResponseCache::put(const Response& r, const Request& localRequest) {
   if (capacity_ == 0 || !isCacheable(r)) return;
-  auto it = byName_.find(r.name);
-  if (it != byName_.end()) {
+  auto it = byKey_.find(keyOf(r));
+  if (it != byKey_.end()) {
     Slot& slot = slots_[it->second];
     slot.response = r;
     slot.request = localRequest;
     touch(it->second);
     return;
   }
-  if (byName_.size() >= capacity_) erase(slots_[lru_.back()].response.name);
+  if (byKey_.size() >= capacity_) erase(keyOf(slots_[lru_.back()].response));
   uint32_t bit;
   if (!freed_.empty()) {
     // Lowest free bit first; after an eviction that is the evicted entry's bit, because bits are
@@ -84,7 +84,7 @@ void ResponseCache::put(const Response& r, const Request& localRequest) {
   slot.request = localRequest;
   lru_.push_front(bit);
   slot.lru = lru_.begin();
-  byName_.emplace(r.name, bit);
+  byKey_.emplace(keyOf(r), bit);
 }
 
 const Response& ResponseCache::response(uint32_t bit) const {
@@ -100,11 +100,11 @@ void ResponseCache::touch(uint32_t bit) {
   lru_.splice(lru_.begin(), lru_, slots_[bit].lru);
 }
 
-void ResponseCache::erase(const std::string& name) {
-  auto it = byName_.find(name);
-  if (it == byName_.end()) return;
+void ResponseCache::erase(const OpKey& key) {
+  auto it = byKey_.find(key);
+  if (it == byKey_.end()) return;
   uint32_t bit = it->second;
-  byName_.erase(it);
+  byKey_.erase(it);
   Slot& slot = slots_[bit];
   lru_.erase(slot.lru);
   slot = Slot();  // drop the payload now rather than at reuse
@@ -113,7 +113,7 @@ void ResponseCache::erase(const std::string& name) {
 
 std::vector<uint32_t> ResponseCache::bitsInUse() const {
   std::vector<uint32_t> out;
-  out.reserve(byName_.size());
+  out.reserve(byKey_.size());
   for (uint32_t b = 0; b < slots_.size(); ++b) {
     if (slots_[b].used) out.push_back(b);
   }

@@ -38,7 +38,7 @@ class ResponseCache {
 
   enum class Lookup { kMiss, kHit, kChanged };
 
-  // By name. kHit and kChanged set *bit (may be null) to the entry's bit; kMiss leaves it alone.
+  // By key (process set, name). kHit and kChanged set *bit (may be null) to the entry's bit; kMiss leaves it alone.
   Lookup lookup(const Request& localRequest, uint32_t* bit) const;
   // Inserts or refreshes (keeping the bit) an entry and marks it most recently used. Responses
   // that are not cacheable (see above) are ignored.
@@ -49,10 +49,10 @@ class ResponseCache {
   bool inUse(uint32_t bit) const { return bit < slots_.size() && slots_[bit].used; }
   // Marks bit most recently used; an unused bit is ignored.
   void touch(uint32_t bit);
-  void erase(const std::string& name);
+  void erase(const OpKey& key);
 
   size_t capacity() const { return capacity_; }
-  size_t size() const { return byName_.size(); }
+  size_t size() const { return byKey_.size(); }
   std::vector<uint32_t> bitsInUse() const;  // ascending
 
   static bool isCacheable(const Response& r);
@@ -67,7 +67,7 @@ class ResponseCache {
 
   size_t capacity_;
   std::vector<Slot> slots_;  // grows up to capacity_ as bits are first used
-  std::unordered_map<std::string, uint32_t> byName_;
+  std::unordered_map<OpKey, uint32_t, OpKeyHash> byKey_;
   std::list<uint32_t> lru_;   // front = most recently used
   std::set<uint32_t> freed_;  // bits below slots_.size() that are free
   Slot empty_;

@@ -486,7 +486,7 @@ Status Runtime::addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* hand
   }
   TensorView none;
   none.dtype = DataType::kUInt8;
-  auto e = makeEntry(OpType::kProcessSet, "__process_set.add." + std::to_string(k), none, 0);
+  auto e = makeEntry(OpType::kAddProcessSet, "__process_set.add." + std::to_string(k), none, 0);
   // The rank list travels as the "shape" (so the response carries it) and as splits (checked).
   e->request.shape.assign(ranks.begin(), ranks.end());
   e->request.splits = e->request.shape;
@@ -508,7 +508,7 @@ Status Runtime::removeProcessSet(int32_t id, HandlePtr* handle) {
   }
   TensorView none;
   none.dtype = DataType::kUInt8;
-  auto e = makeEntry(OpType::kProcessSet, "__process_set.remove." + std::to_string(k), none, 0);
+  auto e = makeEntry(OpType::kRemoveProcessSet, "__process_set.remove." + std::to_string(k), none, 0);
   e->request.shape = {id};
   e->request.splits = e->request.shape;
   return enqueue(std::move(e), handle);

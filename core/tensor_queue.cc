@@ -5,10 +5,13 @@
 namespace kolo {
 
 namespace {
-Status duplicate(const std::string& name) {
+Status duplicate(const OpKey& key) {
+  std::string where = key.processSet == 0
+                          ? ""
+                          : " in process set " + std::to_string(key.processSet);
   return Status(ErrorCode::kDuplicateName,
-                "an op named '" + name +
-                    "' is already in flight on this rank; wait for it or use another name");
+                "an op named '" + key.name + "' is already in flight" + where +
+                    " on this rank; wait for it or use another name");
 }
 }  // namespace
 
@@ -22,18 +25,18 @@ Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) 
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < entries.size(); ++i) {
-      const std::string& name = entries[i]->request.name;
-      if (entries_.count(name)) return duplicate(name);
+      const OpKey key = keyOf(entries[i]->request);
+      if (entries_.count(key)) return duplicate(key);
       for (size_t j = 0; j < i; ++j) {
-        if (entries[j]->request.name == name) return duplicate(name);
+        if (keyOf(entries[j]->request) == key) return duplicate(key);
       }
     }
     for (auto& e : entries) {
-      std::string name = e->request.name;
+      OpKey key = keyOf(e->request);
       e->enqueued = Clock::now();
-      order_.push_back(name);
-      fresh_.push_back(name);
-      entries_.emplace(name, std::move(e));
+      order_.push_back(key);
+      fresh_.push_back(key);
+      entries_.emplace(std::move(key), std::move(e));
     }
     woken_ = true;
   }
@@ -61,13 +64,13 @@ void TensorQueue::clearNew() {
   fresh_.clear();
 }
 
-TensorEntry* TensorQueue::find(const std::string& name) {
+TensorEntry* TensorQueue::find(const OpKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = entries_.find(name);
+  auto it = entries_.find(key);
   return it == entries_.end() ? nullptr : it->second.get();
 }
 
-std::unique_ptr<TensorEntry> TensorQueue::remove(const std::string& name) {
+std::unique_ptr<TensorEntry> TensorQueue::remove(const OpKey& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return nullptr;

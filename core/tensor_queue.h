@@ -1,9 +1,9 @@
-// TensorQueue: this rank's ops in flight, keyed by name.
+// TensorQueue: this rank's ops in flight, keyed by (process set, name) (OpKey).
 //
 // Callers (any thread) add entries; the coordinator thread drains the new ones each round,
-// looks entries up by name when a response names them, and removes them once executed.
-// A second add with a name already in flight fails at once with kDuplicateName; the first op
-// is untouched. Thread safety: all methods lock an internal mutex; entry pointers returned to
+// looks entries up by key when a response names them, and removes them once executed.
+// A second add with a key already in flight fails at once with kDuplicateName; the first op
+// is untouched. The same name in two process sets is two ops. Thread safety: all methods lock an internal mutex; entry pointers returned to
 // the coordinator stay valid until the coordinator itself removes the entry.
 #pragma once
 
@@ -54,8 +54,8 @@ class TensorQueue {
 
   // A round starts (it looks at every entry): entries added so far no longer count as new.
   void clearNew();
-  TensorEntry* find(const std::string& name);
-  std::unique_ptr<TensorEntry> remove(const std::string& name);
+  TensorEntry* find(const OpKey& key);
+  std::unique_ptr<TensorEntry> remove(const OpKey& key);
   // Every entry in arrival order (coordinator: to fail them all on abort/shutdown).
   std::vector<std::unique_ptr<TensorEntry>> removeAll();
   size_t size() const;
@@ -65,9 +65,9 @@ class TensorQueue {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<std::string, std::unique_ptr<TensorEntry>> entries_;
-  std::deque<std::string> order_;  // arrival order of names still in entries_
-  std::vector<std::string> fresh_;  // added since clearNew(), still in entries_
+  std::unordered_map<OpKey, std::unique_ptr<TensorEntry>, OpKeyHash> entries_;
+  std::deque<OpKey> order_;   // arrival order of keys still in entries_
+  std::vector<OpKey> fresh_;  // added since clearNew(), still in entries_
   bool woken_ = false;
 };
 

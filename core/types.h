@@ -40,8 +40,12 @@ enum class OpType : int32_t {
   kReducescatter = 4,
   kBarrier = 5,
   kJoin = 6,
-  kProcessSet = 7,  // add/remove a process set (collective over all ranks)
+  // Process-set changes: collectives over every rank (set 0), each its own request kind. The
+  // rank list (add) or the set id (remove) travels in Request::splits and Response::shape.
+  kAddProcessSet = 7,
+  kRemoveProcessSet = 8,
 };
+inline constexpr OpType kLastOpType = OpType::kRemoveProcessSet;
 
 const char* toString(DataType t);
 const char* toString(ReduceOp op);

@@ -21,11 +21,11 @@ class Steps {
   Steps(Timeline* tl, const std::vector<const Response*>& rs) : tl_(tl), rs_(rs) {}
   void begin(const std::string& activity) const {
     if (!on()) return;
-    for (auto* r : rs_) tl_->activityStart(r->name, activity);
+    for (auto* r : rs_) tl_->activityStart(displayName(keyOf(*r)), activity);
   }
   void end() const {
     if (!on()) return;
-    for (auto* r : rs_) tl_->activityEnd(r->name);
+    for (auto* r : rs_) tl_->activityEnd(displayName(keyOf(*r)));
   }
 
  private:

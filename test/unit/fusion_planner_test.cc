@@ -122,7 +122,7 @@ TEST_CASE("allgathers fuse with allgathers; sizes count every rank's rows") {
 TEST_CASE("everything else is a batch of its own") {
   std::vector<Response> rs;
   for (OpType t : {OpType::kBroadcast, OpType::kAlltoall, OpType::kReducescatter, OpType::kBarrier,
-                   OpType::kJoin, OpType::kProcessSet}) {
+                   OpType::kJoin, OpType::kAddProcessSet, OpType::kRemoveProcessSet}) {
     Response r = ar(8);
     r.type = t;
     rs.push_back(r);

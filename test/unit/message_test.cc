@@ -137,7 +137,7 @@ TEST_CASE("request list round trip keeps every field bit for bit") {
 }
 
 TEST_CASE("every enum value and the internal bitand op survive") {
-  for (int t = 0; t <= static_cast<int>(OpType::kProcessSet); ++t) {
+  for (int t = 0; t <= static_cast<int>(kLastOpType); ++t) {
     for (int d = 0; d < kNumDataTypes; ++d) {
       RequestList in;
       Request r;
@@ -268,7 +268,7 @@ TEST_CASE("out-of-range enums and bools are rejected") {
     RequestList out;
     return decode(b.data(), b.size(), &out);
   };
-  CHECK(patch(req + 4, 8).message().find("bad op type 8") != std::string::npos);
+  CHECK(patch(req + 4, 9).message().find("bad op type 9") != std::string::npos);
   CHECK(patch(req + 4, -1).message().find("bad op type -1") != std::string::npos);
   CHECK(patch(req + 12, 11).message().find("bad dtype 11") != std::string::npos);
   CHECK(patch(req + 20, 5).message().find("bad reduce op 5") != std::string::npos);

@@ -13,6 +13,23 @@ namespace {
 
 const Clock::time_point t0 = Clock::time_point() + std::chrono::hours(1);
 
+// The process sets a test's Negotiator reads (the runtime's ProcessSetTable in production).
+struct Sets : ProcessSetMembers {
+  explicit Sets(int world) {
+    for (int r = 0; r < world; ++r) sets[0].push_back(r);
+  }
+  const std::vector<int32_t>* members(int32_t id) const override {
+    auto it = sets.find(id);
+    return it == sets.end() ? nullptr : &it->second;
+  }
+  std::map<int32_t, std::vector<int32_t>> sets;
+};
+
+// A Negotiator over `world` ranks that reads its own Sets.
+struct Neg : Sets, Negotiator {
+  explicit Neg(int world) : Sets(world), Negotiator(world, this) {}
+};
+
 Clock::time_point at(double seconds) {
   return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
@@ -35,7 +52,7 @@ std::vector<std::string> names(const std::vector<Response>& rs) {
 
 // Submits `mutated` from rank 2 and the default from ranks 0 and 1, returns the one response.
 Response withRank2(Request mutated, OpType type = OpType::kAllreduce) {
-  Negotiator n(3);
+  Neg n(3);
   Request base = req(0, mutated.name, type, {17, 3});
   if (type == OpType::kAlltoall) base.splits = {6, 6, 5};
   for (int r = 0; r < 2; ++r) {
@@ -53,7 +70,7 @@ Response withRank2(Request mutated, OpType type = OpType::kAllreduce) {
 }  // namespace
 
 TEST_CASE("a name is ready only when every member submitted it") {
-  Negotiator n(3);
+  Neg n(3);
   CHECK_FALSE(n.hasPending());
   Request r = req(0, "grad/fc1");
   r.dtype = DataType::kBFloat16;
@@ -127,7 +144,7 @@ TEST_CASE("mismatch messages name the op, the tensor and both values") {
   CHECK(withRank2(m).error == "allreduce 'x': rank 0 sent group size 0, rank 2 sent group size 2");
 
   // Fields outer, ranks inner: rank 1's dtype beats rank 2's shape, whatever the arrival order.
-  Negotiator n(3);
+  Neg n(3);
   Request a = req(2, "y", OpType::kAllreduce, {9});
   n.add(a, t0);
   a = req(1, "y");
@@ -150,7 +167,7 @@ TEST_CASE("fields that do not matter for an op are not compared") {
 }
 
 TEST_CASE("allgather collects dim 0 and compares only the other dims") {
-  Negotiator n(3);
+  Neg n(3);
   n.add(req(1, "g", OpType::kAllgather, {5, 3}), t0);
   n.add(req(0, "g", OpType::kAllgather, {2, 3}), t0);
   n.add(req(2, "g", OpType::kAllgather, {0, 3}), t0);
@@ -167,7 +184,7 @@ TEST_CASE("allgather collects dim 0 and compares only the other dims") {
 }
 
 TEST_CASE("alltoall builds the split matrix and checks every rank's splits") {
-  Negotiator n(2);
+  Neg n(2);
   Request a = req(0, "a", OpType::kAlltoall, {3, 2});
   a.splits = {1, 2};
   Request b = req(1, "a", OpType::kAlltoall, {4, 2});
@@ -195,7 +212,7 @@ TEST_CASE("alltoall builds the split matrix and checks every rank's splits") {
 TEST_CASE("per-rank invalid values are invalid-argument errors") {
   Request m = req(2, "b", OpType::kBroadcast);
   m.root = 3;
-  Negotiator n(3);
+  Neg n(3);
   for (int r = 0; r < 3; ++r) {
     m.rank = r;
     n.add(m, t0);
@@ -205,7 +222,7 @@ TEST_CASE("per-rank invalid values are invalid-argument errors") {
   CHECK(out[0].errorCode == ErrorCode::kInvalidArgument);
   CHECK(out[0].error == "broadcast 'b': root 3 is not a rank of process set 0 (3 ranks)");
 
-  Negotiator s(1);
+  Neg s(1);
   s.add(req(0, "s", OpType::kReducescatter, {}), t0);
   out = s.takeReady(t0);
   REQUIRE(out.size() == 1);
@@ -219,7 +236,7 @@ TEST_CASE("per-rank invalid values are invalid-argument errors") {
 }
 
 TEST_CASE("joined ranks contribute zeros to allreduce and block other collectives") {
-  Negotiator n(3);
+  Neg n(3);
   n.add(req(0, "before"), t0);
   Request join = req(1, kJoinName, OpType::kJoin, {});
   n.add(join, t0);
@@ -273,7 +290,7 @@ TEST_CASE("joined ranks contribute zeros to allreduce and block other collective
 }
 
 TEST_CASE("a join completes waiting names before the join response, in arrival order") {
-  Negotiator n(2);
+  Neg n(2);
   n.add(req(0, "late"), t0);
   n.add(req(0, "early"), at(-1));  // arrival order is call order, not the timestamp
   n.add(req(0, "third"), t0);
@@ -287,7 +304,7 @@ TEST_CASE("a join completes waiting names before the join response, in arrival o
 }
 
 TEST_CASE("ready order is completion order") {
-  Negotiator n(2);
+  Neg n(2);
   n.add(req(0, "a"), t0);
   n.add(req(0, "b"), t0);
   n.add(req(0, "c"), t0);
@@ -299,9 +316,8 @@ TEST_CASE("ready order is completion order") {
 }
 
 TEST_CASE("process sets: membership, readiness and removal") {
-  Negotiator n(4);
-  n.addProcessSet(1, {3, 1, 1, 9});  // sorted, deduplicated, rank 9 dropped
-  CHECK(n.hasProcessSet(1));
+  Neg n(4);
+  n.sets[1] = {1, 3};
   Request r = req(1, "p");
   r.processSet = 1;
   n.add(r, t0);
@@ -321,32 +337,33 @@ TEST_CASE("process sets: membership, readiness and removal") {
   out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
   CHECK(out[0].errorCode == ErrorCode::kInvalidArgument);
-  CHECK(out[0].error == "allreduce 'p': rank 0 is not a member of process set 1");
+  CHECK(out[0].error == "allreduce 'p' in process set 1: rank 0 is not a member of process set 1");
   CHECK_FALSE(n.hasPending());
 
   r.processSet = 5;
   n.add(r, t0);
   out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
-  CHECK(out[0].error == "allreduce 'p': rank 0 sent unknown process set 5");
+  CHECK(out[0].error == "allreduce 'p' in process set 5: rank 0 sent unknown process set 5");
 
   // Removing a set fails what waits on it.
   r.processSet = 1;
   r.rank = 3;
   n.add(r, t0);
-  n.removeProcessSet(1);
-  CHECK_FALSE(n.hasProcessSet(1));
+  n.sets.erase(1);
+  n.processSetRemoved(1);
   out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
-  CHECK(out[0].error == "allreduce 'p': process set 1 was removed");
-  n.removeProcessSet(0);  // the world cannot be removed
-  CHECK(n.hasProcessSet(0));
+  CHECK(out[0].error == "allreduce 'p' in process set 1: process set 1 was removed");
+  n.processSetRemoved(0);  // the world is never removed: nothing pending on it fails
+  n.add(req(0, "w"), t0);
+  n.processSetRemoved(0);
+  CHECK(n.takeReady(t0).empty());
 }
 
 TEST_CASE("process-set ops are negotiated over the world and compare the rank list") {
-  Negotiator n(3);
-  Request r = req(0, "__ps.1", OpType::kProcessSet, {});
-  r.processSet = 1;  // the set being created, not yet known
+  Neg n(3);
+  Request r = req(0, "__ps.1", OpType::kAddProcessSet, {});
   r.splits = {0, 2};
   n.add(r, t0);
   r.rank = 1;
@@ -357,8 +374,8 @@ TEST_CASE("process-set ops are negotiated over the world and compare the rank li
   auto out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
   CHECK(out[0].kind == Response::Kind::kOk);
-  CHECK(out[0].type == OpType::kProcessSet);
-  CHECK(out[0].processSet == 1);
+  CHECK(out[0].type == OpType::kAddProcessSet);
+  CHECK(out[0].processSet == 0);
 
   for (int k = 0; k < 3; ++k) {
     r.rank = k;
@@ -367,12 +384,12 @@ TEST_CASE("process-set ops are negotiated over the world and compare the rank li
   }
   out = n.takeReady(t0);
   REQUIRE(out.size() == 1);
-  CHECK(out[0].error == "process_set '__ps.1': rank 0 sent ranks [0, 2], rank 1 sent [0, 1]");
+  CHECK(out[0].error == "add_process_set '__ps.1': rank 0 sent ranks [0, 2], rank 1 sent [0, 1]");
 
   // The list is opaque to the negotiator (a removal carries the set id); the response keeps the
   // first rank's shape, which the runtime uses to carry the list to every rank.
   for (int k = 0; k < 3; ++k) {
-    Request rm = req(k, "__process_set.remove.0", OpType::kProcessSet, {7});
+    Request rm = req(k, "__process_set.remove.0", OpType::kRemoveProcessSet, {7});
     rm.splits = {7};
     n.add(rm, t0);
   }
@@ -383,8 +400,8 @@ TEST_CASE("process-set ops are negotiated over the world and compare the rank li
 }
 
 TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
-  Negotiator n(4);
-  n.addProcessSet(2, {0, 1, 2});
+  Neg n(4);
+  n.sets[2] = {0, 1, 2};
   n.add(req(0, "old"), at(0));
   n.add(req(2, "old"), at(1));
   Request s = req(1, "set");
@@ -417,7 +434,7 @@ TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
   CHECK(n.stalled(at(61), 10).empty());
   REQUIRE(n.stalled(at(61), 5).size() == 1);
   CHECK(n.hasPending());
-  n.erase("young");
+  n.erase(OpKey{0, "young"});
   n.add(req(1, kJoinName, OpType::kJoin, {}), at(62));
   n.add(req(2, kJoinName, OpType::kJoin, {}), at(62));
   n.add(req(3, kJoinName, OpType::kJoin, {}), at(62));
@@ -428,11 +445,11 @@ TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
 }
 
 TEST_CASE("erase forgets a name completed elsewhere") {
-  Negotiator n(2);
+  Neg n(2);
   n.add(req(0, "cached"), t0);
   n.add(req(1, "cached"), t0);
-  n.erase("cached");
-  n.erase("never-seen");
+  n.erase(OpKey{0, "cached"});
+  n.erase(OpKey{0, "never-seen"});
   CHECK(n.takeReady(t0).empty());
   CHECK_FALSE(n.hasPending());
   // The name can be negotiated again afterwards.
@@ -442,7 +459,7 @@ TEST_CASE("erase forgets a name completed elsewhere") {
 }
 
 TEST_CASE("grouped allreduce members are released together, consecutively") {
-  Negotiator n(2);
+  Neg n(2);
   auto member = [](int32_t rank, const std::string& name, int32_t gid) {
     Request r = req(rank, name);
     r.groupId = gid;
@@ -473,7 +490,7 @@ TEST_CASE("grouped allreduce members are released together, consecutively") {
   n.add(member(0, "h1", 1), t0);
   n.add(member(1, "h1", 8), t0);
   n.add(member(0, "h2", 1), t0);
-  n.erase("h2");
+  n.erase(OpKey{0, "h2"});
   n.add(member(0, "h3", 1), t0);
   n.add(member(1, "h3", 8), t0);
   CHECK(n.takeReady(t0).empty());  // rank 1 has submitted only 2 of 3
@@ -519,7 +536,7 @@ TEST_CASE("grouped allreduce members are released together, consecutively") {
 }
 
 TEST_CASE("an erroneous group member is released alone; the rest of the group still goes") {
-  Negotiator n(2);
+  Neg n(2);
   auto member = [](int32_t rank, const std::string& name) {
     Request r = req(rank, name);
     r.groupId = 0;
@@ -543,7 +560,7 @@ TEST_CASE("an erroneous group member is released alone; the rest of the group st
 }
 
 TEST_CASE("hostile requests are ignored or answered, never crash") {
-  Negotiator n(2);
+  Neg n(2);
   Request r = req(5, "x");
   n.add(r, t0);  // rank outside the world
   r.rank = -1;
@@ -552,7 +569,7 @@ TEST_CASE("hostile requests are ignored or answered, never crash") {
   r.type = static_cast<OpType>(42);
   n.add(r, t0);
   CHECK_FALSE(n.hasPending());
-  Negotiator empty(0);
+  Neg empty(0);
   empty.add(req(0, "x"), t0);
   CHECK(empty.takeReady(t0).empty());
 }
@@ -601,7 +618,7 @@ TEST_CASE("random arrival orders: every name answered exactly once, same answers
       }
       return out;
     };
-    Negotiator n(world), again(world);
+    Neg n(world), again(world);
     std::vector<Response> first = run(n), second = run(again);
     std::map<std::string, int> answered;
     for (const auto& resp : first) ++answered[resp.name];
@@ -619,12 +636,12 @@ TEST_CASE("random arrival orders: every name answered exactly once, same answers
 
 TEST_CASE("random hostile requests never crash") {
   std::mt19937 rng(5);
-  Negotiator n(3);
-  n.addProcessSet(1, {0, 2});
+  Neg n(3);
+  n.sets[1] = {0, 2};
   for (int i = 0; i < 20000; ++i) {
     Request q;
     q.rank = static_cast<int32_t>(rng() % 5) - 1;
-    q.type = static_cast<OpType>(rng() % 9);
+    q.type = static_cast<OpType>(rng() % 10);
     q.name = "h" + std::to_string(rng() % 6);
     q.dtype = static_cast<DataType>(rng() % kNumDataTypes);
     for (size_t d = rng() % 3; d > 0; --d) q.shape.push_back(static_cast<int64_t>(rng() % 5) - 1);
@@ -638,7 +655,9 @@ TEST_CASE("random hostile requests never crash") {
       q.groupSize = static_cast<int32_t>(rng() % 4);
     }
     n.add(q, at(i * 0.01));
-    if (rng() % 50 == 0) n.erase("h" + std::to_string(rng() % 6));
+    if (rng() % 50 == 0) {
+      n.erase(OpKey{static_cast<int32_t>(rng() % 3), "h" + std::to_string(rng() % 6)});
+    }
     if (rng() % 7 == 0) {
       for (const auto& resp : n.takeReady(at(i * 0.01))) {
         CHECK_FALSE(resp.name.empty());

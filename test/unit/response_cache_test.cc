@@ -65,7 +65,6 @@ TEST_CASE("lookup: miss, hit, and changed for every negotiated parameter") {
       [](Request& r) { r.postscale = 0.5; },
       [](Request& r) { r.root = 1; },
       [](Request& r) { r.device = 0; },
-      [](Request& r) { r.processSet = 2; },
       [](Request& r) {
         r.splits = {1, 3};
       },
@@ -79,6 +78,13 @@ TEST_CASE("lookup: miss, hit, and changed for every negotiated parameter") {
     CHECK(c.lookup(changed, &bit) == Lookup::kChanged);
     CHECK(bit == 0);
   }
+
+  // The process set is part of the op's key: the same name in another set is another op.
+  Request other = q;
+  other.processSet = 2;
+  bit = 99;
+  CHECK(c.lookup(other, &bit) == Lookup::kMiss);
+  CHECK(bit == 99);
 }
 
 TEST_CASE("allgather and alltoall change when this rank's dim 0 or splits change") {
@@ -112,7 +118,7 @@ TEST_CASE("only OK data responses without joined ranks are cached") {
     CHECK(c.lookup(q, nullptr) == Lookup::kHit);
   }
   CHECK(c.size() == 5);
-  for (OpType t : {OpType::kBarrier, OpType::kJoin, OpType::kProcessSet}) {
+  for (OpType t : {OpType::kBarrier, OpType::kJoin, OpType::kAddProcessSet, OpType::kRemoveProcessSet}) {
     put(c, req(std::string("no-") + toString(t), t));
   }
   Request e = req("error");
@@ -165,9 +171,9 @@ TEST_CASE("eviction takes the least recently used entry and reuses its bit") {
   CHECK(bit == 2);
 
   // Erase frees a bit; the lowest free bit is taken first.
-  c.erase("a");
-  c.erase("e");
-  c.erase("missing");
+  c.erase(OpKey{0, "a"});
+  c.erase(OpKey{0, "e"});
+  c.erase(OpKey{0, "missing"});
   CHECK(c.bitsInUse() == std::vector<uint32_t>{1});
   CHECK(c.response(0).name.empty());  // unused bit: default value
   c.touch(0);                         // ignored
@@ -197,8 +203,8 @@ TEST_CASE("two caches fed the same calls end with identical bits") {
       a.touch(bit);
       b.touch(bit);
     } else {
-      a.erase(name);
-      b.erase(name);
+      a.erase(OpKey{0, name});
+      b.erase(OpKey{0, name});
     }
     REQUIRE(a.size() <= 16);
   }

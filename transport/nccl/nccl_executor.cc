@@ -34,12 +34,12 @@ class Activity {
   Activity(Timeline* tl, const std::vector<const Response*>& rs, const std::string& name)
       : tl_(tl != nullptr && tl->active() ? tl : nullptr), rs_(rs) {
     if (tl_ != nullptr) {
-      for (const Response* r : rs_) tl_->activityStart(r->name, name);
+      for (const Response* r : rs_) tl_->activityStart(displayName(keyOf(*r)), name);
     }
   }
   ~Activity() {
     if (tl_ != nullptr) {
-      for (const Response* r : rs_) tl_->activityEnd(r->name);
+      for (const Response* r : rs_) tl_->activityEnd(displayName(keyOf(*r)));
     }
   }
 
