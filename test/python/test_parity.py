@@ -1,0 +1,149 @@
+"""Horovod parity, at 2 and 3 ranks: an op's name is scoped to its process set (the same name in
+two sets is two ops, for every collective, through negotiation, the response cache and the
+timeline); join with allreduce for every first-joining rank, with and without the names in the
+response cache, for integer and floating dtypes; a barrier is an op of its own and does not wait
+for the rank's other pending ops (global and per set)."""
+
+import json
+import os
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
+
+
+def _exact(a, b):
+    assert a.dtype == b.dtype, (a.dtype, b.dtype)
+    assert torch.equal(a, b), (a, b)
+
+
+@pytest.fixture
+def halves(hvd):
+    """evens and odds as two process sets; this rank's own set first. Removed afterwards."""
+    n, r = hvd.size(), hvd.rank()
+    evens = hvd.add_process_set([q for q in range(n) if q % 2 == 0])
+    odds = hvd.add_process_set([q for q in range(n) if q % 2 == 1])
+    yield (evens, odds) if r % 2 == 0 else (odds, evens)
+    hvd.remove_process_set(odds)
+    hvd.remove_process_set(evens)
+
+
+def test_same_name_in_two_sets_every_collective(hvd, halves):
+    n, r = hvd.size(), hvd.rank()
+    mine, _ = halves
+    k = len(mine.ranks)
+    for _ in range(3):  # the first round negotiates, the later ones go through the cache
+        out = hvd.allreduce(torch.tensor([float(r)]), op=hvd.Sum, name="ps", process_set=mine)
+        assert out.item() == sum(mine.ranks)
+        g = hvd.grouped_allreduce([torch.tensor([float(r)]), torch.ones(2)], op=hvd.Sum,
+                                  name="ps", process_set=mine)
+        assert g[0].item() == sum(mine.ranks) and g[1].tolist() == [k, k]
+        ag = hvd.allgather(torch.tensor([r]), name="ps", process_set=mine)
+        assert ag.tolist() == mine.ranks
+        b = hvd.broadcast(torch.tensor([r * 10]), mine.ranks[-1], name="ps", process_set=mine)
+        assert b.item() == mine.ranks[-1] * 10
+        a2a = hvd.alltoall(torch.full((k,), r), name="ps", process_set=mine)
+        assert a2a.tolist() == mine.ranks
+        rs = hvd.reducescatter(torch.ones(k, 2), op=hvd.Sum, name="ps", process_set=mine)
+        _exact(rs, torch.full((1, 2), float(k)))
+        hvd.barrier(process_set=mine)
+    # The same name in flight at once in the global set and in this rank's set: two ops.
+    h_world = hvd.allreduce_async(torch.tensor([1.0]), op=hvd.Sum, name="both")
+    h_set = hvd.allreduce_async(torch.tensor([2.0]), op=hvd.Sum, name="both", process_set=mine)
+    assert hvd.synchronize(h_set).item() == 2.0 * k
+    assert hvd.synchronize(h_world).item() == float(n)
+    # Within one set a name in flight twice is still a duplicate.
+    h = hvd.allreduce_async(torch.ones(1), name="twice", process_set=mine)
+    with pytest.raises(ValueError, match="already in flight in process set"):
+        hvd.allreduce_async(torch.ones(1), name="twice", process_set=mine)
+    hvd.synchronize(h)
+    hvd.barrier()
+
+
+def test_set_ops_never_wait_for_ranks_outside_the_set(hvd, halves):
+    r = hvd.rank()
+    mine, other = halves
+    if not other.ranks:
+        pytest.skip("one rank: no second set")  # same decision on every rank
+    # The other set's ranks are busy elsewhere (they never submit this name): ours completes.
+    out = hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum, name="only_mine", process_set=mine)
+    assert out.item() == len(mine.ranks)
+    hvd.barrier()
+
+
+def test_timeline_rows_per_set(hvd, halves):
+    mine, _ = halves
+    path = os.path.join(tempfile.gettempdir(), "kolo_parity_tl_%d_%d.json" % (os.getppid(),
+                                                                             hvd.rank()))
+    hvd.barrier()
+    hvd.start_timeline(path)
+    hvd.allreduce(torch.ones(2), name="row", process_set=mine)
+    hvd.allreduce(torch.ones(2), name="row")
+    hvd.barrier()
+    hvd.stop_timeline()
+    hvd.barrier()
+    if hvd.rank() == 0:
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+        rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+        assert "allreduce.row" in rows
+        assert "allreduce.row@ps%d" % mine.process_set_id in rows
+        os.remove(path)
+
+
+def _trunc_avg(s, n, dtype):
+    """Horovod's integer average: the sum times 1/n in float64, truncated toward zero."""
+    return (s.double() * (1.0 / n)).trunc().to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.float32, torch.float64])
+@pytest.mark.parametrize("caching", [False, True])
+def test_join_with_allreduce(hvd, dtype, caching):
+    n, r = hvd.size(), hvd.rank()
+    for dim in (1, 2, 3):
+        for first in range(n):
+            torch.manual_seed(1234)
+            a = torch.randint(-100, 100, [5] * dim).to(dtype)
+            b = torch.randint(-100, 100, [17] * dim).to(dtype)
+            if caching:  # the names are in the response cache before the join
+                ha = hvd.allreduce_async(a, name="tensor_a", op=hvd.Average)
+                hb = hvd.allreduce_async(b, name="tensor_b", op=hvd.Average)
+                hvd.synchronize(ha)
+                hvd.synchronize(hb)
+            if r == first:
+                last = hvd.join()
+            else:
+                ha = hvd.allreduce_async(a, name="tensor_a", op=hvd.Average)
+                hb = hvd.allreduce_async(b, name="tensor_b", op=hvd.Average)
+                avg_a, avg_b = hvd.synchronize(ha), hvd.synchronize(hb)
+                last = hvd.join()
+                # The joined rank stands in with zeros: the others get sum / size.
+                for got, t in ((avg_a, a), (avg_b, b)):
+                    if dtype.is_floating_point:
+                        torch.testing.assert_close(got, t * (n - 1) / n)
+                    else:
+                        _exact(got, _trunc_avg(t * (n - 1), n, dtype))
+            everyone = hvd.allgather(torch.tensor([last]), name="join_last")
+            assert everyone.tolist() == [last] * n  # the same answer on every rank
+            if n > 1:
+                assert last != first  # the first to join is never the last
+            assert 0 <= last < n
+
+
+@pytest.mark.parametrize("in_set", [False, True])
+def test_barrier_does_not_wait_for_pending_ops(hvd, in_set):
+    n, r = hvd.size(), hvd.rank()
+    ps = hvd.add_process_set(list(range(n))) if in_set else None
+    kw = {"process_set": ps} if in_set else {}
+    if r == 0:
+        h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="dup", **kw)
+        hvd.barrier(**kw)  # rank 1 submits "dup" only after its barrier
+        out = hvd.synchronize(h)
+    else:
+        hvd.barrier(**kw)
+        out = hvd.allreduce(torch.ones(3), op=hvd.Sum, name="dup", **kw)
+    _exact(out, torch.full((3,), float(n)))
+    hvd.barrier()
+    if in_set:
+        hvd.remove_process_set(ps)
