@@ -157,3 +157,54 @@ def test_run_through_kolorun_results_and_failure():
                                            r"failed on purpose"):
         kolo.run(_main, args=(1.0, 1), np=None, hosts="localhost:2",
                  env={"KOLO_TIMEOUT_SECONDS": "5"})
+
+
+def test_job_server_rejects_messages_without_the_key():
+    """kolo.run(hosts=...)'s server hands out the function and takes results only from
+    requests that carry the job key's HMAC: nothing is served or unpickled otherwise."""
+    from kolo import _run_hosts
+    server = _run_hosts._JobServer(b"the pickled function", b"k" * 32)
+    try:
+        with pytest.raises(ConnectionError):
+            _run_hosts._request("127.0.0.1", server.port, b"x" * 32, b"F", 0)
+        with pytest.raises(ConnectionError):
+            _run_hosts._request("127.0.0.1", server.port, b"x" * 32, b"R", 1, b"not a pickle")
+        assert server.rejected == 2 and server.results == {}
+        assert _run_hosts._request("127.0.0.1", server.port, b"k" * 32, b"F", 0) == \
+            b"the pickled function"
+        _run_hosts._request("127.0.0.1", server.port, b"k" * 32, b"R", 1, b"result")
+        assert server.results == {1: (0, b"result")}
+    finally:
+        server.close()
+
+
+def _sleep(seconds):
+    import time
+    time.sleep(seconds)
+
+
+def _processes_with(marker):
+    import glob
+    found = []
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(path, "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(path.split("/")[2])
+        except OSError:
+            pass
+    return found
+
+
+def test_run_through_kolorun_timeout_stops_the_job():
+    import os
+    import time
+
+    import kolo
+    mark = "KOLO_TEST_MARK=%d.%d" % (os.getpid(), time.monotonic_ns())
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 2 s"):
+        kolo.run(_sleep, args=(120,), np=None, hosts="localhost:2", timeout=2,
+                 env={"KOLO_TEST_MARK": mark.split("=", 1)[1]})
+    assert time.monotonic() - start < 40
+    assert _processes_with(mark.encode()) == []  # kolorun and both ranks are gone

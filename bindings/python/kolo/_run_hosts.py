@@ -20,7 +20,9 @@ environment, as everything else kolorun passes (over ssh for remote ranks). Ever
 both directions carries an HMAC-SHA256 of its contents under that key, checked before anything
 is unpickled, so nobody who can merely connect to the port can make the driver or a rank
 unpickle data of their choosing. The key is removed from the rank's os.environ before the
-user's function runs.
+user's function runs. Like the rest of the environment kolorun passes to remote ranks, the key
+is visible in the hosts' process lists (kolorun's ssh command line): it keeps out other
+machines on the network, not other users of the hosts.
 
 Requirements are horovod.run's: the same Python, kolo and paths on every host (the ranks get
 the driver's PYTHONPATH, KOLO_LIBRARY and working directory), ssh without a password, and the
