@@ -208,3 +208,20 @@ def test_run_through_kolorun_timeout_stops_the_job():
                  env={"KOLO_TEST_MARK": mark.split("=", 1)[1]})
     assert time.monotonic() - start < 40
     assert _processes_with(mark.encode()) == []  # kolorun and both ranks are gone
+
+
+def test_run_with_output_filename_goes_through_kolorun(tmp_path):
+    """A local job given one of kolorun's options (output_filename here) runs under kolorun,
+    which writes each rank's output to DIR/rank.N/stdout (horovod.run's output_filename)."""
+    import kolo
+    out = tmp_path / "out"
+    assert kolo.run(_say, args=("hello",), np=2, output_filename=str(out)) == [0, 1]
+    for r in (0, 1):
+        assert "hello from %d" % r in (out / ("rank.%d" % r) / "stdout").read_text()
+
+
+def _say(word):
+    import kolo
+    kolo.init()
+    print("%s from %d" % (word, kolo.rank()), flush=True)
+    return kolo.rank()

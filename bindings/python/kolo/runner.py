@@ -69,13 +69,15 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
 
     hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
       hosts in order; without either (or with "localhost:N") the ranks run on this machine
-      without kolorun. With hosts, np=None takes every slot.
+      without kolorun, unless one of kolorun's options below is given. With hosts, np=None
+      takes every slot.
     env: extra environment variables for the ranks (KOLO_* knobs, for instance).
     timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
       own; kolorun's start_timeout and the runtime's timeouts still bound a broken job).
     network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
-      kolorun's options of the same names (hosts mode only; output_filename writes each rank's
-      output to DIR/rank.N/ instead of this process's stdout/stderr).
+      kolorun's options of the same names (output_filename writes each rank's output to
+      DIR/rank.N/ instead of this process's stdout/stderr); any of them but verbose makes even
+      a local job run under kolorun.
     use_mpi is accepted for horovod.run compatibility: kolo.run starts Gloo jobs only.
     """
     if not callable(func):
@@ -87,6 +89,10 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
         raise ValueError("np=None (every slot) needs hosts or a hostfile")
     if np is not None and (isinstance(np, bool) or not isinstance(np, int) or np < 1):
         raise ValueError("np must be a positive int; got %r" % (np,))
+    kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
+                       output_filename)
+    if not remote and any(o is not None for o in kolorun_options):
+        remote, hosts = True, "localhost:%d" % np  # only kolorun knows what they mean
     if use_mpi:
         raise ValueError("kolo.run starts Gloo jobs; use kolorun (or mpirun) for MPI")
     if use_gloo is False:
