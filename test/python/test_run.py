@@ -1,5 +1,7 @@
-"""kolo.run: a function on N local ranks, results in rank order, errors surfaced. Runs in ONE
-process (not under a launcher): kolo.run starts the ranks itself."""
+"""kolo.run and KoloRunner: a function on N local ranks, results in rank order, errors
+surfaced. Runs in ONE process (not under a launcher): kolo.run starts the ranks itself, or has
+kolorun start them (hosts="localhost:N" with np=None; the several-host path over ssh is
+test/launcher/test_run_hosts.py)."""
 
 import pytest
 
@@ -57,8 +59,12 @@ def test_run_arguments():
         kolo.run(_work, np=0)
     with pytest.raises(ValueError):
         kolo.run("not callable", np=1)
-    with pytest.raises(ValueError):
-        kolo.run(_work, np=2, hosts="a:1,b:1")
+    with pytest.raises(ValueError, match="not both"):
+        kolo.run(_work, np=2, hosts="a:1,b:1", hostfile="/nonexistent")
+    with pytest.raises(ValueError, match="needs hosts"):
+        kolo.run(_work, np=None)
+    with pytest.raises(ValueError, match="MPI"):
+        kolo.run(_work, np=2, use_mpi=True)
 
 
 def _lose_a_peer(folder):
@@ -90,3 +96,132 @@ def test_lost_peer_fails_pending_ops(tmp_path):
     seconds, status, message = (tmp_path / "rank0.txt").read_text().split("|", 2)
     assert status in ("PEER_LOST", "ABORTED", "TIMEOUT", "SHUTDOWN"), message
     assert float(seconds) < 60
+
+
+def _main(scale, fail_rank=None):
+    import numpy as np
+
+    import kolo
+    kolo.init()
+    if kolo.rank() == fail_rank:
+        raise ValueError("main failed on purpose")
+    total = kolo.allreduce(np.array([kolo.rank() + 1.0]), op=kolo.Sum)
+    return (kolo.rank(), kolo.size(), float(total[0]) * scale)
+
+
+def test_kolo_runner_local_modes_return_rank0():
+    from kolo.runner import KoloRunner
+    assert KoloRunner(np=-2).run(_main, scale=2.0) == (0, 2, 6.0)
+
+
+def test_kolo_runner_local_failure_names_the_rank():
+    from kolo.runner import KoloRunner
+    with pytest.raises(RuntimeError, match=r"rank 2 \(host [^)]+\) failed(.|\n)*main failed "
+                                           r"on purpose"):
+        KoloRunner(np=-3, env={"KOLO_TIMEOUT_SECONDS": "5"}).run(_main, scale=1.0, fail_rank=2)
+
+
+def test_kolo_runner_arguments(monkeypatch):
+    from kolo.runner import KoloRunner
+    monkeypatch.delenv("KOLO_RUNNER_HOSTS", raising=False)
+    with pytest.raises(ValueError, match="KOLO_RUNNER_HOSTS"):
+        KoloRunner(np=2)
+    with pytest.raises(ValueError, match="KOLO_RUNNER_HOSTS"):
+        KoloRunner(np=0)
+    with pytest.raises(ValueError, match="np must be an int"):
+        KoloRunner(np="2")
+    with pytest.raises(ValueError, match="driver_log_verbosity"):
+        KoloRunner(np=-2, driver_log_verbosity="some")
+    with pytest.raises(ValueError, match="hosts need np > 0"):
+        KoloRunner(np=-2, hosts="a:2")
+    with pytest.raises(TypeError):
+        KoloRunner(2)  # keyword-only, as HorovodRunner
+    assert KoloRunner(np=-3, driver_log_verbosity="all").driver_log_verbosity == "all"
+    monkeypatch.setenv("KOLO_RUNNER_HOSTS", "a:2,b:2")
+    assert KoloRunner(np=4).hosts == "a:2,b:2"
+
+
+def test_kolo_runner_np0_takes_every_slot_through_kolorun(monkeypatch):
+    """np=0 and KOLO_RUNNER_HOSTS=localhost:3: kolorun starts the 3 ranks (no ssh: the host is
+    this machine), the function and results go through kolo.run's TCP server."""
+    from kolo.runner import KoloRunner
+    monkeypatch.setenv("KOLO_RUNNER_HOSTS", "localhost:3")
+    assert KoloRunner(np=0).run(_main, scale=1.0) == (0, 3, 6.0)
+
+
+def test_run_through_kolorun_results_and_failure():
+    import kolo
+    assert kolo.run(_main, args=(2.0,), np=None, hosts="localhost:2") == [(0, 2, 6.0),
+                                                                          (1, 2, 6.0)]
+    with pytest.raises(RuntimeError, match=r"rank 1 \(host localhost\) failed(.|\n)*main "
+                                           r"failed on purpose"):
+        kolo.run(_main, args=(1.0, 1), np=None, hosts="localhost:2",
+                 env={"KOLO_TIMEOUT_SECONDS": "5"})
+
+
+def test_job_server_rejects_messages_without_the_key():
+    """kolo.run(hosts=...)'s server hands out the function and takes results only from
+    requests that carry the job key's HMAC: nothing is served or unpickled otherwise."""
+    from kolo import _run_hosts
+    server = _run_hosts._JobServer(b"the pickled function", b"k" * 32)
+    try:
+        with pytest.raises(ConnectionError):
+            _run_hosts._request("127.0.0.1", server.port, b"x" * 32, b"F", 0)
+        with pytest.raises(ConnectionError):
+            _run_hosts._request("127.0.0.1", server.port, b"x" * 32, b"R", 1, b"not a pickle")
+        assert server.rejected == 2 and server.results == {}
+        assert _run_hosts._request("127.0.0.1", server.port, b"k" * 32, b"F", 0) == \
+            b"the pickled function"
+        _run_hosts._request("127.0.0.1", server.port, b"k" * 32, b"R", 1, b"result")
+        assert server.results == {1: (0, b"result")}
+    finally:
+        server.close()
+
+
+def _sleep(seconds):
+    import time
+    time.sleep(seconds)
+
+
+def _processes_with(marker):
+    import glob
+    found = []
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            with open(path, "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    found.append(path.split("/")[2])
+        except OSError:
+            pass
+    return found
+
+
+def test_run_through_kolorun_timeout_stops_the_job():
+    import os
+    import time
+
+    import kolo
+    mark = "KOLO_TEST_MARK=%d.%d" % (os.getpid(), time.monotonic_ns())
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match="did not finish within 2 s"):
+        kolo.run(_sleep, args=(120,), np=None, hosts="localhost:2", timeout=2,
+                 env={"KOLO_TEST_MARK": mark.split("=", 1)[1]})
+    assert time.monotonic() - start < 40
+    assert _processes_with(mark.encode()) == []  # kolorun and both ranks are gone
+
+
+def test_run_with_output_filename_goes_through_kolorun(tmp_path):
+    """A local job given one of kolorun's options (output_filename here) runs under kolorun,
+    which writes each rank's output to DIR/rank.N/stdout (horovod.run's output_filename)."""
+    import kolo
+    out = tmp_path / "out"
+    assert kolo.run(_say, args=("hello",), np=2, output_filename=str(out)) == [0, 1]
+    for r in (0, 1):
+        assert "hello from %d" % r in (out / ("rank.%d" % r) / "stdout").read_text()
+
+
+def _say(word):
+    import kolo
+    kolo.init()
+    print("%s from %d" % (word, kolo.rank()), flush=True)
+    return kolo.rank()

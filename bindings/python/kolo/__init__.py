@@ -3,7 +3,8 @@
 Pure Python over the C API of libkolo.so (ctypes): nothing here is compiled against Python,
 numpy or torch. `import kolo.torch as hvd` is the drop-in for `import horovod.torch as hvd`;
 this top-level package holds the lifecycle and topology calls, process sets, the numpy-array
-collectives and kolo.run (run a function on N local ranks).
+collectives, kolo.run (run a function on N ranks, local or on hosts) and KoloRunner
+(HorovodRunner's interface).
 """
 
 from kolo.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,
@@ -21,7 +22,7 @@ from kolo.numpy_ops import (allgather, allgather_async, allreduce, allreduce_,
                             reducescatter_async, synchronize)
 from kolo.process_sets import (ProcessSet, add_process_set, global_process_set,
                                remove_process_set)
-from kolo.runner import run
+from kolo.runner import KoloRunner, run
 
 __version__ = "0.1.0"
 
@@ -36,5 +37,5 @@ __all__ = [
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "barrier", "join", "poll", "synchronize", "run",
+    "reducescatter_async", "barrier", "join", "poll", "synchronize", "run", "KoloRunner",
 ]

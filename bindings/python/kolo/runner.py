@@ -1,18 +1,29 @@
-"""kolo.run: run a Python function on N local ranks and return every rank's result.
+"""kolo.run and KoloRunner: run a Python function as the ranks of a kolo job.
 
-Like horovod.run (and HorovodRunner's local mode): `func`, `args` and `kwargs` are pickled
-with cloudpickle, N copies of this interpreter each
-unpickle and call func(*args, **kwargs) with KOLO_RANK/KOLO_SIZE/... set and a file-store
-rendezvous in a private temporary folder, so the function just calls kolo.init() (or
-hvd.init()). The result is the list of return values in rank order. If a rank raises, the
-others get KOLO_TIMEOUT_SECONDS-bounded time to notice (the runtime aborts their pending ops)
-and are then terminated; kolo.run raises RuntimeError carrying the first failing rank's
-traceback. Only local ranks are supported (use kolorun for several hosts).
+kolo.run(func, args, kwargs, np, hosts=...) is horovod.run: `func`, `args` and `kwargs` are
+pickled with cloudpickle, every rank unpickles and calls func(*args, **kwargs) with
+KOLO_RANK/KOLO_SIZE/... set, so the function just calls kolo.init() (or hvd.init()). The result
+is the list of return values in rank order; when a rank raises (or dies), kolo.run raises
+RuntimeError naming the first failing rank, its host, and its traceback.
+
+Two ways to start the ranks:
+  - local (no `hosts`, or hosts="localhost:N"): np copies of this interpreter, with a
+    file-store rendezvous in a private temporary folder; the function and the results travel
+    through files there. If a rank fails, the others get _GRACE_SECONDS to notice (the runtime
+    aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and are then terminated;
+  - hosts ("a:2,b:2", or hostfile=): kolorun starts the ranks (remote ones over ssh) and
+    supervises them; the function and the results travel through a small authenticated TCP
+    server of the calling process (kolo/_run_hosts.py describes it).
+
+KoloRunner is sparkdl.HorovodRunner's interface: KoloRunner(np=-n).run(main, **kwargs) runs n
+local processes, KoloRunner(np=n, hosts=...) runs n ranks on the hosts (the "workers"); both
+return rank 0's result, as HorovodRunner does.
 """
 
 import os
 import pickle
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +34,8 @@ _GRACE_SECONDS = 30.0
 # Not `python -m kolo.runner`: kolo/__init__ imports this module, and -m would run a 2nd copy.
 _WORKER_MAIN = "import sys; from kolo.runner import _worker; sys.exit(_worker(sys.argv[1], " \
     "int(sys.argv[2])))"
+_LOCAL_HOSTS = ("localhost", "127.0.0.1")
+_VERBOSITIES = ("log_callback_only", "all")
 
 
 def _pickler():
@@ -38,29 +51,89 @@ def _package_root():
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, use_gloo=None, use_mpi=None,
-        timeout=None, verbose=None, executable=None):
-    """Runs func(*args, **kwargs) on `np` local processes; returns their results by rank.
+def _is_local(hosts, np):
+    """True for a host list that names only this machine with np slots (or none at all)."""
+    if not hosts:
+        return True
+    entries = [e.strip() for e in hosts.split(",")]
+    if len(entries) != 1:
+        return False
+    name, _, slots = entries[0].partition(":")
+    return name in _LOCAL_HOSTS and (not slots or (np is not None and slots == str(np)))
 
-    env: extra environment variables for the workers (KOLO_* knobs, for instance).
-    timeout: seconds before the whole job is terminated (None: no limit of its own; the
-    runtime's timeouts still bound a job whose ranks wait for a dead peer).
-    hosts and use_mpi are accepted for horovod.run compatibility: only local Gloo jobs run here.
+
+def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, use_gloo=None,
+        use_mpi=None, timeout=None, verbose=None, executable=None, network_interface=None,
+        ssh_port=None, ssh_identity_file=None, start_timeout=None, output_filename=None):
+    """Runs func(*args, **kwargs) on `np` ranks; returns their results in rank order.
+
+    hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
+      hosts in order; without either (or with "localhost:N") the ranks run on this machine
+      without kolorun, unless one of kolorun's options below is given. With hosts, np=None
+      takes every slot.
+    env: extra environment variables for the ranks (KOLO_* knobs, for instance).
+    timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
+      own; kolorun's start_timeout and the runtime's timeouts still bound a broken job).
+    network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
+      kolorun's options of the same names (output_filename writes each rank's output to
+      DIR/rank.N/ instead of this process's stdout/stderr); any of them but verbose makes even
+      a local job run under kolorun.
+    use_mpi is accepted for horovod.run compatibility: kolo.run starts Gloo jobs only.
     """
     if not callable(func):
         raise ValueError("kolo.run needs a callable; got %r" % (func,))
-    if isinstance(np, bool) or not isinstance(np, int) or np < 1:
+    if hosts and hostfile:
+        raise ValueError("kolo.run: give hosts or hostfile, not both")
+    remote = bool(hostfile) or not _is_local(hosts, np)
+    if np is None and not remote:
+        raise ValueError("np=None (every slot) needs hosts or a hostfile")
+    if np is not None and (isinstance(np, bool) or not isinstance(np, int) or np < 1):
         raise ValueError("np must be a positive int; got %r" % (np,))
-    if hosts not in (None, "", "localhost", "localhost:%d" % np, "127.0.0.1:%d" % np):
-        raise ValueError("kolo.run runs local ranks only; use kolorun -H for hosts=%r" % hosts)
+    kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
+                       output_filename)
+    if not remote and any(o is not None for o in kolorun_options):
+        remote, hosts = True, "localhost:%d" % np  # only kolorun knows what they mean
     if use_mpi:
         raise ValueError("kolo.run starts Gloo jobs; use kolorun (or mpirun) for MPI")
     if use_gloo is False:
         raise ValueError("kolo.run starts Gloo jobs; use_gloo=False is not supported")
     kwargs = dict(kwargs or {})
     cloudpickle = _pickler()
-    from kolo import _lib  # the workers load the very library this process loaded
+    base = _job_environment(env)
+    python = executable or sys.executable
+    if remote:
+        from kolo import _run_hosts
+        for var in ("KOLO_RENDEZVOUS_DIR", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK",
+                    "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_CONTROLLER"):
+            base.pop(var, None)
+        payload = cloudpickle.dumps((func, tuple(args), kwargs))
+        options = {"network_interface": network_interface, "ssh_port": ssh_port,
+                   "ssh_identity_file": ssh_identity_file, "start_timeout": start_timeout,
+                   "output_filename": output_filename, "verbose": verbose}
+        return _run_hosts.run_on_hosts(payload, np, hosts, hostfile, env, timeout, python, base,
+                                       options)
+    return _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python)
 
+
+def _job_environment(env):
+    """This process's environment for the ranks: `env` on top, kolo found as here."""
+    from kolo import _lib  # the ranks load the very library this process loaded
+    base = dict(os.environ)
+    base.update({k: str(v) for k, v in (env or {}).items()})
+    base["KOLO_LIBRARY"] = os.path.abspath(_lib.path)
+    for var in ("KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+                "HOROVOD_GLOO_RENDEZVOUS_PORT"):
+        base.pop(var, None)
+    # The ranks see this process's import path, so functions that cloudpickle stores by
+    # reference (those of importable modules) load there too.
+    paths = [_package_root()] + [p for p in sys.path if p and os.path.isdir(p)]
+    if base.get("PYTHONPATH"):
+        paths.append(base["PYTHONPATH"])
+    base["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return base
+
+
+def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python):
     workdir = tempfile.mkdtemp(prefix="kolo-run-")
     procs = []
     try:
@@ -68,31 +141,19 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, use_gloo=None, u
             cloudpickle.dump((func, tuple(args), kwargs), f)
         rendezvous = os.path.join(workdir, "rendezvous")
         os.mkdir(rendezvous)
-        base = dict(os.environ)
-        base.update({k: str(v) for k, v in (env or {}).items()})
+        base = dict(base)
         base.update({
             "KOLO_CONTROLLER": "gloo", "KOLO_SIZE": str(np), "KOLO_LOCAL_SIZE": str(np),
             "KOLO_CROSS_RANK": "0", "KOLO_CROSS_SIZE": "1", "KOLO_RENDEZVOUS_DIR": rendezvous,
-            "KOLO_LIBRARY": os.path.abspath(_lib.path),
         })
-        for var in ("KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT",
-                    "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"):
-            base.pop(var, None)
-        # The workers see this process's import path, so functions that cloudpickle stores by
-        # reference (those of importable modules) load there too.
-        paths = [_package_root()] + [p for p in sys.path if p and os.path.isdir(p)]
-        if base.get("PYTHONPATH"):
-            paths.append(base["PYTHONPATH"])
-        base["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-        python = executable or sys.executable
         for r in range(np):
             e = dict(base, KOLO_RANK=str(r), KOLO_LOCAL_RANK=str(r))
             if verbose:
                 print("kolo.run: starting rank %d with %s" % (r, python), file=sys.stderr)
             procs.append(subprocess.Popen([python, "-c", _WORKER_MAIN, workdir, str(r)],
                                           env=e))
-        codes = _wait_all(procs, timeout)
-        return _collect(workdir, codes)
+        codes, seen = _wait_all(procs, timeout)
+        return _collect(workdir, codes, seen)
     finally:
         for p in procs:
             if p.poll() is None:
@@ -103,15 +164,20 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, use_gloo=None, u
 
 def _wait_all(procs, timeout):
     """Waits for every worker; after the first failure waits _GRACE_SECONDS more, then
-    terminates the rest. Returns the exit codes (None for a terminated worker)."""
+    terminates the rest. Returns the exit codes (negative for a terminated worker) and, for
+    each worker that exited non-zero by itself, the wall-clock time it was seen exiting."""
     start = time.monotonic()
     failed_at = None
+    seen = {}
     while True:
         codes = [p.poll() for p in procs]
+        for r, c in enumerate(codes):
+            if c not in (None, 0):
+                seen.setdefault(r, time.time())
         if all(c is not None for c in codes):
-            return codes
+            return codes, seen
         now = time.monotonic()
-        if failed_at is None and any(c not in (None, 0) for c in codes):
+        if failed_at is None and seen:
             failed_at = now
         expired = timeout is not None and now - start > timeout
         if expired or (failed_at is not None and now - failed_at > _GRACE_SECONDS):
@@ -128,42 +194,61 @@ def _wait_all(procs, timeout):
             if expired:
                 raise TimeoutError("kolo.run: the job did not finish within %s s (exit codes "
                                    "%s)" % (timeout, codes))
-            return codes
+            return codes, seen
         time.sleep(0.05)
 
 
-def _collect(workdir, codes):
-    results, errors = [], []
+def _collect(workdir, codes, seen):
+    """The results by rank, or RuntimeError naming the rank that failed first."""
+    results, errors = [], {}
+    failed_when = dict(seen)  # rank -> when it failed (the time in its result when it has one)
+    host = socket.gethostname()
     for r, code in enumerate(codes):
         path = os.path.join(workdir, "result.%d.pkl" % r)
         if not os.path.exists(path):
-            errors.append((r, "rank %d exited with code %s without a result" % (r, code)))
+            errors[r] = "rank %d exited with code %s without a result" % (r, code)
             results.append(None)
             continue
         with open(path, "rb") as f:
-            ok, value = pickle.load(f)
+            ok, value, when = pickle.load(f)
         if ok:
             results.append(value)
         else:
-            errors.append((r, value))
+            errors[r] = value
+            failed_when[r] = when
             results.append(None)
     if errors:
-        first = errors[0]
-        raise RuntimeError("kolo.run: %d of %d ranks failed; rank %d:\n%s"
-                           % (len(errors), len(codes), first[0], first[1]))
+        # The rank that failed first is the cause; the others usually lost it as a peer. A rank
+        # that raised notes when, before it shuts down (which fails the others' ops), so these
+        # times order the failures causally; exit times order the ranks that died silently.
+        first = min(errors, key=lambda r: (failed_when.get(r, float("inf")), r))
+        raise RuntimeError("kolo.run: rank %d (host %s) failed (%d of %d ranks failed):\n%s"
+                           % (first, host, len(errors), len(codes), errors[first]))
     return results
+
+
+def _call(func, args, kwargs):
+    """(True, func's result) or (False, the traceback text)."""
+    try:
+        return True, func(*args, **kwargs)
+    except BaseException:  # noqa: B902 - report everything, including SystemExit
+        return False, traceback.format_exc()
+
+
+def _shutdown(rank):
+    try:
+        from kolo import basics
+        basics.shutdown()
+    except Exception as e:  # the result is already safe; report and move on
+        print("kolo.run: rank %d: shutdown failed: %s" % (rank, e), file=sys.stderr)
 
 
 def _worker(workdir, rank):
     cloudpickle = _pickler()
     with open(os.path.join(workdir, "func.pkl"), "rb") as f:
         func, args, kwargs = pickle.load(f)
-    try:
-        outcome = (True, func(*args, **kwargs))
-        code = 0
-    except BaseException:  # noqa: B902 - report everything, including SystemExit
-        outcome = (False, traceback.format_exc())
-        code = 1
+    outcome = _call(func, args, kwargs) + (time.time(),)
+    code = 0 if outcome[0] else 1
     tmp = os.path.join(workdir, "result.%d.tmp" % rank)
     try:
         with open(tmp, "wb") as f:
@@ -171,12 +256,56 @@ def _worker(workdir, rank):
     except Exception:  # an unpicklable return value
         with open(tmp, "wb") as f:
             cloudpickle.dump((False, "rank %d: cannot pickle the result:\n%s"
-                              % (rank, traceback.format_exc())), f)
+                              % (rank, traceback.format_exc()), time.time()), f)
         code = 1
     os.replace(tmp, os.path.join(workdir, "result.%d.pkl" % rank))
-    try:
-        from kolo import basics
-        basics.shutdown()
-    except Exception as e:  # the result is already safe; report and move on
-        print("kolo.run: rank %d: shutdown failed: %s" % (rank, e), file=sys.stderr)
+    _shutdown(rank)
     return code
+
+
+class KoloRunner:
+    """sparkdl.HorovodRunner's interface: KoloRunner(np=...).run(main, **kwargs).
+
+    np < 0: -np processes on this machine (HorovodRunner's driver-local mode).
+    np > 0: np ranks on the cluster's hosts, the "workers": `hosts` ("a:4,b:4", kolorun -H),
+      else `hostfile` (kolorun --hostfile), else $KOLO_RUNNER_HOSTS (-H syntax). Without any
+      of them ValueError: kolo has no cluster manager to ask, and running on this machine
+      when a cluster was meant would hide the mistake (use a negative np for that).
+    np == 0: every slot of those hosts (HorovodRunner: "all task slots"; deprecated there).
+    driver_log_verbosity: HorovodRunner's "log_callback_only" or "all"; accepted for
+      compatibility. kolo has no log callback: the ranks' output always reaches this
+      process's stdout/stderr ("[rank]<stdout>:" prefixed on hosts, as kolorun prints it).
+    run_options: further kolo.run options (env, timeout, network_interface, ssh_port,
+      ssh_identity_file, start_timeout, output_filename, verbose, executable).
+    """
+
+    def __init__(self, *, np, driver_log_verbosity="log_callback_only", hosts=None,
+                 hostfile=None, **run_options):
+        if isinstance(np, bool) or not isinstance(np, int):
+            raise ValueError("KoloRunner: np must be an int; got %r" % (np,))
+        if driver_log_verbosity not in _VERBOSITIES:
+            raise ValueError("KoloRunner: driver_log_verbosity must be one of %s; got %r"
+                             % (", ".join(_VERBOSITIES), driver_log_verbosity))
+        self.num_processor = np
+        self.driver_log_verbosity = driver_log_verbosity
+        self.hosts, self.hostfile = None, None
+        if np >= 0:
+            self.hostfile = hostfile
+            self.hosts = hosts or (None if hostfile else os.environ.get("KOLO_RUNNER_HOSTS"))
+            if not self.hosts and not self.hostfile:
+                raise ValueError(
+                    "KoloRunner(np=%d) runs on the cluster's hosts: pass hosts='host1:slots,"
+                    "host2:slots' or hostfile=, or set KOLO_RUNNER_HOSTS; KoloRunner(np=-%d) "
+                    "runs %d processes on this machine" % (np, max(np, 1), max(np, 1)))
+        elif hosts or hostfile:
+            raise ValueError("KoloRunner(np=%d) runs on this machine; hosts need np > 0" % np)
+        self._options = run_options
+
+    def run(self, main, **kwargs):
+        """Runs main(**kwargs) on every rank; returns rank 0's return value."""
+        if self.num_processor < 0:
+            results = run(main, kwargs=kwargs, np=-self.num_processor, **self._options)
+        else:
+            results = run(main, kwargs=kwargs, np=self.num_processor or None, hosts=self.hosts,
+                          hostfile=self.hostfile, **self._options)
+        return results[0]
