@@ -35,14 +35,15 @@ def read(d, name):
 
 
 @needs_runtime
-@pytest.mark.parametrize("np", [2, 3])
-def test_survivors_raise_naming_the_dead_rank_and_exit_by_themselves(np, tmp_path):
+@pytest.mark.parametrize("np,shm", [(2, "auto"), (3, "auto"), (3, "off")])
+def test_survivors_raise_naming_the_dead_rank_and_exit_by_themselves(np, shm, tmp_path):
     d = str(tmp_path)
     victim = np - 1
     t0 = time.monotonic()
-    # A window far longer than the test: the survivors must leave by themselves.
+    # A window far longer than the test: the survivors must leave by themselves. KOLO_SHM=off:
+    # TCP connections only (the lost peer is seen as a reset connection, not a gone process).
     r = kolorun(["-np", str(np), "--failure-grace-seconds", "60", PY, TRAIN, d],
-                env=train_env(), timeout=90)
+                env=train_env(KOLO_SHM=shm), timeout=90)
     took = time.monotonic() - t0
     assert r.returncode == 128 + signal.SIGKILL, r.stderr
     assert ("rank %d (host localhost) was killed by signal 9 (SIGKILL); the other %d rank%s may "
