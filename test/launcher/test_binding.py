@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from conftest import PY, base_env, kolorun, results
+from conftest import PY, kolorun, results
 from kolo_launcher import binding
 from kolo_launcher.args import parse
 from kolo_launcher.mpi_run import build_command

@@ -15,7 +15,7 @@ import textwrap
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__
-from .binding import BindingError, parse_gloo_binding_args
+from .binding import BindingError, binding_options
 from .check_build import print_report
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
@@ -144,8 +144,9 @@ OPTIONS = [
         "'host'; '#' starts a comment"),
     Opt(("--failure-grace-seconds",), "failure_grace", "value", "SECONDS", G_PROC,
         "Gloo mode: when a rank fails, give the others SECONDS to notice it and exit by "
-        "themselves (the runtime fails their pending ops: KoloInternalError/HorovodInternalError naming the "
-        "lost rank) before kolorun sends SIGTERM, then SIGKILL (default: "
+        "themselves (the runtime fails their pending ops: KoloInternalError/"
+        "HorovodInternalError naming the lost rank) before kolorun sends SIGTERM, then SIGKILL "
+        "(default: "
         "$KOLO_LAUNCHER_FAILURE_GRACE_SECONDS, $HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS, else "
         "10; 0 stops them at once)"),
     Opt(("--no-bind",), "no_bind", "flag", None, G_PROC,
@@ -532,23 +533,8 @@ def _flag_or_env(text, flag, environ, names, default, low):
 
 
 def _binding(ns):
-    """(Gloo mode's binding mode, MPI mode's placement arguments or None)."""
-    if ns.no_bind and ns.binding_args is not None:
-        raise UsageError("--no-bind and --binding-args exclude each other")
-    if ns.no_bind:
-        return "none", ["-bind-to", "none", "-map-by", "slot"]
-    if ns.binding_args is None:
-        return "share", None
-    if ns.mpi:
-        try:
-            words = shlex.split(ns.binding_args)
-        except ValueError as e:
-            raise UsageError("--binding-args: %s" % e) from None
-        if not words:
-            raise UsageError("--binding-args: empty (use --no-bind for no binding)")
-        return "share", words
     try:
-        return parse_gloo_binding_args(ns.binding_args), None
+        return binding_options(bool(ns.no_bind), ns.binding_args, bool(ns.mpi))
     except BindingError as e:
         raise UsageError(str(e)) from None
 

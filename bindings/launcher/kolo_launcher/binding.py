@@ -43,6 +43,26 @@ class BindingError(ValueError):
     pass
 
 
+def binding_options(no_bind, binding_args, mpi):
+    """(Gloo mode's binding mode, MPI mode's placement arguments or None) from --no-bind and
+    --binding-args; BindingError for a bad combination or string."""
+    if no_bind and binding_args is not None:
+        raise BindingError("--no-bind and --binding-args exclude each other")
+    if no_bind:
+        return "none", ["-bind-to", "none", "-map-by", "slot"]
+    if binding_args is None:
+        return "share", None
+    if not mpi:
+        return parse_gloo_binding_args(binding_args), None
+    try:
+        words = shlex.split(binding_args)
+    except ValueError as e:
+        raise BindingError("--binding-args: %s" % e) from None
+    if not words:
+        raise BindingError("--binding-args: empty (use --no-bind for no binding)")
+    return "share", words
+
+
 def parse_gloo_binding_args(text):
     """The mode of a --binding-args string in Gloo mode; BindingError for anything else."""
     try:
