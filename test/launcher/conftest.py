@@ -25,6 +25,9 @@ def base_env(**extra):
             del env[name]
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["KOLO_LAUNCHER_KILL_GRACE_SECONDS"] = "2"
+    # worker.py's ranks have no runtime that would notice a failed peer: stop them at once
+    # (test_failure.py gives its ranks a grace window).
+    env["KOLO_LAUNCHER_FAILURE_GRACE_SECONDS"] = "0"
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

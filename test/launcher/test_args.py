@@ -201,9 +201,37 @@ def test_help_documents_every_flag_and_variable(capsys):
                 "KOLO_STALL_CHECK_TIME_SECONDS", "KOLO_STALL_SHUTDOWN_TIME_SECONDS",
                 "KOLO_LOG_LEVEL", "KOLO_GLOO_IFACE", "KOLO_SSH_IDENTITY",
                 "KOLO_LAUNCHER_REMOTE_SHELL", "KOLO_LAUNCHER_FORCE_REMOTE",
-                "KOLO_LAUNCHER_KILL_GRACE_SECONDS", "KOLO_LAUNCHER_MPIRUN"]:
+                "KOLO_LAUNCHER_KILL_GRACE_SECONDS", "KOLO_LAUNCHER_MPIRUN",
+                "KOLO_LAUNCHER_FAILURE_GRACE_SECONDS"]:
         assert var in text, var
     assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def _help_of(flag):
+    return " ".join(next(o.help for o in args.OPTIONS if flag in o.names).split())
+
+
+def test_help_describes_what_the_runtime_does():
+    # Rounds start when an op is enqueued (core/coordinator.h "Pacing"); nothing gathers.
+    cycle = _help_of("--cycle-time-ms")
+    assert "gather" not in cycle.replace("nothing waits to gather", "")
+    assert "starts at once when an op is enqueued" in cycle
+    # The hierarchical allreduce is reduce-scatter / cross allreduce / allgather (NCCL path).
+    hier = _help_of("--hierarchical-allreduce")
+    assert "broadcast" not in hier and "reduce-scatter" in hier and "allgather" in hier
+    stall = _help_of("--stall-check-shutdown-time-seconds")
+    assert "runtime default 1800" in stall and "default 0" not in stall
+
+
+def test_failure_grace_from_flag_and_both_environment_spellings():
+    assert parse("-np", "1", "true").failure_grace == 10
+    assert parse("-np", "1", "--failure-grace-seconds", "2.5", "true").failure_grace == 2.5
+    env = {"HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS": "4"}
+    assert parse("-np", "1", "true", env=env).failure_grace == 4
+    env["KOLO_LAUNCHER_FAILURE_GRACE_SECONDS"] = "3"
+    assert parse("-np", "1", "true", env=env).failure_grace == 3
+    with pytest.raises(args.UsageError, match="HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS"):
+        parse("-np", "1", "true", env={"HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS": "-1"})
 
 
 def test_script_usage_error_exit_status():
@@ -225,7 +253,7 @@ def test_mpirun_command_line():
                                 is_root=True)
     line = " ".join(cmd)
     assert cmd[:2] == ["mpirun", "--allow-run-as-root"]
-    assert "-np 4 -H a:2,b:2 -bind-to none -map-by slot --tag-output" in line
+    assert "-np 4 -H a:2,b:2 -map-by slot -bind-to core --tag-output" in line  # remote hosts
     assert ["-mca", "plm_rsh_args", "-p 2222"] == cmd[cmd.index("plm_rsh_args") - 1:][:3]
     assert "-mca btl_tcp_if_include eth1 -mca oob_tcp_if_include eth1" in line
     assert "--output-filename /tmp/out" in line

@@ -11,13 +11,16 @@ import os
 import re
 import shlex
 import shutil
+import textwrap
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__
+from .binding import BindingError, binding_options
 from .check_build import print_report
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
 DEFAULT_START_TIMEOUT = 120.0
+DEFAULT_FAILURE_GRACE = 10.0
 
 USAGE = """kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [--gloo | --mpi] [options]
                COMMAND [ARGS...]"""
@@ -28,7 +31,9 @@ Start N copies of COMMAND as the ranks of one kolo job (a drop-in for horovodrun
 Gloo mode (the default) needs no MPI: kolorun serves the rendezvous store itself, gives every
 rank its place (KOLO_RANK, KOLO_LOCAL_RANK, KOLO_CROSS_RANK, ... ), starts the ranks on this
 machine directly and the others over ssh, prefixes each output line with "[rank]<stdout>:"
-or "[rank]<stderr>:", and supervises the job: when one rank fails, the others are stopped.
+or "[rank]<stderr>:", binds the ranks of this machine to disjoint cores, and supervises the
+job: when one rank fails, the others see the failure (their collectives raise), get a grace
+window to exit by themselves, and are then stopped.
 MPI mode (--mpi) builds the Open MPI mpirun command line and runs it instead.
 
 Ranks fill the hosts in the order listed, each up to its slot count: with -H a:2,b:2 -np 4,
@@ -62,16 +67,35 @@ environment read by kolorun itself:
                                     "ip netns exec {host} sh -c" (used by the tests)
   KOLO_LAUNCHER_FORCE_REMOTE=1      start every rank through the remote shell, even on
                                     localhost (tests the ssh path on one machine)
-  KOLO_LAUNCHER_KILL_GRACE_SECONDS  how long stopped ranks get before SIGKILL (default 5)
+  KOLO_LAUNCHER_FAILURE_GRACE_SECONDS  default for --failure-grace-seconds (then
+                                    HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS; 10 s)
+  KOLO_LAUNCHER_KILL_GRACE_SECONDS  how long ranks get between SIGTERM and SIGKILL (default 5)
   KOLO_LAUNCHER_MPIRUN              the mpirun program for --mpi (default: mpirun on PATH)
 
 failures:
   When a rank exits with a non-zero status or dies on a signal, kolorun says which rank,
-  host and status, sends SIGTERM to every other rank's process group, SIGKILL after the
-  grace period, and exits non-zero. A rank that has not published its "host/<rank>" key in
-  the store within --start-timeout (the kolo runtime does so during init) fails the job the
-  same way; a rank that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP
-  sent to kolorun are passed to every rank (a second one kills them at once).
+  host and status. The other ranks' runtime notices the lost peer (its connections reset;
+  a silent peer after KOLO_TIMEOUT_SECONDS) and fails their pending and later collectives
+  with KoloInternalError (HorovodInternalError) naming the lost rank, so `except` blocks can
+  log or save a checkpoint. kolorun waits --failure-grace-seconds (default 10) for them to
+  exit, then sends SIGTERM to every remaining rank's process group, SIGKILL after
+  KOLO_LAUNCHER_KILL_GRACE_SECONDS, and exits with the first failed rank's status. A rank
+  that has not published its "host/<rank>" key in the store within --start-timeout (the
+  kolo runtime does so during init) fails the job too, without the grace window; a rank
+  that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP sent to kolorun
+  are passed to every rank at once, also during the grace window (a second one kills them).
+  In MPI mode mpirun stops the job itself, at once (see mpirun's documentation).
+
+core binding:
+  The ranks kolorun starts on this machine get disjoint blocks of whole cores out of
+  kolorun's own CPU affinity (local rank i of L on C cores: cores floor(i*C/L) to
+  floor((i+1)*C/L)-1, hardware threads of a core together), when C >= L; with fewer cores
+  nothing is bound and kolorun says so. --binding-args '--bind-to core' gives one core per
+  rank, '--bind-to socket' one socket per rank, '--bind-to none' or --no-bind turns it off.
+  Ranks on other hosts are not bound in Gloo mode. MPI mode passes mpirun the same choice:
+  -map-by slot:PE=C/L -bind-to core when every host is this machine (-bind-to none when
+  C < L), -map-by slot -bind-to core with remote hosts (mpirun refuses a host with more
+  ranks than cores: use --no-bind or --binding-args there).
 
 horovodrun flags kolorun refuses (exit status 2, with the reason): elastic training
   (--min-np, --max-np, --slots-per-host, --elastic-timeout, --reset-limit,
@@ -118,13 +142,29 @@ OPTIONS = [
     Opt(("-hostfile", "--hostfile"), "hostfile", "value", "FILE", G_PROC,
         "read the host list from FILE: one host per line as 'host slots=N', 'host:N' or "
         "'host'; '#' starts a comment"),
+    Opt(("--failure-grace-seconds",), "failure_grace", "value", "SECONDS", G_PROC,
+        "Gloo mode: when a rank fails, give the others SECONDS to notice it and exit by "
+        "themselves (the runtime fails their pending ops: KoloInternalError/"
+        "HorovodInternalError naming the lost rank) before kolorun sends SIGTERM, then SIGKILL "
+        "(default: "
+        "$KOLO_LAUNCHER_FAILURE_GRACE_SECONDS, $HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS, else "
+        "10; 0 stops them at once)"),
+    Opt(("--no-bind",), "no_bind", "flag", None, G_PROC,
+        "do not bind ranks to cores (by default the ranks on this machine get disjoint cores "
+        "when it has at least one core per rank); in MPI mode kolorun passes -bind-to none "
+        "-map-by slot, horovodrun's placement"),
+    Opt(("--binding-args",), "binding_args", "value", "'ARGS'", G_PROC,
+        "change the binding. Gloo mode understands '--bind-to core' (one core per rank), "
+        "'--bind-to socket' (each rank on the cores of one socket, ranks spread over the "
+        "sockets in order) and '--bind-to none' (as --no-bind). MPI mode passes ARGS to mpirun "
+        "instead of kolorun's placement (e.g. '--map-by slot:PE=4 --bind-to core')"),
     Opt(("--gloo",), "gloo", "flag", None, G_MODE,
         "Gloo mode (default): kolorun serves the rendezvous store and starts the ranks; no MPI "
         "needed; sets KOLO_CONTROLLER=gloo"),
     Opt(("--mpi",), "mpi", "flag", None, G_MODE,
-        "MPI mode: run Open MPI's mpirun (-np, -H, -bind-to none, -map-by slot, --tag-output, "
-        "every KOLO_* variable exported with -x, --allow-run-as-root when run as root); sets "
-        "KOLO_CONTROLLER=mpi"),
+        "MPI mode: run Open MPI's mpirun (-np, -H, -map-by slot with -bind-to core unless "
+        "--no-bind/--binding-args, --tag-output, every KOLO_* variable exported with -x, "
+        "--allow-run-as-root when run as root); sets KOLO_CONTROLLER=mpi"),
     Opt(("--mpi-args",), "mpi_args", "value", "'ARGS'", G_MODE,
         "extra arguments for mpirun in MPI mode, as one shell-quoted string"),
     Opt(("--tcp",), "tcp", "flag", None, G_MODE,
@@ -164,8 +204,10 @@ OPTIONS = [
         "fuse small tensors into buffers of up to MB mebibytes, 0 turns fusion off; sets "
         "KOLO_FUSION_THRESHOLD to MB*1048576 bytes (runtime default 128 MB)"),
     Opt(("--cycle-time-ms",), "cycle_ms", "value", "MS", G_TUNE,
-        "the coordinator's cycle: how long it gathers requests before negotiating; sets "
-        "KOLO_CYCLE_TIME (runtime default 1 ms)"),
+        "pacing of the coordinator's rounds: a round starts at once when an op is enqueued "
+        "(nothing waits to gather requests); while other ranks still have ops pending, a rank "
+        "with none runs a round every MS milliseconds (an idle job runs only heartbeat rounds); "
+        "sets KOLO_CYCLE_TIME (runtime default 1 ms)"),
     Opt(("--cache-capacity",), "cache_capacity", "value", "N", G_TUNE,
         "number of negotiated responses the response cache keeps, 0 turns it off; sets "
         "KOLO_CACHE_CAPACITY (runtime default 1024)"),
@@ -173,25 +215,29 @@ OPTIONS = [
         "horovodrun's flag to re-run its cached start-up checks every time; kolorun caches "
         "none, so it has no effect (the response cache is --cache-capacity 0)"),
     Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
-        "allreduce within each host, then across hosts, then broadcast within each host; sets "
-        "KOLO_HIERARCHICAL_ALLREDUCE=1"),
+        "CUDA tensors: NCCL reduce-scatter among the ranks of each host, allreduce of each "
+        "rank's shard across hosts (over the CPU transport), NCCL allgather within the host "
+        "(hosts with unequal rank counts keep the flat NCCL allreduce); CPU tensors are not "
+        "affected; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
     Opt(("--no-hierarchical-allreduce",), "no_hierarchical", "flag", None, G_TUNE,
-        "plain ring allreduce even if the environment asks for hierarchical; sets "
-        "KOLO_HIERARCHICAL_ALLREDUCE=0"),
+        "CUDA tensors: one flat NCCL allreduce over every rank even if the environment asks "
+        "for hierarchical; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
     Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
-        "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE; sets "
+        "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE, "
+        "written by rank 0 (KOLO_TIMELINE_ALL_RANKS=1: every rank, to FILE.<rank>.json); sets "
         "KOLO_TIMELINE"),
     Opt(("--timeline-mark-cycles",), "timeline_cycles", "flag", None, G_TUNE,
         "also mark each coordinator cycle in the timeline; sets KOLO_TIMELINE_MARK_CYCLES=1"),
     Opt(("--no-stall-check",), "no_stall_check", "flag", None, G_TUNE,
-        "do not warn about tensors some ranks submitted and others did not; sets "
-        "KOLO_STALL_CHECK_DISABLE=1"),
+        "turn the stall inspector off: no warnings about tensors some ranks submitted and "
+        "others did not, and no stall shutdown; sets KOLO_STALL_CHECK_DISABLE=1"),
     Opt(("--stall-check-warning-time-seconds",), "stall_warn", "value", "SECONDS", G_TUNE,
         "warn after a tensor waited this long for other ranks; sets "
         "KOLO_STALL_CHECK_TIME_SECONDS (runtime default 60)"),
     Opt(("--stall-check-shutdown-time-seconds",), "stall_shutdown", "value", "SECONDS", G_TUNE,
-        "abort the job after a tensor waited this long, 0 never; sets "
-        "KOLO_STALL_SHUTDOWN_TIME_SECONDS (runtime default 0)"),
+        "fail a tensor on every rank (an error naming the ranks that did not submit it) after "
+        "it waited this long, 0 never (the runtime keeps working); sets "
+        "KOLO_STALL_SHUTDOWN_TIME_SECONDS (runtime default 1800)"),
     Opt(("--log-level",), "log_level", "value", "LEVEL", G_TUNE,
         "runtime log level: trace, debug, info, warning, error, fatal or off; sets "
         "KOLO_LOG_LEVEL (runtime default warning)"),
@@ -260,6 +306,9 @@ class LaunchOptions(NamedTuple):
     extra_env: Dict[str, str]  # -x variables, resolved
     command: List[str]
     notes: Tuple[str, ...] = ()  # what kolorun says before it starts (flags without effect)
+    failure_grace: float = DEFAULT_FAILURE_GRACE  # seconds survivors get after a rank failed
+    binding: str = "share"  # Gloo mode: binding.MODES
+    binding_args: Optional[List[str]] = None  # MPI mode: replaces the placement when set
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -268,6 +317,10 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     def __init__(self, prog):
         width = min(100, shutil.get_terminal_size((100, 24)).columns) - 2
         super().__init__(prog, max_help_position=32, width=width)
+
+    def _split_lines(self, text, width):
+        # Never break inside an option name such as -map-by.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 def build_parser():
@@ -445,23 +498,20 @@ def parse(argv, environ=None):
                 if name not in names:
                     names.append(name)
         ns.network_interface = ",".join(names)
-    timeout_text = ns.start_timeout
-    timeout_flag = "--start-timeout"
-    if timeout_text is None:
-        timeout_flag = "KOLO_START_TIMEOUT"
-        timeout_text = environ.get("KOLO_START_TIMEOUT")
-        if timeout_text is None and "HOROVOD_START_TIMEOUT" in environ:
-            timeout_flag = "HOROVOD_START_TIMEOUT"
-            timeout_text = environ["HOROVOD_START_TIMEOUT"]
-        if timeout_text is None:
-            timeout_text = str(DEFAULT_START_TIMEOUT)
-    start_timeout = _number(timeout_text, timeout_flag, 1, 86400)
+    start_timeout = _flag_or_env(ns.start_timeout, "--start-timeout", environ,
+                                 ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"),
+                                 DEFAULT_START_TIMEOUT, 1)
     ssh_port = _integer(ns.ssh_port, "--ssh-port", 1, 65535) if ns.ssh_port is not None else None
     identity = ns.ssh_identity or environ.get("KOLO_SSH_IDENTITY") or None
     try:
         mpi_args = shlex.split(ns.mpi_args) if ns.mpi_args else []
     except ValueError as e:
         raise UsageError("--mpi-args: %s" % e) from None
+    failure_grace = _flag_or_env(ns.failure_grace, "--failure-grace-seconds", environ,
+                                 ("KOLO_LAUNCHER_FAILURE_GRACE_SECONDS",
+                                  "HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS"),
+                                 DEFAULT_FAILURE_GRACE, 0)
+    binding, binding_args = _binding(ns)
     return LaunchOptions(
         np=np, hosts=hosts, hosts_given=hosts_given, controller="mpi" if ns.mpi else "gloo",
         mpi_args=mpi_args, ssh_port=ssh_port, ssh_identity=identity,
@@ -469,7 +519,24 @@ def parse(argv, environ=None):
         output_dir=ns.output_dir, verbose=bool(ns.verbose),
         knob_env=knob_environment(ns, start_timeout),
         extra_env=_extra_environment(ns.env, environ), command=command,
-        notes=_ignored_notes(ns))
+        notes=_ignored_notes(ns), failure_grace=failure_grace, binding=binding,
+        binding_args=binding_args)
+
+
+def _flag_or_env(text, flag, environ, names, default, low):
+    """A number of seconds (low..86400): the flag's value, else the first of the variables
+    `names` that is set, else default; UsageError naming where a bad value came from."""
+    for name in names:
+        if text is None and name in environ:
+            text, flag = environ[name], name
+    return default if text is None else _number(text, flag, low, 86400)
+
+
+def _binding(ns):
+    try:
+        return binding_options(bool(ns.no_bind), ns.binding_args, bool(ns.mpi))
+    except BindingError as e:
+        raise UsageError(str(e)) from None
 
 
 def _ignored_notes(ns):

@@ -4,13 +4,20 @@ Life of a job (GlooJob.run):
   1. place the ranks (topology.assign) and decide which hosts are this machine;
   2. serve the store on a free port: on --network-interface's address, else on 127.0.0.1 when
      every rank is local, else on 0.0.0.0; each rank is told the address it can reach;
-  3. start local ranks directly and remote ones through ssh (ssh.remote_argv), each in its own
-     process group, with its KOLO_* environment; forward their output;
+  3. start local ranks directly (bound to their cores, binding.plan) and remote ones through
+     ssh (ssh.remote_argv), each in its own process group, with its KOLO_* environment;
+     forward their output;
   4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
      still running without its "host/<rank>" store key after --start-timeout fails it; a
      signal to kolorun stops it;
-  5. stop: the signal (TERM on failure) to every rank's group, SIGKILL to whatever is left
-     after the grace period (remote ranks get the remote watcher's grace first), reap, report.
+  5. after a rank failed, the failure grace window (--failure-grace-seconds): the survivors'
+     runtime has lost a peer and fails their collectives (KoloInternalError naming the rank),
+     so they can log, save a checkpoint and exit by themselves; kolorun waits for that, up to
+     the window (cut short by a signal to kolorun). No window after a start timeout or a
+     signal: the ranks then have nothing to notice;
+  6. stop: the signal (TERM on failure) to every rank's group still alive, SIGKILL to whatever
+     is left after the kill grace (remote ranks get the remote watcher's grace first), reap,
+     report.
 """
 
 import os
@@ -18,6 +25,7 @@ import signal
 import subprocess
 import time
 
+from . import binding as bindlib
 from . import hosts as hostlib
 from .args import horovod_knob_environment
 from . import ssh
@@ -64,6 +72,21 @@ class GlooJob:
         names, addrs = hostlib.local_names(), hostlib.local_addresses()
         self.local = {h: (not force_remote and hostlib.is_local(h, names, addrs))
                       for h, _ in used_hosts(self.slots)}
+        self.cpus = {}  # rank -> the CPUs it is bound to (local ranks, when binding)
+        self.binding_note = None
+
+    def _plan_binding(self):
+        """Fills self.cpus for the ranks on this machine (all local host names together)."""
+        local = [s.rank for s in self.slots if self.local[s.host]]
+        available = bindlib.available_cpus()
+        if not local:
+            return
+        if available is None:
+            self.binding_note = "ranks are not bound to cores (no CPU affinity on this platform)"
+            return
+        blocks, self.binding_note = bindlib.plan(self.opts.binding, len(local), available)
+        if blocks is not None:
+            self.cpus = dict(zip(local, blocks))
 
     # ---- setup -----------------------------------------------------------------------------
     def _addresses(self):
@@ -138,7 +161,7 @@ class GlooJob:
             argv = list(self.opts.command)
             local_env = dict(self.environ)
             local_env.update(rank_env)
-        w = Worker(slot, argv, local_env, remote, out, err)
+        w = Worker(slot, argv, local_env, remote, out, err, cpus=self.cpus.get(slot.rank))
         w.files = [f for f in (out, err) if f is not subprocess.PIPE]
         return w
 
@@ -170,6 +193,7 @@ class GlooJob:
 
     def _run_started(self, bind, reach):
         opts = self.opts
+        self._plan_binding()
         if opts.verbose:
             layout = ", ".join("%s (%s) ranks %s" % (
                 h, "local" if self.local[h] else "remote",
@@ -179,6 +203,12 @@ class GlooJob:
                 len(self.slots), len(self.local), layout))
             self.console.message("rendezvous store listening on %s:%d; ranks connect to %s" % (
                 bind, self.server.port, ", ".join(sorted(set(reach.values())))))
+            if self.binding_note:
+                self.console.message(self.binding_note + "".join(
+                    "; rank %d: CPU %s" % (r, bindlib.cpu_list(c))
+                    for r, c in sorted(self.cpus.items())))
+        elif self.binding_note and not self.cpus and opts.binding != "none":
+            self.console.message(self.binding_note)  # binding wanted but not possible
         self.pump = OutputPump(self.console)
         failure = self._start_all(reach)
         self.pump.start()
@@ -192,10 +222,20 @@ class GlooJob:
                                  % signal.Signals(failure.signal).name)
         else:
             stop_signal = signal.SIGTERM
-            others = sum(1 for w in self.workers if w.proc is not None and w.poll() is None)
-            if others:
+            graced = self._failure_grace(failure)
+            left = self._running()
+            if self._signals:  # kolorun was signalled during the window: pass that on
+                stop_signal = self._signals[0]
+                self.console.message("received %s; passing it to every rank"
+                                     % signal.Signals(stop_signal).name)
+            elif left and graced:
+                self.console.message("rank%s %s still running after the grace window; sending "
+                                     "SIGTERM, then SIGKILL after %s s" % (
+                                         "" if len(left) == 1 else "s",
+                                         _span([w.rank for w in left]), _seconds(self.grace)))
+            elif left:
                 self.console.message("%s; stopping the other %d rank%s" % (
-                    failure.reason, others, "" if others == 1 else "s"))
+                    failure.reason, len(left), "" if len(left) == 1 else "s"))
         self._stop_all(stop_signal)
         if not self.pump.finish(timeout=2.0):
             self.console.message("a rank's output stayed open after it was stopped (a process "
@@ -209,6 +249,26 @@ class GlooJob:
             return 0
         self.console.message("job failed: " + failure.reason)
         return failure.exit_status
+
+    def _running(self):
+        return [w for w in self.workers if w.proc is not None and w.poll() is None]
+
+    def _failure_grace(self, failure):
+        """Waits up to --failure-grace-seconds for the other ranks to exit by themselves (each
+        should see the lost peer in its runtime and raise); returns early once none runs or
+        kolorun got a signal. False when there was no window (not a rank's failure, none
+        running, or a window of 0)."""
+        left = self._running()
+        if failure.worker is None or not left or self.opts.failure_grace <= 0:
+            return False
+        self.console.message("%s; the other %d rank%s may exit by themselves within %s s "
+                             "(--failure-grace-seconds), then SIGTERM" % (
+                                 failure.reason, len(left), "" if len(left) == 1 else "s",
+                                 _seconds(self.opts.failure_grace)))
+        deadline = time.monotonic() + self.opts.failure_grace
+        while self._running() and not self._signals and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        return True
 
     def _start_all(self, reach):
         for slot in self.slots:
@@ -251,7 +311,7 @@ class GlooJob:
                 elif not status.ok:
                     return Failure("rank %d (host %s) %s" % (w.rank, w.host,
                                                             status.describe(w.remote)),
-                                   status.shell_code())
+                                   status.shell_code(), worker=w)
             if running == 0:
                 return None
             for w in self.workers:
@@ -309,10 +369,12 @@ class GlooJob:
 
 
 class Failure:
-    def __init__(self, reason, exit_status, signal=None):
+    def __init__(self, reason, exit_status, signal=None, worker=None):
         self.reason = reason
         self.exit_status = exit_status
         self.signal = signal  # set when kolorun itself was signalled
+        self.worker = worker  # the rank that failed, when one exited or died: the others then
+                              # get the failure grace window
 
 
 def _span(ranks):

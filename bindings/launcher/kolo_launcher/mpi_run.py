@@ -4,15 +4,24 @@ mpirun supplies ranks, placement and process control here; kolo's runtime learns
 under MPI from KOLO_CONTROLLER=mpi and takes rank/size from MPI itself, so no rank variables
 are set. The line follows horovodrun's:
 
-  mpirun [--allow-run-as-root] -np N -H h1:s1,h2:s2 -bind-to none -map-by slot --tag-output
+  mpirun [--allow-run-as-root] -np N -H h1:s1,h2:s2 PLACEMENT --tag-output
          -mca pml ob1 -mca btl ^openib [-mca plm_rsh_args "-p PORT [-i KEY]"]
          [-mca btl_tcp_if_include IF -mca oob_tcp_if_include IF] [--output-filename DIR]
          -x KOLO_CONTROLLER=mpi -x KOLO_...=... -x VAR ... [--mpi-args] COMMAND ARGS
+
+PLACEMENT maps the ranks by slot (they fill the hosts in order, as in Gloo mode) and binds them
+to cores (binding.mpi_placement): "-map-by slot:PE=k -bind-to core" when every host is this
+machine and it has C >= L cores for its L ranks (k = C // L), "-bind-to none -map-by slot"
+when it has fewer (kolorun says so), "-map-by slot -bind-to core" with remote hosts. --no-bind
+makes it "-bind-to none -map-by slot" (horovodrun's default), --binding-args replaces it
+entirely (as horovodrun's --binding-args does).
 """
 
 import os
 import shlex
 
+from . import binding as bindlib
+from . import hosts as hostlib
 from .args import horovod_knob_environment
 
 # Rank-specific variables of an outer launcher would be wrong for every MPI rank.
@@ -42,13 +51,37 @@ def mpi_environment(opts, environ):
     return assign, names
 
 
-def build_command(opts, environ, is_root, mpirun="mpirun"):
+def used_host_names(opts):
+    """The hosts that get at least one of the np ranks (they fill the hosts in order)."""
+    names, left = [], opts.np
+    for h in opts.hosts:
+        if left <= 0:
+            break
+        names.append(h.name)
+        left -= h.slots
+    return names
+
+
+def default_placement(opts):
+    """(placement arguments, note or None) when neither --no-bind nor --binding-args."""
+    names, addrs = hostlib.local_names(), hostlib.local_addresses()
+    all_local = all(hostlib.is_local(h, names, addrs) for h in used_host_names(opts))
+    return bindlib.mpi_placement(opts.np, all_local, bindlib.available_cpus())
+
+
+def build_command(opts, environ, is_root, mpirun="mpirun", placement=None):
+    """mpirun's argv. `placement`: the default binding's arguments (default_placement; used
+    only without --no-bind / --binding-args), "-map-by slot -bind-to core" when None."""
     cmd = [mpirun]
     if is_root:
         cmd.append("--allow-run-as-root")
     hosts = ",".join("%s:%d" % (h.name, h.slots) for h in opts.hosts)
-    cmd += ["-np", str(opts.np), "-H", hosts, "-bind-to", "none", "-map-by", "slot",
-            "--tag-output", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    if opts.binding_args is not None:
+        placement = opts.binding_args
+    elif placement is None:
+        placement = ["-map-by", "slot", "-bind-to", "core"]
+    cmd += ["-np", str(opts.np), "-H", hosts] + list(placement)
+    cmd += ["--tag-output", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
     rsh = []
     if opts.ssh_port:
         rsh += ["-p", str(opts.ssh_port)]
@@ -73,7 +106,13 @@ def run_mpi(opts, environ, console):
     """Replaces kolorun with mpirun (signals and the exit status are mpirun's own). Returns
     only when mpirun cannot be started."""
     mpirun = environ.get("KOLO_LAUNCHER_MPIRUN") or "mpirun"
-    cmd = build_command(opts, environ, is_root=os.geteuid() == 0, mpirun=mpirun)
+    placement = None
+    if opts.binding_args is None:
+        placement, note = default_placement(opts)
+        if note:
+            console.message(note)
+    cmd = build_command(opts, environ, is_root=os.geteuid() == 0, mpirun=mpirun,
+                        placement=placement)
     if opts.verbose:
         console.message("running: " + " ".join(shlex.quote(c) for c in cmd))
     try:

@@ -9,6 +9,9 @@ Exit detection uses waitid(WNOWAIT): it reports the exit without reaping, so the
 cannot be reused by an unrelated process while kolorun may still signal the group. The
 process is reaped once, in reap(), after the last group signal.
 
+A local rank bound to cores (binding.py) is started while the launcher's thread runs on those
+CPUs only: the child inherits the affinity at fork, before it executes anything.
+
 A remote rank's local process is the ssh client (or the remote-shell template). Its stdin is
 the watcher channel of ssh.remote_script: request_stop() writes the signal name and closes it,
 and the remote side stops the rank; the local group is only killed when that takes too long.
@@ -52,7 +55,7 @@ def _signame(num):
 class Worker:
     """Not thread-safe: the launcher's main thread owns every Worker."""
 
-    def __init__(self, slot, argv, env, remote, stdout, stderr):
+    def __init__(self, slot, argv, env, remote, stdout, stderr, cpus=None):
         self.slot = slot
         self.argv = argv
         self.env = env
@@ -64,6 +67,7 @@ class Worker:
         self.reaped = False
         self.stop_requested = False
         self.files = []  # output files kolorun opened for the rank (closed once it started)
+        self.cpus = cpus  # the CPUs the rank is bound to, or None
 
     @property
     def rank(self):
@@ -75,9 +79,18 @@ class Worker:
 
     def start(self):
         """Starts the process; raises OSError (e.g. the program does not exist)."""
-        self.proc = subprocess.Popen(
-            self.argv, env=self.env, stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
-            stdout=self._stdout, stderr=self._stderr, start_new_session=True, close_fds=True)
+        own = None
+        if self.cpus:
+            own = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, self.cpus)  # this thread only; the child inherits it
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env,
+                stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
+                stdout=self._stdout, stderr=self._stderr, start_new_session=True, close_fds=True)
+        finally:
+            if own is not None:
+                os.sched_setaffinity(0, own)
 
     @property
     def pid(self):
