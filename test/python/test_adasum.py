@@ -144,6 +144,25 @@ def test_cuda_tensors_go_through_the_host(hvd):
     _check(got.cpu(), inputs)
 
 
+def test_host_path_round_trip(hvd):
+    """The CUDA route (kolo.torch._adasum_host: copy to the host, reduce, copy back), driven
+    with CPU tensors so it runs without a GPU: same results as the direct op, in place too."""
+    from kolo.torch import _adasum_host
+    n, r = hvd.size(), hvd.rank()
+    a, b = _inputs(n, (9,), 8, torch.float32), _inputs(n, (4, 2), 9, torch.float64)
+    want_a = hvd.allreduce(a[r], op=hvd.Adasum)
+    got = hvd.synchronize(_adasum_host.allreduce([a[r]], False, None, hvd.Adasum, 1.0, 1.0,
+                                                 hvd.global_process_set, False))
+    assert torch.equal(got, want_a) and got is not a[r]
+    xs = [a[r].clone(), b[r].clone()]
+    outs = hvd.synchronize(_adasum_host.allreduce(xs, True, "host.grouped", hvd.Adasum, 1.0,
+                                                  1.0, hvd.global_process_set, True))
+    assert outs[0] is xs[0] and outs[1] is xs[1]
+    _check(xs[0], a)
+    _check(xs[1], b)
+    assert not _adasum_host.needs_host([a[r]], hvd.Adasum)
+
+
 def _model(seed):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
