@@ -175,7 +175,7 @@ def _batch(rank, step):
 
 
 def test_optimizer_step_is_adasum_of_the_updates(hvd):
-    n, r = hvd.size(), hvd.rank()
+    r = hvd.rank()
     lr = 0.1
     m = _model(0)
     before = [p.detach().clone() for p in m.parameters()]
