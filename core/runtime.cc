@@ -276,6 +276,26 @@ Status checkScales(const std::string& where, ReduceOp op, double prescale, doubl
   }
   return Status::ok();
 }
+
+// Adasum (ops/adasum.h) is an allreduce of float host tensors only.
+Status checkAdasum(const std::string& where, OpType type, ReduceOp op, const TensorView& t) {
+  if (op != ReduceOp::kAdasum) return Status::ok();
+  if (type != OpType::kAllreduce) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where + "op adasum is only supported by allreduce and grouped allreduce");
+  }
+  if (!isFloatingPoint(t.dtype)) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where + "op adasum needs a float16, bfloat16, float32 or float64 tensor; got " +
+                      toString(t.dtype));
+  }
+  if (t.device >= 0) {
+    return Status(ErrorCode::kUnsupported,
+                  where + "op adasum runs on host tensors only; this tensor is on CUDA device " +
+                      std::to_string(t.device) + " (copy it to the host; kolo.torch does so)");
+  }
+  return Status::ok();
+}
 }  // namespace
 
 // ---- ops -----------------------------------------------------------------------------------
@@ -288,6 +308,7 @@ Status Runtime::allreduce(const std::string& name, const TensorView& input,
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
   KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
+  KOLO_RETURN_IF_ERROR(checkAdasum(where("allreduce", name), OpType::kAllreduce, op, input));
   auto e = makeEntry(OpType::kAllreduce, name, input, processSet);
   // kolo.h: only a tensor without elements may have a NULL data pointer (in place is "no
   // output" or output data == input data), so a NULL output is a mistake, not in place.
@@ -338,6 +359,8 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
     ProcessSet set;
     KOLO_RETURN_IF_ERROR(validate("grouped_allreduce", member, inputs[i], processSet, &set));
     KOLO_RETURN_IF_ERROR(checkScales(where("grouped_allreduce", member), op, prescale, postscale));
+    KOLO_RETURN_IF_ERROR(
+        checkAdasum(where("grouped_allreduce", member), OpType::kAllreduce, op, inputs[i]));
     auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);
     if (outputs && (*outputs)[i].data == nullptr && (*outputs)[i].numElements() != 0) {
       return Status(ErrorCode::kInvalidArgument,
@@ -440,6 +463,8 @@ Status Runtime::reducescatter(const std::string& name, const TensorView& input, 
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("reducescatter", name, input, processSet, &set));
   KOLO_RETURN_IF_ERROR(checkScales(where("reducescatter", name), op, prescale, postscale));
+  KOLO_RETURN_IF_ERROR(
+      checkAdasum(where("reducescatter", name), OpType::kReducescatter, op, input));
   if (input.shape.empty()) {
     return Status(ErrorCode::kInvalidArgument,
                   where("reducescatter", name) + "a scalar (0-dimensional) tensor cannot be "

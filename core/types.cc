@@ -26,6 +26,7 @@ const char* toString(ReduceOp op) {
     case ReduceOp::kMin: return "min";
     case ReduceOp::kMax: return "max";
     case ReduceOp::kProduct: return "product";
+    case ReduceOp::kAdasum: return "adasum";
     case ReduceOp::kBitAnd: return "bitand";
   }
   return "unknown-op";
@@ -75,7 +76,7 @@ bool isValid(DataType t) {
 
 bool isValidUserOp(ReduceOp op) {
   int v = static_cast<int>(op);
-  return v >= 0 && v <= static_cast<int>(ReduceOp::kProduct);
+  return v >= 0 && v <= static_cast<int>(ReduceOp::kAdasum);
 }
 
 }  // namespace kolo

@@ -27,6 +27,9 @@ enum class ReduceOp : int32_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
+  // Adaptive summation (Maleki et al. 2020, Horovod's Adasum): allreduce of float tensors only
+  // (ops/adasum.h). Not an element-wise op: reduce_cpu never sees it.
+  kAdasum = 5,
   // Internal only (never accepted from the C API): bitwise AND on integer types, used by the
   // response-cache round.
   kBitAnd = 100,
@@ -54,6 +57,6 @@ const char* toString(OpType op);  // "allreduce", "allgather", ...
 size_t sizeOf(DataType t);
 bool isFloatingPoint(DataType t);  // fp16, bf16, fp32, fp64
 bool isValid(DataType t);
-bool isValidUserOp(ReduceOp op);  // the five public ops
+bool isValidUserOp(ReduceOp op);  // the six public ops (sum .. product, adasum)
 
 }  // namespace kolo

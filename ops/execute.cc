@@ -3,11 +3,15 @@
 //    the collective runs in the output tensor itself.
 //  - Scaling happens once on the packed buffer, so fused and unfused ops round identically.
 //  - AVERAGE divides by the set size after the postscale (joined ranks count: they sent zeros).
+//  - ADASUM runs ops/adasum over the packed buffer with the tensors' element counts, so the
+//    dot products and norms are per tensor, not per buffer; pre/postscale apply as for a sum.
+//    A joined rank's zeros leave the others' vectors unchanged (a zero vector has coefficient 1).
 #include "ops/execute.h"
 
 #include <cstring>
 #include <numeric>
 
+#include "ops/adasum.h"
 #include "ops/device_executor.h"
 #include "ops/reduce_cpu.h"
 #include "timeline/timeline.h"
@@ -119,9 +123,16 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
     steps.end();
   }
   scaleInPlace(buf, total, first.dtype, first.prescale);
-  steps.begin(plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllreduce, total * elem));
-  Status s = ops::allreduce(*ctx.set->transport, *ctx.algorithms, buf, total, first.dtype,
-                            first.reduceOp);
+  Status s;
+  if (first.reduceOp == ReduceOp::kAdasum) {
+    steps.begin("ADASUM_ALLREDUCE");
+    s = adasumAllreduce(*ctx.set->transport, buf, counts, first.dtype);
+  } else {
+    steps.begin(
+        plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllreduce, total * elem));
+    s = ops::allreduce(*ctx.set->transport, *ctx.algorithms, buf, total, first.dtype,
+                       first.reduceOp);
+  }
   steps.end();
   if (!s.isOk()) return s;
   scaleInPlace(buf, total, first.dtype, post);

@@ -332,6 +332,8 @@ CombineFn arithmeticKernel(ReduceOp op) {
       } else {
         return &combine<uint64_t, BitAndOp>;
       }
+    case ReduceOp::kAdasum:  // not element-wise: ops/adasum runs it
+      break;
   }
   badEnum("reduce", "ReduceOp", static_cast<int>(op));
 }
@@ -359,6 +361,8 @@ CombineFn float16Kernel(ReduceOp op) {
       return float16Combine<Codec, ProductOp>();
     case ReduceOp::kBitAnd:
       return &combine<uint16_t, BitAndOp>;
+    case ReduceOp::kAdasum:  // not element-wise: ops/adasum runs it
+      break;
   }
   badEnum("reduce", "ReduceOp", static_cast<int>(op));
 }
@@ -374,6 +378,8 @@ CombineFn boolKernel(ReduceOp op) {
       return &combine<uint8_t, LogicalAndOp>;
     case ReduceOp::kBitAnd:
       return &combine<uint8_t, BitAndOp>;
+    case ReduceOp::kAdasum:  // not element-wise: ops/adasum runs it
+      break;
   }
   badEnum("reduce", "ReduceOp", static_cast<int>(op));
 }

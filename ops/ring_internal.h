@@ -1,6 +1,6 @@
 // Private helpers shared by the ring / point-to-point algorithms in ops/ (not a public header:
-// only ring_allreduce.cc, ring_allgatherv.cc, broadcast.cc, alltoallv.cc, reducescatter.cc and
-// select.cc include it).
+// only ring_allreduce.cc, ring_allgatherv.cc, broadcast.cc, alltoallv.cc, reducescatter.cc,
+// adasum.cc and select.cc include it).
 //
 // Thread safety: stateless. Blocking: pipelinedStep waits on the transport with
 // t.deadlineFromNow() per segment, so a silent peer surfaces as kTimeout naming it.
@@ -23,6 +23,7 @@ constexpr uint32_t kTagAllgather = 2;
 constexpr uint32_t kTagBroadcast = 3;
 constexpr uint32_t kTagAlltoall = 4;
 constexpr uint32_t kTagReducescatter = 5;
+constexpr uint32_t kTagAdasum = 6;
 
 // Broadcasts below this size use the binomial tree (latency bound), larger ones the pipelined
 // chain (bandwidth bound). select.cc reports the name of the one that ran.

@@ -70,8 +70,12 @@ typedef enum {
   KOLO_AVERAGE = 1,
   KOLO_MIN = 2,
   KOLO_MAX = 3,
-  KOLO_PRODUCT = 4
+  KOLO_PRODUCT = 4,
+  /* Adaptive summation (Horovod's Adasum): allreduce / grouped allreduce of float16, bfloat16,
+     float32 and float64 host tensors only; any rank count. See README "Adasum". */
+  KOLO_ADASUM = 5
 } kolo_reduce_op_t;
+#define KOLO_OP_ADASUM KOLO_ADASUM /* the spelling used in the Adasum issue */
 
 #define KOLO_MAX_DIMS 16
 #define KOLO_CPU_DEVICE (-1)

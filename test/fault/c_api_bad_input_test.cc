@@ -198,7 +198,7 @@ TEST_CASE("unknown dtype, reduce op, scale and device") {
                 KOLO_ERR_INVALID_ARGUMENT, {what});
   }
   Tensor t(v.data(), KOLO_INT32, {6});
-  for (int op : {5, 6, 99, -1}) {
+  for (int op : {6, 99, -1}) {
     std::string what = "unknown reduce op " + std::to_string(op);
     auto rop = static_cast<kolo_reduce_op_t>(op);
     expectError(allreduce("op", &t, rop), KOLO_ERR_INVALID_ARGUMENT, {"'op'", what});
@@ -209,6 +209,13 @@ TEST_CASE("unknown dtype, reduce op, scale and device") {
         kolo_grouped_allreduce_async("op", 1, &t, nullptr, rop, 1, 1, 0, nullptr, nullptr, &h),
         KOLO_ERR_INVALID_ARGUMENT, {what});
   }
+  // KOLO_ADASUM is an allreduce of float tensors only.
+  expectError(allreduce("ada", &t, KOLO_OP_ADASUM), KOLO_ERR_INVALID_ARGUMENT,
+              {"'ada'", "adasum", "int32"});
+  Tensor f(v.data(), KOLO_FLOAT32, {6});
+  expectError(kolo_reducescatter_async("ada", &f, KOLO_ADASUM, 1, 1, nullptr, nullptr, 0, nullptr,
+                                       nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"'ada'", "adasum", "only supported by allreduce"});
   const double inf = std::numeric_limits<double>::infinity();
   for (double bad : {std::nan(""), inf, -inf}) {
     expectError(allreduce("scale", &t, KOLO_SUM, bad, 1.0), KOLO_ERR_INVALID_ARGUMENT,

@@ -83,7 +83,8 @@ def test_ops_dtypes_and_scales(session):
     x = np.ones(4, dtype=np.float32)
     for op in (42, -1, "sum", 7.5):
         bad(ValueError, ["op must be one of", repr(op)], kolo.allreduce, x, op=op)
-    bad(ValueError, ["Adasum"], kolo.allreduce, x, op=kolo.Adasum)
+    bad(ValueError, ["adasum", "int32"], kolo.allreduce, x.astype(np.int32), op=kolo.Adasum)
+    bad(RuntimeError, ["reducescatter", "Adasum"], kolo.reducescatter, x, op=kolo.Adasum)
     for arr in (np.ones(3, dtype=np.complex64), np.array(["a", "b"]),
                 np.array([object(), object()], dtype=object), np.ones(3, dtype=np.uint32)):
         bad(ValueError, [str(arr.dtype), "not supported"], kolo.allreduce, arr, op=kolo.Sum)

@@ -71,8 +71,10 @@ def test_ranks_agree(kolo_world):
 def test_argument_errors(kolo_world):
     k = kolo_world
     x = np.ones(4, dtype=np.float32)
-    with pytest.raises(ValueError, match="Adasum"):
-        k.allreduce(x, op=k.Adasum)
+    with pytest.raises(ValueError, match="adasum"):  # Adasum: float tensors only
+        k.allreduce(x.astype(np.int32), op=k.Adasum)
+    with pytest.raises(RuntimeError, match="Adasum"):  # and allreduce only (as Horovod)
+        k.reducescatter(x, op=k.Adasum)
     with pytest.raises(ValueError, match="op must be"):
         k.allreduce(x, op=42)
     with pytest.raises(ValueError, match="supersedes"):

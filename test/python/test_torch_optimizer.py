@@ -139,8 +139,9 @@ def test_named_parameter_errors(hvd):
     with pytest.raises(ValueError, match="tuples"):
         hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
                                  named_parameters=[p for _, p in named])
-    with pytest.raises(ValueError, match="Adasum"):
-        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="gradient_predivide_factor"):  # test_adasum.py: Adasum
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), op=hvd.Adasum,
+                                 gradient_predivide_factor=2.0)
     # Without named_parameters the names are generated (and the same on every rank).
     opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1))
     hvd.broadcast_parameters(m.state_dict(), root_rank=0)

@@ -47,7 +47,8 @@ def test_ops_and_average_rules():
     assert common.to_c_op(common.Sum) == _lib.C_SUM
     assert common.to_c_op(common.Average) == _lib.C_AVERAGE
     assert common.to_c_op(common.Product) == _lib.C_PRODUCT
-    for bad in (common.Adasum, 17, None, True, "Sum"):
+    assert common.to_c_op(common.Adasum) == _lib.C_ADASUM
+    for bad in (17, None, True, "Sum"):
         with pytest.raises(ValueError):
             common.to_c_op(bad)
     assert common.handle_average_backwards_compatibility(None, None) == common.Average

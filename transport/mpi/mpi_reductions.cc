@@ -157,6 +157,8 @@ Status MpiReductions::map(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_O
       case ReduceOp::kBitAnd:
         *mpiOp = MPI_LAND;
         return Status::ok();
+      case ReduceOp::kAdasum:  // not an MPI op: ops/adasum runs it
+        break;
     }
     return Status(ErrorCode::kInvalidArgument, "mpi: invalid reduce op");
   }
@@ -181,6 +183,8 @@ Status MpiReductions::map(DataType dtype, ReduceOp op, MPI_Datatype* type, MPI_O
       }
       *mpiOp = MPI_BAND;
       return Status::ok();
+    case ReduceOp::kAdasum:
+      break;
   }
   return Status(ErrorCode::kInvalidArgument, "mpi: invalid reduce op");
 }

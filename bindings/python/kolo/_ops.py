@@ -222,6 +222,7 @@ def alltoall_async(A, tensor, splits, name, process_set):
 
 
 def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
+    common.reject_adasum(op, "reducescatter")
     c_op = common.to_c_op(op)
     pre = common.check_scale(prescale_factor, "prescale_factor")
     post = common.check_scale(postscale_factor, "postscale_factor")

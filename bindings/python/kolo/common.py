@@ -37,6 +37,7 @@ _TO_C_OP = {
     Min: _lib.C_MIN,
     Max: _lib.C_MAX,
     Product: _lib.C_PRODUCT,
+    Adasum: _lib.C_ADASUM,
 }
 _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
              Product: "Product"}
@@ -90,12 +91,19 @@ def op_name(op):
 
 
 def to_c_op(op):
-    """Maps a Python reduction op to kolo_reduce_op_t; ValueError for anything else."""
-    if op == Adasum:
-        raise ValueError("op=Adasum is not supported by kolo; use Average or Sum")
+    """Maps a Python reduction op to kolo_reduce_op_t; ValueError for anything else. Adasum is
+    accepted here; the runtime allows it for allreduce of float host tensors only."""
     if isinstance(op, bool) or op not in _TO_C_OP:
-        raise ValueError("op must be one of Average, Sum, Min, Max, Product; got %r" % (op,))
+        raise ValueError("op must be one of Average, Sum, Adasum, Min, Max, Product; got %r"
+                         % (op,))
     return _TO_C_OP[op]
+
+
+def reject_adasum(op, what):
+    """Horovod's reducescatter refuses Adasum with a RuntimeError (HorovodInternalError)."""
+    if op == Adasum:
+        raise KoloInternalError("%s does not support op=Adasum (allreduce only)" % what,
+                                _lib.ERR_INVALID_ARGUMENT)
 
 
 def handle_average_backwards_compatibility(op, average):

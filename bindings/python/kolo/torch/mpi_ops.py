@@ -32,11 +32,17 @@ from kolo.common import (Adasum, Average, HorovodInternalError, Max, Min,  # noq
                          Product, Sum, handle_average_backwards_compatibility)
 from kolo.process_sets import (ProcessSet, add_process_set, global_process_set,  # noqa: F401
                                remove_process_set)
+from kolo.torch import _adasum_host
 from kolo.torch._adapter import TorchAdapter as _A
 from kolo.torch.compression import Compression
 
 poll = common.poll
 synchronize = common.synchronize
+
+# Ops whose backward is the same allreduce of the gradient: Sum and Average (linear), and
+# Adasum, whose backward is Adasum of the gradients as in Horovod (not the exact derivative of
+# the nonlinear combination).
+_SAME_OP_BACKWARD = (Sum, Average, Adasum)
 
 
 # ---- asynchronous ops ------------------------------------------------------------------------
@@ -44,6 +50,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
     op = handle_average_backwards_compatibility(op, average)
+    if _adasum_host.needs_host([tensor], op):
+        return _adasum_host.allreduce([tensor], False, name, op, prescale_factor,
+                                      postscale_factor, process_set, False)
     return _ops.allreduce_async(_A, tensor, False, name, op, prescale_factor, postscale_factor,
                                 process_set)
 
@@ -52,6 +61,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts an in-place allreduce; synchronize(handle) returns `tensor`."""
     op = handle_average_backwards_compatibility(op, average)
+    if _adasum_host.needs_host([tensor], op):
+        return _adasum_host.allreduce([tensor], True, name, op, prescale_factor,
+                                      postscale_factor, process_set, False)
     return _ops.allreduce_async(_A, tensor, True, name, op, prescale_factor, postscale_factor,
                                 process_set)
 
@@ -60,6 +72,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """One negotiated op for a list of tensors; synchronize() returns a list of new tensors."""
     op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    if _adasum_host.needs_host(tensors, op):
+        return _adasum_host.allreduce(tensors, False, name, op, prescale_factor,
+                                      postscale_factor, process_set, True)
     return _ops.grouped_allreduce_async(_A, tensors, False, name, op, prescale_factor,
                                         postscale_factor, process_set)
 
@@ -67,6 +83,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    if _adasum_host.needs_host(tensors, op):
+        return _adasum_host.allreduce(tensors, True, name, op, prescale_factor,
+                                      postscale_factor, process_set, True)
     return _ops.grouped_allreduce_async(_A, tensors, True, name, op, prescale_factor,
                                         postscale_factor, process_set)
 
@@ -175,14 +195,14 @@ class KoloAllreduce(torch.autograd.Function):
         ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
         out = synchronize(allreduce_async(tensor, None, name, op, prescale_factor,
                                           postscale_factor, process_set))
-        if op not in (Sum, Average):
+        if op not in _SAME_OP_BACKWARD:
             ctx.save_for_backward(tensor, out)
         return out
 
     @staticmethod
     def backward(ctx, grad_output):
-        if ctx.op in (Sum, Average):
-            # The adjoint of a linear allreduce is the same allreduce.
+        if ctx.op in _SAME_OP_BACKWARD:
+            # The adjoint of a linear allreduce is the same allreduce (Adasum: as Horovod).
             grad = allreduce(grad_output, op=ctx.op, prescale_factor=ctx.pre,
                              postscale_factor=ctx.post, process_set=ctx.ps)
         else:
@@ -200,7 +220,7 @@ class KoloGroupedAllreduce(torch.autograd.Function):
         outs = synchronize(grouped_allreduce_async(list(tensors), None, name, op,
                                                    prescale_factor, postscale_factor,
                                                    process_set))
-        if op not in (Sum, Average):
+        if op not in _SAME_OP_BACKWARD:
             ctx.save_for_backward(*tensors, *outs)
         return tuple(outs)
 
@@ -208,7 +228,7 @@ class KoloGroupedAllreduce(torch.autograd.Function):
     def backward(ctx, *grads):
         grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
                  for g, (shape, dtype, device) in zip(grads, ctx.like)]
-        if ctx.op in (Sum, Average):
+        if ctx.op in _SAME_OP_BACKWARD:
             out = grouped_allreduce(grads, op=ctx.op, prescale_factor=ctx.pre,
                                     postscale_factor=ctx.post, process_set=ctx.ps)
         else:

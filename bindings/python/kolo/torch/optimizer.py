@@ -34,6 +34,32 @@ def _find_duplicates(names):
     return sorted(dups)
 
 
+def check_named_parameters(param_groups, named_parameters):
+    """The (name, parameter) list of an optimizer: named_parameters checked (tuples, unique
+    names, every parameter named), or generated names when it is None."""
+    all_params = [p for group in param_groups for p in group["params"]]
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
+                            for i, group in enumerate(param_groups)
+                            for j, p in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    dups = _find_duplicates([name for name, _ in named_parameters])
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(str(d) for d in dups))
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [p for p in all_params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but %d model parameter(s) were "
+                         "not named (shapes: %s)"
+                         % (len(unnamed), ", ".join(str(tuple(p.shape)) for p in unnamed)))
+    return named_parameters
+
+
 class _DistributedOptimizer:
     """Methods copied into the dynamically created subclass of the user's optimizer class.
     They use super(self.__class__, self) because that class is made at run time."""
@@ -47,25 +73,7 @@ class _DistributedOptimizer:
         _ps.resolve(process_set)  # ValueError when the set is not registered
         self._compression = compression
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (i, j), p)
-                                for i, group in enumerate(self.param_groups)
-                                for j, p in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        dups = _find_duplicates([name for name, _ in named_parameters])
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: %s" % ", ".join(str(d) for d in dups))
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [p for p in all_params if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but %d model parameter(s) were "
-                             "not named (shapes: %s)"
-                             % (len(unnamed), ", ".join(str(tuple(p.shape)) for p in unnamed)))
+        named_parameters = check_named_parameters(self.param_groups, named_parameters)
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be >= 1; got %r"
                              % (backward_passes_per_step,))
@@ -287,8 +295,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError("DistributedOptimizer wraps a torch.optim.Optimizer; got %s"
                          % type(optimizer).__name__)
-    if op == Adasum:
-        raise ValueError("op=Adasum is not supported by kolo; use Average or Sum")
     common.to_c_op(op)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -301,8 +307,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if getattr(type(optimizer), "_kolo_distributed", False):
         raise ValueError("the optimizer is already a DistributedOptimizer")
-    members = {k: v for k, v in _DistributedOptimizer.__dict__.items()
-               if k not in ("__dict__", "__weakref__")}
+    set_size = (process_set or global_process_set).size() if op == Adasum else 1
+    if op == Adasum and set_size > 1:
+        # Horovod's delta optimizer (kolo/torch/_adasum_optimizer.py); with one rank Adasum is
+        # the identity and the ordinary wrapper below does the same work. As in Horovod,
+        # groups and sparse_as_dense do not apply (each parameter's update is reduced alone).
+        from kolo.torch._adasum_optimizer import _DistributedAdasumOptimizer as impl
+        args = (named_parameters, compression, backward_passes_per_step, process_set)
+    else:
+        impl = _DistributedOptimizer
+        args = (named_parameters, compression, backward_passes_per_step, op,
+                gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    members = {k: v for k, v in impl.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), members)
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, groups, sparse_as_dense, process_set)
+    return cls(optimizer.param_groups, *args)
