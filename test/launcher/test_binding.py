@@ -106,6 +106,12 @@ def test_plan_keeps_hardware_threads_together_and_splits_sockets(tmp_path):
     blocks, note = binding.plan("share", 5, cpus, sysfs)
     assert blocks is None and note.endswith("5 local ranks, 4 cores available")
     assert binding.plan("none", 2, cpus, sysfs)[0] is None
+    # Over TCP a rank needs 2 CPUs: 4 ranks on 8 CPUs are bound, 5 are not; '--bind-to core'
+    # binds anyway.
+    assert binding.plan("share", 4, cpus, sysfs, tcp=True)[0] == [{0, 4}, {1, 5}, {2, 6}, {3, 7}]
+    blocks, note = binding.plan("share", 5, cpus, sysfs, tcp=True)
+    assert blocks is None and "over TCP each rank needs 2 CPUs" in note, note
+    assert binding.plan("core", 3, set(range(4)), sysfs, tcp=True)[0] is not None
     assert binding.cpu_list({0, 1, 2, 5, 7, 8}) == "0-2,5,7-8"
 
 

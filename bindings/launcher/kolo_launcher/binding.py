@@ -9,7 +9,12 @@ ordered by socket, then CPU number. Modes:
   share  (default) every rank gets a disjoint block of whole cores, floor(i*C/L) up to
          floor((i+1)*C/L) for local rank i of L on C cores: all cores are used and the rank's
          threads (torch's intra-op pool, data loaders) keep several cores when there are
-         several per rank. Needs C >= L; with fewer cores nothing is bound.
+         several per rank. Needs C >= L; with fewer cores nothing is bound. When the ranks'
+         traffic crosses TCP (a job over several hosts, or KOLO_SHM=off) a rank also needs
+         two CPUs: Gloo's I/O thread spins on a lock its rank's other thread holds, and on a
+         shared single CPU every message then waits a scheduler slice (a 4-byte runtime
+         allreduce at 2 ranks took 3.6 ms bound against 0.4 ms unbound); below that nothing
+         is bound ('--bind-to core' still binds).
   core   one core per rank (mpirun --bind-to core): rank i gets core i; needs C >= L.
   socket every rank gets all the cores of one socket, the ranks spread over the sockets in
          order (rank i on socket floor(i*S/L)).
@@ -101,10 +106,15 @@ def machine_cores(cpus, sysfs=SYSFS_CPU):
                   key=lambda c: (c[0], c[1][0]))
 
 
-def plan(mode, nranks, cpus, sysfs=SYSFS_CPU):
-    """([set of CPUs per rank] or None, a sentence for --verbose)."""
+def plan(mode, nranks, cpus, sysfs=SYSFS_CPU, tcp=False):
+    """([set of CPUs per rank] or None, a sentence for --verbose). `tcp`: the ranks' traffic
+    crosses TCP (see the module's note on "share")."""
     if mode == "none" or nranks <= 0:
         return None, "ranks are not bound to cores (--no-bind)"
+    if mode == "share" and tcp and len(cpus) < 2 * nranks:
+        return None, ("ranks are not bound to cores: over TCP each rank needs 2 CPUs (its "
+                      "transport's I/O thread runs beside it), %d local ranks, %d CPU%s available"
+                      % (nranks, len(cpus), "" if len(cpus) == 1 else "s"))
     cores = machine_cores(cpus, sysfs)
     n = len(cores)
     if mode == "socket":

@@ -84,7 +84,11 @@ class GlooJob:
         if available is None:
             self.binding_note = "ranks are not bound to cores (no CPU affinity on this platform)"
             return
-        blocks, self.binding_note = bindlib.plan(self.opts.binding, len(local), available)
+        # Traffic crosses TCP when some rank is on another host or shared memory is off.
+        tcp = (len(local) < len(self.slots)
+               or self.environ.get("KOLO_SHM", self.environ.get("HOROVOD_SHM", "")).lower() == "off")
+        blocks, self.binding_note = bindlib.plan(self.opts.binding, len(local), available,
+                                                 tcp=tcp)
         if blocks is not None:
             self.cpus = dict(zip(local, blocks))
 
