@@ -71,6 +71,22 @@ double busBandwidthFactor(Collective c, int ranks) {
   return 1.0;
 }
 
+OpType opTypeOf(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce:
+      return OpType::kAllreduce;
+    case Collective::kAllgather:
+      return OpType::kAllgather;
+    case Collective::kBroadcast:
+      return OpType::kBroadcast;
+    case Collective::kAlltoall:
+      return OpType::kAlltoall;
+    case Collective::kReducescatter:
+      return OpType::kReducescatter;
+  }
+  return OpType::kAllreduce;
+}
+
 bool nativeCapable(const Capabilities& caps, Collective c) {
   switch (c) {
     case Collective::kAllreduce:

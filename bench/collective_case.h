@@ -34,6 +34,8 @@ bool isReducing(Collective c);
 double busBandwidthFactor(Collective c, int ranks);
 // Whether the transport offers this collective natively.
 bool nativeCapable(const Capabilities& caps, Collective c);
+// The runtime's OpType of a collective (for ops::appliesTo).
+OpType opTypeOf(Collective c);
 
 struct CaseShape {
   size_t bytes = 0;       // nccl-tests "size"

@@ -61,7 +61,9 @@ const char kUsage[] =
     "  --ops allreduce,allgather,broadcast,alltoall,reducescatter (default: all)\n"
     "  --dtype float32 (default; any of float16,bfloat16,float32,float64,[u]int8,[u]int16,\n"
     "          int32,int64); --redop sum (default; sum,min,max,product)\n"
-    "  --algorithms ring,native (default; also auto = what kolo's selection picks)\n"
+    "  --algorithms ring,native (default; also auto = what kolo's selection picks, and\n"
+    "          recursive_doubling, halving_doubling (allreduce), tree (broadcast),\n"
+    "          bruck (allgather); a collective skips the names it has no form of)\n"
     "  --stat mean (default, as nccl-tests) or median over the iterations\n"
     "Run it under a launcher: mpirun -np N kolo-bench ... | kolorun -np N kolo-bench ...\n";
 
@@ -218,6 +220,7 @@ Status warmUpJob(Transport& t, CaseRunner& runner, const Options& o) {
     }
     KOLO_RETURN_IF_ERROR(runner.setup(c, shape, o.dtypes.front(), o.redops.front()));
     for (ops::Algorithm a : o.algorithms) {
+      if (!ops::appliesTo(a, opTypeOf(c))) continue;
       if (a == ops::Algorithm::kNative && !nativeCapable(caps, c)) continue;
       for (int i = 0; i < kRounds; ++i) {
         Status s = runner.runOnce(a, nullptr);
@@ -365,6 +368,7 @@ int run(const Options& o) {
             s = runner.setup(c, shape, dtype, redop);
             if (!s.isOk()) return fail(&t, s);
             for (ops::Algorithm a : o.algorithms) {
+              if (!ops::appliesTo(a, opTypeOf(c))) continue;  // e.g. bruck for an allreduce
               Row row{c, dtype, redop, a, "", shape};
               if (a == ops::Algorithm::kNative && !nativeCapable(caps, c)) {
                 row.impl = std::string("(") + t.name() + " has no native " + toString(c) + ")";

@@ -136,9 +136,20 @@ class EnvReader {
   const std::function<const char*(const char*)>& getenv_;
 };
 
+// Each collective accepts the names of the algorithms it has (ops/collectives.h).
 Status readAlgorithm(const EnvReader& env, const std::string& op, ops::Algorithm* out) {
   std::string text = ops::toString(*out);
-  KOLO_RETURN_IF_ERROR(env.getChoice(op + "_ALGORITHM", {"auto", "ring", "native"}, &text));
+  const std::string var = op + "_ALGORITHM";
+  if (op == "ALLREDUCE") {
+    KOLO_RETURN_IF_ERROR(env.getChoice(
+        var, {"auto", "ring", "recursive_doubling", "halving_doubling", "native"}, &text));
+  } else if (op == "BROADCAST") {
+    KOLO_RETURN_IF_ERROR(env.getChoice(var, {"auto", "ring", "tree", "native"}, &text));
+  } else if (op == "ALLGATHER") {
+    KOLO_RETURN_IF_ERROR(env.getChoice(var, {"auto", "ring", "bruck", "native"}, &text));
+  } else {
+    KOLO_RETURN_IF_ERROR(env.getChoice(var, {"auto", "ring", "native"}, &text));
+  }
   ops::parseAlgorithm(text, out);
   return Status::ok();
 }

@@ -13,6 +13,9 @@
 // forwarding segment k-1 to its successor (one batch), so all links are busy at once: the time is
 // about (bytes + (n-2) * segment) / bandwidth instead of log2(n) * bytes / bandwidth. Every rank
 // receives the message once and sends it at most once -- the fewest bytes per rank possible.
+//
+// p2pBroadcast picks by size; binomialBroadcast and chainBroadcast run one shape whatever the
+// size (ops/select.cc's "tree" and "ring" for broadcast).
 #include <vector>
 
 #include "ops/collectives.h"
@@ -20,6 +23,15 @@
 
 namespace kolo::ops {
 namespace {
+
+Status checkArgs(const Transport& t, const void* data, size_t bytes, int root) {
+  const int n = t.size();
+  KOLO_REQUIRE(
+      root >= 0 && root < n, kInvalidArgument,
+      "broadcast: root " + std::to_string(root) + " outside group of " + std::to_string(n));
+  KOLO_REQUIRE(data != nullptr || bytes == 0, kInvalidArgument, "broadcast: null buffer");
+  return Status::ok();
+}
 
 Status treeBroadcast(Transport& t, uint8_t* data, size_t bytes, int root) {
   const int n = t.size();
@@ -41,7 +53,8 @@ Status treeBroadcast(Transport& t, uint8_t* data, size_t bytes, int root) {
   return t.exchange(sends);
 }
 
-Status chainBroadcast(Transport& t, uint8_t* data, size_t bytes, int root, size_t segmentBytes) {
+Status chainBroadcastImpl(Transport& t, uint8_t* data, size_t bytes, int root,
+                          size_t segmentBytes) {
   const int n = t.size();
   const int v = (t.rank() - root + n) % n;
   const int prev = (t.rank() - 1 + n) % n;
@@ -73,15 +86,20 @@ Status chainBroadcast(Transport& t, uint8_t* data, size_t bytes, int root, size_
 }  // namespace
 
 Status p2pBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes) {
-  const int n = t.size();
-  KOLO_REQUIRE(
-      root >= 0 && root < n, kInvalidArgument,
-      "broadcast: root " + std::to_string(root) + " outside group of " + std::to_string(n));
-  KOLO_REQUIRE(data != nullptr || bytes == 0, kInvalidArgument, "broadcast: null buffer");
-  if (n == 1 || bytes == 0) return Status::ok();
-  uint8_t* p = static_cast<uint8_t*>(data);
-  if (bytes < internal::kTreeBroadcastMaxBytes) return treeBroadcast(t, p, bytes, root);
-  return chainBroadcast(t, p, bytes, root, segmentBytes);
+  if (bytes < internal::kTreeBroadcastMaxBytes) return binomialBroadcast(t, data, bytes, root);
+  return chainBroadcast(t, data, bytes, root, segmentBytes);
+}
+
+Status binomialBroadcast(Transport& t, void* data, size_t bytes, int root) {
+  KOLO_RETURN_IF_ERROR(checkArgs(t, data, bytes, root));
+  if (t.size() == 1 || bytes == 0) return Status::ok();
+  return treeBroadcast(t, static_cast<uint8_t*>(data), bytes, root);
+}
+
+Status chainBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes) {
+  KOLO_RETURN_IF_ERROR(checkArgs(t, data, bytes, root));
+  if (t.size() == 1 || bytes == 0) return Status::ok();
+  return chainBroadcastImpl(t, static_cast<uint8_t*>(data), bytes, root, segmentBytes);
 }
 
 }  // namespace kolo::ops

@@ -1,5 +1,6 @@
 // The collective algorithms over a Transport's point-to-point API (no threads, no state between
-// calls), and the one entry point per collective that picks ring or native (ops/select.cc).
+// calls), and the one entry point per collective that picks one of them or the transport's
+// native collective by size and rank count (ops/select.cc).
 //
 // Common contract: every rank of `t` calls the same function with compatible arguments, in the
 // same order. Blocking; each internal wait uses t.deadlineFromNow(), so a lost peer gives
@@ -16,10 +17,25 @@
 
 namespace kolo::ops {
 
-enum class Algorithm { kAuto = 0, kRing = 1, kNative = 2 };
-const char* toString(Algorithm a);
-// "auto" | "ring" | "native" -> Algorithm; false when unknown.
+// kRing is each collective's bandwidth-optimal form (for broadcast: the pipelined chain). The
+// latency-optimal ones: kRecursiveDoubling and kHalvingDoubling (allreduce), kTree (broadcast),
+// kBruck (allgather). A value that has no form for a collective (kBruck for an allreduce) is
+// treated as kAuto by the entry points below.
+enum class Algorithm {
+  kAuto = 0,
+  kRing = 1,
+  kNative = 2,
+  kRecursiveDoubling = 3,
+  kHalvingDoubling = 4,
+  kTree = 5,
+  kBruck = 6,
+};
+const char* toString(Algorithm a);  // "auto", "ring", "native", "recursive_doubling", ...
+// Any name toString gives (case-insensitive) -> Algorithm; false when unknown.
 bool parseAlgorithm(const std::string& text, Algorithm* out);
+// Whether `a` names something `op` can run: auto, native and ring for every collective, plus
+// recursive_doubling / halving_doubling (allreduce), tree (broadcast), bruck (allgather).
+bool appliesTo(Algorithm a, OpType op);
 
 // Which algorithm each collective uses, from Config (KOLO_<OP>_ALGORITHM) and tuning knobs.
 struct AlgorithmConfig {
@@ -41,6 +57,9 @@ Status ringAllgatherv(Transport& t, const void* send, size_t sendBytes, void* re
                       const std::vector<size_t>& recvBytes);
 // In place from root: pipelined chain for large messages, binomial tree for small ones.
 Status p2pBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes);
+// The two shapes of p2pBroadcast on their own (any root, any size, any rank count).
+Status binomialBroadcast(Transport& t, void* data, size_t bytes, int root);
+Status chainBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes);
 // sendBytes[r] go to rank r (consecutive blocks of send); recvBytes[r] arrive from rank r.
 Status p2pAlltoallv(Transport& t, const void* send, const std::vector<size_t>& sendBytes,
                     void* recv, const std::vector<size_t>& recvBytes);
@@ -49,11 +68,35 @@ Status ringReducescatter(Transport& t, const void* send, void* recv,
                          const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                          size_t segmentBytes);
 
-// ---- selected entry points (select.cc): native when allowed and available, else ring ---------
+// ---- latency-optimal algorithms (recursive_doubling.cc, halving_doubling.cc, bruck.cc) -------
+// Every rank ends with bitwise-identical results: partners combine in one operand order (the
+// lower rank's data first), and recursive doubling and halving-doubling build the same
+// combination tree, so they agree bitwise with each other too. Any rank count (a count that is
+// not a power of two folds its extra ranks in first and sends them the result at the end), any
+// count (0, fewer elements than ranks), every dtype and ReduceOp of reduce_cpu.h (kAverage sums;
+// kBitAnd too). Small buffers are fine: the coordinator's control round may use them.
+//
+// In-place allreduce by recursive doubling: log2 steps, each exchanging the whole buffer.
+// Scratch: count elements.
+Status recursiveDoublingAllreduce(Transport& t, void* data, size_t count, DataType dtype,
+                                  ReduceOp op);
+// In-place allreduce by recursive halving (reduce-scatter) then recursive doubling (allgather),
+// Rabenseifner's algorithm: 2 log2 steps moving 2 (p-1)/p of the buffer. Scratch: half of it
+// (the whole of it on the ranks that take in a folded rank).
+Status halvingDoublingAllreduce(Transport& t, void* data, size_t count, DataType dtype,
+                                ReduceOp op);
+// Bruck allgatherv: ceil(log2 n) steps, blocks of any (per-rank, possibly zero) size, no staging
+// buffer. Same arguments and aliasing rule as ringAllgatherv.
+Status bruckAllgatherv(Transport& t, const void* send, size_t sendBytes, void* recv,
+                       const std::vector<size_t>& recvBytes);
+
+// ---- selected entry points (select.cc) ----------------------------------------------------------
+// The configured algorithm when it applies to the collective (native only where the transport
+// has it), else the measured choice by size and rank count (select.cc's table, README).
 // `usedName` (optional) receives the name of what ran, e.g. "RING_ALLREDUCE", "MPI_ALLREDUCE"
 // (the timeline's activity names).
-Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count,
-                 DataType dtype, ReduceOp op, std::string* usedName = nullptr);
+Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,
+                 ReduceOp op, std::string* usedName = nullptr);
 Status allgatherv(Transport& t, const AlgorithmConfig& cfg, const void* send, size_t sendBytes,
                   void* recv, const std::vector<size_t>& recvBytes,
                   std::string* usedName = nullptr);
@@ -66,9 +109,24 @@ Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send,
                      const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                      std::string* usedName = nullptr);
 
+// What the entry point above runs for `bytes` of payload (never kAuto): rule in select.cc.
+Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 // The timeline name of what the entry point above would run for `bytes` of payload
-// ("RING_ALLREDUCE", "MPI_ALLREDUCE", "TREE_BROADCAST", ...), without running it.
+// ("RING_ALLREDUCE", "RECURSIVE_DOUBLING_ALLREDUCE", "HALVING_DOUBLING_ALLREDUCE",
+// "MPI_ALLREDUCE", "TREE_BROADCAST", "PIPELINED_BROADCAST", "BRUCK_ALLGATHER", ...), without
+// running it.
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
+
+// ---- the coordinator's control plane (select.cc) ------------------------------------------------
+// kolo's own O(log n)-step algorithms whatever KOLO_<OP>_ALGORITHM says, so a failure names the
+// lost or silent peer (a native collective's error often does not), and a round costs
+// ceil(log2 n) latencies, not the ring's 2 (n-1). Same contract as above; no usedName.
+// In-place allreduce of a small buffer (the round's bit / byte vector: kMin, kBitAnd, ...):
+// recursiveDoublingAllreduce.
+Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, ReduceOp op);
+// In place from root: binomialBroadcast below internal::kTreeBroadcastMaxBytes (64 KiB), the
+// pipelined chain above (a long response list), with the default segment.
+Status controlBroadcast(Transport& t, void* data, size_t bytes, int root);
 
 // Reducescatter's split of dim0 rows: the first (rows % size) ranks get one extra row.
 std::vector<size_t> evenSplit(size_t rows, int size);

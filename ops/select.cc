@@ -1,17 +1,23 @@
-// Choosing between a transport's native collective and our own ring / p2p algorithm.
+// Choosing the algorithm of each collective: the transport's native one, or one of kolo's own
+// over point-to-point (ring, recursive doubling, halving-doubling, binomial tree, Bruck).
 //
 // The rule, in order:
-//  1. kRing in the config: always ours.
-//  2. No native capability on this transport (loopback has none): ours, whatever the config
-//     says -- a job configured for "native" keeps running on a transport that cannot, and
-//     `usedName` tells what actually ran.
-//  3. kNative: the native one.
+//  1. A configured algorithm that does not apply to the collective counts as kAuto (config.cc
+//     only accepts applicable names; this covers code that sets one value for every op).
+//  2. kNative: the native one if the transport has it; otherwise (loopback has none) our choice
+//     by size, as for kAuto -- a job configured for "native" keeps running, and `usedName` tells
+//     what actually ran.
+//  3. One of ours named (ring, recursive_doubling, ...): that one, whatever the size.
 //  4. kAuto: device-memory transports (NCCL) always use their native (our reductions run on the
-//     host). Otherwise the measured preferences: Open MPI's allreduce collapses for large
-//     messages, so "mpi" allreduces of >= 64 KiB take the ring and smaller ones stay native
-//     (one latency-optimized call beats 2(n-1) ring steps). Gloo's natives lose to the ring from
-//     4 KiB on, for every collective that has a ring form. Anything else with the capability:
-//     native.
+//     host). Then the measured preferences for natives: Open MPI's allreduce collapses for large
+//     messages, so "mpi" allreduces of >= 64 KiB are ours and smaller ones stay native. Gloo's
+//     natives lose to ours from 4 KiB on, for every collective that has a form of ours (below
+//     that, Gloo's own small-message algorithms win by a little). Anything else with the
+//     capability: native. Without a native, our choice by size and rank count: the table
+//     kAllreduceTable below and the broadcast / allgather limits, measured with kolo-bench over
+//     Gloo TCP (README "Algorithm choice").
+// controlAllreduce / controlBroadcast (the coordinator's round) skip this rule: always ours,
+// recursive doubling and the binomial tree (the chain for a long response list).
 // The chosen name is the timeline activity: "RING_ALLREDUCE", "<TRANSPORT>_ALLREDUCE", ...
 #include <algorithm>
 #include <cctype>
@@ -31,6 +37,14 @@ const char* toString(Algorithm a) {
       return "ring";
     case Algorithm::kNative:
       return "native";
+    case Algorithm::kRecursiveDoubling:
+      return "recursive_doubling";
+    case Algorithm::kHalvingDoubling:
+      return "halving_doubling";
+    case Algorithm::kTree:
+      return "tree";
+    case Algorithm::kBruck:
+      return "bruck";
   }
   return "unknown-algorithm";
 }
@@ -39,16 +53,32 @@ bool parseAlgorithm(const std::string& text, Algorithm* out) {
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "auto") {
-    *out = Algorithm::kAuto;
-  } else if (lower == "ring") {
-    *out = Algorithm::kRing;
-  } else if (lower == "native") {
-    *out = Algorithm::kNative;
-  } else {
-    return false;
+  for (Algorithm a :
+       {Algorithm::kAuto, Algorithm::kRing, Algorithm::kNative, Algorithm::kRecursiveDoubling,
+        Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kBruck}) {
+    if (lower == toString(a)) {
+      *out = a;
+      return true;
+    }
   }
-  return true;
+  return false;
+}
+
+bool appliesTo(Algorithm a, OpType op) {
+  switch (a) {
+    case Algorithm::kAuto:
+    case Algorithm::kRing:
+    case Algorithm::kNative:
+      return true;
+    case Algorithm::kRecursiveDoubling:
+    case Algorithm::kHalvingDoubling:
+      return op == OpType::kAllreduce;
+    case Algorithm::kTree:
+      return op == OpType::kBroadcast;
+    case Algorithm::kBruck:
+      return op == OpType::kAllgather;
+  }
+  return false;
 }
 
 std::vector<size_t> evenSplit(size_t rows, int size) {
@@ -80,19 +110,87 @@ namespace {
 constexpr size_t kMpiRingMinBytes = 64 * 1024;
 constexpr size_t kGlooRingMinBytes = 4 * 1024;
 
-enum class Collective { kAllreduce, kOther };
+// Our allreduce by size, for rank counts up to maxRanks (first matching row): recursive doubling
+// below rdBelow bytes, halving-doubling below hdBelow, the ring from there on.
+struct AllreduceRow {
+  int maxRanks;
+  size_t rdBelow;
+  size_t hdBelow;
+};
+// Rows up to 4 ranks: kolo-bench over Gloo TCP on loopback at np 2, 3, 4 (README "Algorithm
+// choice"): recursive doubling was fastest through 256 KiB at every count, halving-doubling or
+// recursive doubling at 1-4 MiB, the ring or halving-doubling at 16 MiB. Past 4 ranks (not
+// measured) the alpha-beta model: recursive doubling moves log2(p)/2 times the ring's bytes, so
+// its limit shrinks as ranks grow.
+constexpr AllreduceRow kAllreduceTable[] = {
+    {4, 512 * 1024, 8 * 1024 * 1024},
+    {1 << 30, 64 * 1024, 8 * 1024 * 1024},
+};
+// Allgathers whose gathered total is below this take Bruck, larger ones the ring (measured: Bruck
+// ahead or level through 256 KiB at np 3 and 4; the two are one step alike at np 2).
+constexpr size_t kBruckMaxBytes = 512 * 1024;
 
-bool useNative(const Transport& t, Algorithm configured, bool capable, Collective which,
-               size_t bytes) {
-  if (configured == Algorithm::kRing || !capable) return false;
-  if (configured == Algorithm::kNative) return true;
+bool nativeCapable(const Capabilities& caps, OpType op) {
+  switch (op) {
+    case OpType::kAllreduce:
+      return caps.nativeAllreduce;
+    case OpType::kAllgather:
+      return caps.nativeAllgatherv;
+    case OpType::kBroadcast:
+      return caps.nativeBroadcast;
+    case OpType::kAlltoall:
+      return caps.nativeAlltoallv;
+    case OpType::kReducescatter:
+      return caps.nativeReducescatter;
+    default:
+      return false;
+  }
+}
+
+// kAuto with a native available: whether to take it.
+bool preferNative(const Transport& t, OpType op, size_t bytes) {
   if (t.capabilities().deviceMemory) return true;
   const char* name = t.name();
-  if (std::strcmp(name, "mpi") == 0) {
-    return which != Collective::kAllreduce || bytes < kMpiRingMinBytes;
-  }
+  if (std::strcmp(name, "mpi") == 0) return op != OpType::kAllreduce || bytes < kMpiRingMinBytes;
   if (std::strcmp(name, "gloo") == 0) return bytes < kGlooRingMinBytes;
   return true;
+}
+
+// Ours, by size and rank count.
+Algorithm ourChoice(OpType op, int ranks, size_t bytes) {
+  switch (op) {
+    case OpType::kAllreduce:
+      for (const AllreduceRow& row : kAllreduceTable) {
+        if (ranks > row.maxRanks) continue;
+        if (bytes < row.rdBelow) return Algorithm::kRecursiveDoubling;
+        if (bytes < row.hdBelow) return Algorithm::kHalvingDoubling;
+        return Algorithm::kRing;
+      }
+      return Algorithm::kRing;
+    case OpType::kAllgather:
+      return bytes < kBruckMaxBytes ? Algorithm::kBruck : Algorithm::kRing;
+    case OpType::kBroadcast:
+      return bytes < internal::kTreeBroadcastMaxBytes ? Algorithm::kTree : Algorithm::kRing;
+    default:
+      return Algorithm::kRing;
+  }
+}
+
+Algorithm configured(const AlgorithmConfig& cfg, OpType op) {
+  switch (op) {
+    case OpType::kAllreduce:
+      return cfg.allreduce;
+    case OpType::kAllgather:
+      return cfg.allgather;
+    case OpType::kBroadcast:
+      return cfg.broadcast;
+    case OpType::kAlltoall:
+      return cfg.alltoall;
+    case OpType::kReducescatter:
+      return cfg.reducescatter;
+    default:
+      return Algorithm::kAuto;
+  }
 }
 
 void setName(std::string* usedName, const std::string& value) {
@@ -106,6 +204,29 @@ std::string nativeName(const Transport& t, const char* op) {
   return n + "_" + op;
 }
 
+// The timeline name of `a` (already resolved: not kAuto) running `op`.
+std::string stepName(const Transport& t, OpType op, Algorithm a) {
+  switch (op) {
+    case OpType::kAllreduce:
+      if (a == Algorithm::kNative) return nativeName(t, "ALLREDUCE");
+      if (a == Algorithm::kRecursiveDoubling) return "RECURSIVE_DOUBLING_ALLREDUCE";
+      if (a == Algorithm::kHalvingDoubling) return "HALVING_DOUBLING_ALLREDUCE";
+      return "RING_ALLREDUCE";
+    case OpType::kAllgather:
+      if (a == Algorithm::kNative) return nativeName(t, "ALLGATHER");
+      return a == Algorithm::kBruck ? "BRUCK_ALLGATHER" : "RING_ALLGATHER";
+    case OpType::kBroadcast:
+      if (a == Algorithm::kNative) return nativeName(t, "BROADCAST");
+      return a == Algorithm::kTree ? "TREE_BROADCAST" : "PIPELINED_BROADCAST";
+    case OpType::kAlltoall:
+      return a == Algorithm::kNative ? nativeName(t, "ALLTOALL") : "P2P_ALLTOALL";
+    case OpType::kReducescatter:
+      return a == Algorithm::kNative ? nativeName(t, "REDUCESCATTER") : "RING_REDUCESCATTER";
+    default:
+      return std::string(toString(op));
+  }
+}
+
 size_t sum(const std::vector<size_t>& v) {
   size_t s = 0;
   for (size_t x : v) s += x;
@@ -114,91 +235,88 @@ size_t sum(const std::vector<size_t>& v) {
 
 }  // namespace
 
+Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
+  Algorithm a = configured(cfg, op);
+  if (!appliesTo(a, op)) a = Algorithm::kAuto;
+  const bool capable = nativeCapable(t.capabilities(), op);
+  if (a == Algorithm::kNative) return capable ? a : ourChoice(op, t.size(), bytes);
+  if (a != Algorithm::kAuto) return a;
+  if (capable && preferNative(t, op, bytes)) return Algorithm::kNative;
+  return ourChoice(op, t.size(), bytes);
+}
+
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
-  const Capabilities caps = t.capabilities();
-  switch (op) {
-    case OpType::kAllreduce:
-      return useNative(t, cfg.allreduce, caps.nativeAllreduce, Collective::kAllreduce, bytes)
-                 ? nativeName(t, "ALLREDUCE")
-                 : "RING_ALLREDUCE";
-    case OpType::kAllgather:
-      return useNative(t, cfg.allgather, caps.nativeAllgatherv, Collective::kOther, bytes)
-                 ? nativeName(t, "ALLGATHER")
-                 : "RING_ALLGATHER";
-    case OpType::kBroadcast:
-      if (useNative(t, cfg.broadcast, caps.nativeBroadcast, Collective::kOther, bytes)) {
-        return nativeName(t, "BROADCAST");
-      }
-      return bytes < internal::kTreeBroadcastMaxBytes ? "TREE_BROADCAST" : "PIPELINED_BROADCAST";
-    case OpType::kAlltoall:
-      return useNative(t, cfg.alltoall, caps.nativeAlltoallv, Collective::kOther, bytes)
-                 ? nativeName(t, "ALLTOALL")
-                 : "P2P_ALLTOALL";
-    case OpType::kReducescatter:
-      return useNative(t, cfg.reducescatter, caps.nativeReducescatter, Collective::kOther, bytes)
-                 ? nativeName(t, "REDUCESCATTER")
-                 : "RING_REDUCESCATTER";
-    default:
-      return std::string(toString(op));
-  }
+  return stepName(t, op, selectAlgorithm(t, cfg, op, bytes));
 }
 
 Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,
                  ReduceOp op, std::string* usedName) {
-  const size_t bytes = count * sizeOf(dtype);
-  if (useNative(t, cfg.allreduce, t.capabilities().nativeAllreduce, Collective::kAllreduce,
-                bytes)) {
-    setName(usedName, nativeName(t, "ALLREDUCE"));
-    return t.allreduce(data, count, dtype, op);
+  const Algorithm a = selectAlgorithm(t, cfg, OpType::kAllreduce, count * sizeOf(dtype));
+  setName(usedName, stepName(t, OpType::kAllreduce, a));
+  switch (a) {
+    case Algorithm::kNative:
+      return t.allreduce(data, count, dtype, op);
+    case Algorithm::kRecursiveDoubling:
+      return recursiveDoublingAllreduce(t, data, count, dtype, op);
+    case Algorithm::kHalvingDoubling:
+      return halvingDoublingAllreduce(t, data, count, dtype, op);
+    default:
+      return ringAllreduce(t, data, count, dtype, op, cfg.segmentBytes);
   }
-  setName(usedName, "RING_ALLREDUCE");
-  return ringAllreduce(t, data, count, dtype, op, cfg.segmentBytes);
 }
 
 Status allgatherv(Transport& t, const AlgorithmConfig& cfg, const void* send, size_t sendBytes,
                   void* recv, const std::vector<size_t>& recvBytes, std::string* usedName) {
-  if (useNative(t, cfg.allgather, t.capabilities().nativeAllgatherv, Collective::kOther,
-                sum(recvBytes))) {
-    setName(usedName, nativeName(t, "ALLGATHER"));
-    return t.allgatherv(send, sendBytes, recv, recvBytes);
+  const Algorithm a = selectAlgorithm(t, cfg, OpType::kAllgather, sum(recvBytes));
+  setName(usedName, stepName(t, OpType::kAllgather, a));
+  switch (a) {
+    case Algorithm::kNative:
+      return t.allgatherv(send, sendBytes, recv, recvBytes);
+    case Algorithm::kBruck:
+      return bruckAllgatherv(t, send, sendBytes, recv, recvBytes);
+    default:
+      return ringAllgatherv(t, send, sendBytes, recv, recvBytes);
   }
-  setName(usedName, "RING_ALLGATHER");
-  return ringAllgatherv(t, send, sendBytes, recv, recvBytes);
 }
 
 Status broadcast(Transport& t, const AlgorithmConfig& cfg, void* data, size_t bytes, int root,
                  std::string* usedName) {
-  if (useNative(t, cfg.broadcast, t.capabilities().nativeBroadcast, Collective::kOther, bytes)) {
-    setName(usedName, nativeName(t, "BROADCAST"));
-    return t.broadcast(data, bytes, root);
+  const Algorithm a = selectAlgorithm(t, cfg, OpType::kBroadcast, bytes);
+  setName(usedName, stepName(t, OpType::kBroadcast, a));
+  switch (a) {
+    case Algorithm::kNative:
+      return t.broadcast(data, bytes, root);
+    case Algorithm::kTree:
+      return binomialBroadcast(t, data, bytes, root);
+    default:
+      return chainBroadcast(t, data, bytes, root, cfg.segmentBytes);
   }
-  setName(usedName,
-          bytes < internal::kTreeBroadcastMaxBytes ? "TREE_BROADCAST" : "PIPELINED_BROADCAST");
-  return p2pBroadcast(t, data, bytes, root, cfg.segmentBytes);
+}
+
+Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, ReduceOp op) {
+  return recursiveDoublingAllreduce(t, data, count, dtype, op);
+}
+
+Status controlBroadcast(Transport& t, void* data, size_t bytes, int root) {
+  return p2pBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);
 }
 
 Status alltoallv(Transport& t, const AlgorithmConfig& cfg, const void* send,
                  const std::vector<size_t>& sendBytes, void* recv,
                  const std::vector<size_t>& recvBytes, std::string* usedName) {
-  if (useNative(t, cfg.alltoall, t.capabilities().nativeAlltoallv, Collective::kOther,
-                sum(sendBytes))) {
-    setName(usedName, nativeName(t, "ALLTOALL"));
-    return t.alltoallv(send, sendBytes, recv, recvBytes);
-  }
-  setName(usedName, "P2P_ALLTOALL");
+  const Algorithm a = selectAlgorithm(t, cfg, OpType::kAlltoall, sum(sendBytes));
+  setName(usedName, stepName(t, OpType::kAlltoall, a));
+  if (a == Algorithm::kNative) return t.alltoallv(send, sendBytes, recv, recvBytes);
   return p2pAlltoallv(t, send, sendBytes, recv, recvBytes);
 }
 
 Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send, void* recv,
                      const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                      std::string* usedName) {
-  const size_t bytes = sum(recvCounts) * sizeOf(dtype);
-  if (useNative(t, cfg.reducescatter, t.capabilities().nativeReducescatter, Collective::kOther,
-                bytes)) {
-    setName(usedName, nativeName(t, "REDUCESCATTER"));
-    return t.reducescatter(send, recv, recvCounts, dtype, op);
-  }
-  setName(usedName, "RING_REDUCESCATTER");
+  const Algorithm a =
+      selectAlgorithm(t, cfg, OpType::kReducescatter, sum(recvCounts) * sizeOf(dtype));
+  setName(usedName, stepName(t, OpType::kReducescatter, a));
+  if (a == Algorithm::kNative) return t.reducescatter(send, recv, recvCounts, dtype, op);
   return ringReducescatter(t, send, recv, recvCounts, dtype, op, cfg.segmentBytes);
 }
 

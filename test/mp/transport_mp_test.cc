@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <thread>
+#include <utility>
 
 #include "core/config.h"
 #include "core/store.h"
@@ -348,6 +349,52 @@ TEST_CASE("mp: reducescatter, every path x dtype x op x count, 64 MiB") {
   }
 }
 
+// Run with KOLO_<OP>_ALGORITHM set (test/mp/algorithms.cmake): the selected entry points must
+// run the configured algorithm and get every dtype x op x count right with it.
+TEST_CASE("mp: the configured algorithms, every dtype x op x count", "[.][algorithms]") {
+  for (const auto& [op, a] : {std::make_pair(OpType::kAllreduce, algos().allreduce),
+                              std::make_pair(OpType::kAllgather, algos().allgather),
+                              std::make_pair(OpType::kBroadcast, algos().broadcast)}) {
+    INFO(toString(op) << " configured " << ops::toString(a));
+    if (a != ops::Algorithm::kAuto && a != ops::Algorithm::kNative) {
+      CHECK(ops::selectAlgorithm(T(), algos(), op, 4) == a);
+      CHECK(ops::selectAlgorithm(T(), algos(), op, 64 << 20) == a);
+    }
+  }
+  uint64_t seed = 60000;
+  for (DataType dt : kDtypes) {
+    for (ReduceOp op : reduceOps(dt)) {
+      for (size_t count : smallCounts()) {
+        ++seed;
+        const bool fp = isFloatingPoint(dt);
+        checkAllreduce(Path::kSelected, dt, op, count, seed,
+                       fp ? std::vector<uint8_t>{} : referenceInts(dt, op, size(), count, seed),
+                       fp ? referenceFloats(dt, op, size(), count, seed) : std::vector<double>{});
+      }
+    }
+    for (size_t count : smallCounts()) {
+      const size_t elem = sizeOf(dt);
+      std::vector<size_t> unequal(static_cast<size_t>(size()));
+      for (int r = 0; r < size(); ++r) unequal[r] = (r % 2 == 0 ? 0 : count + r) * elem;
+      const std::string what = std::string(toString(dt)) + " count " + std::to_string(count);
+      checkAllgatherv(Path::kSelected,
+                      std::vector<size_t>(static_cast<size_t>(size()), count * elem), ++seed, false,
+                      what + " equal");
+      checkAllgatherv(Path::kSelected, unequal, ++seed, true, what + " unequal, aliasing");
+      for (int root = 0; root < size(); ++root) {
+        std::vector<uint8_t> expect(count * elem), buf(count * elem, 0x5A);
+        fillBytes(expect.data(), expect.size(), root, ++seed);
+        if (rank() == root) buf = expect;
+        Status s = broadcastVia(Path::kSelected, buf.data(), buf.size(), root);
+        INFO("rank " << rank() << " broadcast " << what << " root " << root << ": "
+                     << s.toString());
+        CHECK(s.isOk());
+        CHECK(buf == expect);
+      }
+    }
+  }
+}
+
 TEST_CASE("mp: split into the even ranks") {
   std::vector<int> evens;
   for (int r = 0; r < size(); r += 2) evens.push_back(r);
@@ -484,6 +531,33 @@ TEST_CASE("mp: a rank that exits mid-allreduce is named by the survivors", "[.][
   CHECK(took < limit);
   // The victim's ring neighbours talk to it directly and must name it.
   if (rank() == 0 || rank() == victim - 1) {
+    CHECK_THAT(s.message(), Catch::Contains("rank " + std::to_string(victim) + " (global " +
+                                            std::to_string(victim) + ")"));
+  }
+}
+
+// The recursive-doubling allreduce's partner of a rank that dies at its first batch names it
+// (run over Gloo only, like "[fault]").
+TEST_CASE("mp: a rank that exits mid recursive doubling is named by its partner",
+          "[.][fault_recursive_doubling]") {
+  REQUIRE(size() >= 2);
+  REQUIRE(barrier().isOk());
+  const int victim = size() - 1;
+  std::vector<float> data(1 << 16, 1.0f);
+  DyingTransport dying(T(), 0);
+  Transport& t = rank() == victim ? static_cast<Transport&>(dying) : T();
+  auto start = Clock::now();
+  Status s = ops::recursiveDoublingAllreduce(t, data.data(), data.size(), DataType::kFloat32,
+                                             ReduceOp::kSum);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  const double limit = T().timeout().count() / 1000.0 + 2.0;
+  INFO("rank " << rank() << " after " << took << " s: " << s.toString());
+  REQUIRE(rank() != victim);
+  CHECK((s.code() == ErrorCode::kPeerLost || s.code() == ErrorCode::kTimeout ||
+         s.code() == ErrorCode::kAborted));
+  CHECK(took < limit);
+  // Rank 0 is the victim's partner in the core's last step (n = 2, 3).
+  if (rank() == 0) {
     CHECK_THAT(s.message(), Catch::Contains("rank " + std::to_string(victim) + " (global " +
                                             std::to_string(victim) + ")"));
   }

@@ -161,7 +161,9 @@ TEST_CASE("algorithm names parse and print") {
   CHECK(a == ops::Algorithm::kNative);
   CHECK(ops::parseAlgorithm("auto", &a));
   CHECK(a == ops::Algorithm::kAuto);
-  CHECK_FALSE(ops::parseAlgorithm("tree", &a));
+  CHECK_FALSE(ops::parseAlgorithm("fast", &a));
+  CHECK(ops::parseAlgorithm("Recursive_Doubling", &a));
+  CHECK(a == ops::Algorithm::kRecursiveDoubling);
   CHECK(std::string(ops::toString(ops::Algorithm::kRing)) == "ring");
   CHECK(std::string(ops::toString(ops::Algorithm::kNative)) == "native");
   CHECK(std::string(ops::toString(ops::Algorithm::kAuto)) == "auto");
@@ -437,8 +439,8 @@ TEST_CASE("selected entry points run the ring on loopback and name it") {
   }));
   for (int r = 0; r < n; ++r) {
     CHECK(data[r][0] == 6);
-    CHECK(names[r * 6 + 0] == "RING_ALLREDUCE");
-    CHECK(names[r * 6 + 1] == "RING_ALLGATHER");
+    CHECK(names[r * 6 + 0] == "RECURSIVE_DOUBLING_ALLREDUCE");  // 400 KB < 512 KiB
+    CHECK(names[r * 6 + 1] == "BRUCK_ALLGATHER");               // small: Bruck
     CHECK(names[r * 6 + 2] == "TREE_BROADCAST");
     CHECK(names[r * 6 + 3] == "PIPELINED_BROADCAST");
     CHECK(names[r * 6 + 4] == "P2P_ALLTOALL");
@@ -490,12 +492,14 @@ std::string allreduceName(Transport& t, ops::Algorithm a, size_t count) {
 
 TEST_CASE("auto selection: mpi native below 64 KiB, gloo ring from 4 KiB, config wins") {
   FakeNative mpi("mpi"), gloo("gloo"), other("shm");
-  CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 1024) == "MPI_ALLREDUCE");        // 4 KiB
-  CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 16 * 1024) == "RING_ALLREDUCE");  // 64 KiB
+  CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 1024) == "MPI_ALLREDUCE");  // 4 KiB
+  CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 16 * 1024) ==
+        "RECURSIVE_DOUBLING_ALLREDUCE");  // 64 KiB: ours, by the size table
   CHECK(allreduceName(mpi, ops::Algorithm::kNative, 1 << 20) == "MPI_ALLREDUCE");
   CHECK(allreduceName(mpi, ops::Algorithm::kRing, 16) == "RING_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1023) == "GLOO_ALLREDUCE");
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1024) == "RING_ALLREDUCE");
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1024) == "RECURSIVE_DOUBLING_ALLREDUCE");
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 4 << 20) == "RING_ALLREDUCE");  // 16 MiB
   CHECK(allreduceName(gloo, ops::Algorithm::kNative, 1 << 16) == "GLOO_ALLREDUCE");
   CHECK(allreduceName(other, ops::Algorithm::kAuto, 1 << 16) == "SHM_ALLREDUCE");
   ops::AlgorithmConfig cfg;
