@@ -28,16 +28,6 @@ std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
 
-// The control plane always runs kolo's own p2p algorithms: their failures name the peer that
-// was lost or that stopped answering ("lost rank 2", "timed out waiting for receive from rank
-// 2"), which is the first thing a user needs when a job dies. A transport's native collective
-// (Gloo's) reports only a socket address, and only "timed out" when a peer stops.
-ops::AlgorithmConfig controlPlane(ops::AlgorithmConfig c) {
-  c.allreduce = ops::Algorithm::kRing;
-  c.broadcast = ops::Algorithm::kRing;
-  return c;
-}
-
 }  // namespace
 
 Coordinator::Coordinator(Deps deps)
@@ -193,8 +183,14 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   }
   (*view)[kFlagNothingNew] = nothingNew ? 1 : 0;
   (*view)[kFlagIdle] = idle ? 1 : 0;
-  return ops::allreduce(*d_.global, controlPlane(d_.config.algorithms), view->data(),
-                        view->size(), DataType::kUInt8, ReduceOp::kMin);
+  // The control plane always runs kolo's own p2p algorithms, whatever KOLO_<OP>_ALGORITHM says:
+  // their failures name the peer that was lost or that stopped answering ("lost rank 2", "timed
+  // out waiting for receive from rank 2"), which is the first thing a user needs when a job dies
+  // (a transport's native collective, Gloo's, reports only a socket address). They are the
+  // latency-optimal ones (ops::controlAllreduce: recursive doubling; ops::controlBroadcast: a
+  // binomial tree), so a round costs ceil(log2 N) message latencies rather than the ring's 2 (N-1).
+  return ops::controlAllreduce(*d_.global, view->data(), view->size(), DataType::kUInt8,
+                              ReduceOp::kMin);
 }
 
 Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out) {
@@ -300,14 +296,13 @@ Status Coordinator::gatherAtRoot(const std::vector<uint8_t>& mine,
 
 Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
   uint64_t len = bytes->size();
-  const ops::AlgorithmConfig algs = controlPlane(d_.config.algorithms);
-  KOLO_RETURN_IF_ERROR(ops::broadcast(*d_.global, algs, &len, sizeof(len), 0));
+  KOLO_RETURN_IF_ERROR(ops::controlBroadcast(*d_.global, &len, sizeof(len), 0));
   if (len > (uint64_t{1} << 32)) {
     return Status(ErrorCode::kInternal, "rank 0 announced a " + std::to_string(len) +
                                             "-byte response list");
   }
   bytes->resize(len);
-  return ops::broadcast(*d_.global, algs, bytes->data(), len, 0);
+  return ops::controlBroadcast(*d_.global, bytes->data(), len, 0);
 }
 
 void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
