@@ -9,8 +9,8 @@
 //    uses the CPU's F16C conversions where it has them (with AVX2), bitwise the same results;
 //    KOLO_DISABLE_F16C=1 in the environment keeps the portable path (for tests and comparison).
 //  - Scaling: floats multiply in their own precision (fp16/bf16 via float); integers multiply in
-//    double and round to nearest (ties away from zero), saturating at the type's range. bool is
-//    unchanged by scaling.
+//    double and truncate toward zero like Horovod (3 * 0.5 = 1, -3 * 0.5 = -1), saturating at
+//    the type's range (NaN becomes 0). bool is unchanged by scaling.
 // Thread safety: pure functions. Hot loops are written so GCC emits SIMD at the default -O3
 // used for this file (no -march=native); bench/ checks the throughput.
 #pragma once
