@@ -31,6 +31,13 @@ void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dty
 // data[i] *= factor. No-op when factor == 1.0.
 void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
 
+// The factor applied after the reduction: postscale, divided by the set size for kAverage.
+// Divided, not multiplied by 1/n, as Horovod computes it (postscale_factor /= size): the two
+// differ in the last bit (7 * (1/3) < 7/3), which truncation can turn into a whole unit.
+inline double averagedPostscale(double postscale, ReduceOp op, int setSize) {
+  return op == ReduceOp::kAverage ? postscale / setSize : postscale;
+}
+
 // Conversions used by reductions and by Compression.fp16-style helpers.
 float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);  // round to nearest even, handles inf/NaN/subnormals

@@ -254,6 +254,11 @@ def test_integer_scaling_truncates_toward_zero(hvd, dtype):
                                           prescale_factor=pre, postscale_factor=post)
         _exact(parts[0], want[mine])
         _exact(parts[1], want[mine, :1])
+    # Average's factor is postscale / size, as Horovod computes it, not postscale * (1 / size):
+    # on 3 ranks 3c * (7 * (1/3)) is just below 7c and would truncate to 7c - 1.
+    c = torch.arange(-6, 7).to(dtype) if signed else torch.arange(0, 13).to(dtype)
+    _exact(hvd.allreduce(c, op=hvd.Average, postscale_factor=7.0), c * 7)
+    _exact(hvd.reducescatter(c.repeat(n), op=hvd.Average, postscale_factor=7.0), c * 7)
     # The rule itself, independent of the reference above: 3 * 0.5 -> 1, -3 * 0.5 -> -1.
     if signed:
         got = hvd.allreduce(torch.tensor([3, -3], dtype=dtype), op=hvd.Sum,
