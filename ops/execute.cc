@@ -79,8 +79,7 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
                     const std::vector<TensorEntry*>& es, const Steps& steps) {
   const Response& first = *rs[0];
   const int n = static_cast<int>(ctx.set->ranks.size());
-  const double post =
-      first.postscale * (first.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const double post = averagedPostscale(first.postscale, first.reduceOp, n);
   const size_t elem = sizeOf(first.dtype);
   std::vector<size_t> counts(rs.size());
   for (size_t i = 0; i < rs.size(); ++i) counts[i] = elementsOf(rs[i]->shape);
@@ -266,7 +265,7 @@ Status runReducescatter(const ExecContext& ctx, const Response& r, TensorEntry& 
                                 r.dtype, r.reduceOp);
   steps.end();
   if (!s.isOk()) return s;
-  const double post = r.postscale * (r.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const double post = averagedPostscale(r.postscale, r.reduceOp, n);
   scaleInPlace(out, counts[me], r.dtype, post);
   return Status::ok();
 }

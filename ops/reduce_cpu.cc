@@ -413,15 +413,17 @@ CombineFn selectKernel(DataType dtype, ReduceOp op) {
 }
 
 // ---- scaling --------------------------------------------------------------------------------
-// Integers: multiply in double, round half away from zero, saturate. A NaN product (0 * inf or a
-// NaN factor) becomes 0: it has no nearest integer, and 0 is what a cast-free clamp would pick.
+// Integers: multiply in double and truncate toward zero, as Horovod does (its ScaleBuffer
+// assigns the double product to the integer type, a C conversion), so 3 * 0.5 = 1 and
+// -3 * 0.5 = -1. Where that conversion is undefined Horovod has no rule and we pick one: out of
+// range saturates, and a NaN product (0 * inf or a NaN factor) becomes 0.
 template <typename T>
 void scaleInteger(T* p, size_t n, double factor) {
   constexpr double kLo = static_cast<double>(std::numeric_limits<T>::min());
   // For int64 this is 2^63 (max rounds up): v >= kHi must saturate, v < kHi converts exactly.
   constexpr double kHi = static_cast<double>(std::numeric_limits<T>::max());
   for (size_t i = 0; i < n; ++i) {
-    const double v = std::round(static_cast<double>(p[i]) * factor);
+    const double v = std::trunc(static_cast<double>(p[i]) * factor);
     T out;
     if (std::isnan(v)) {
       out = 0;

@@ -9,8 +9,8 @@
 //    uses the CPU's F16C conversions where it has them (with AVX2), bitwise the same results;
 //    KOLO_DISABLE_F16C=1 in the environment keeps the portable path (for tests and comparison).
 //  - Scaling: floats multiply in their own precision (fp16/bf16 via float); integers multiply in
-//    double and round to nearest (ties away from zero), saturating at the type's range. bool is
-//    unchanged by scaling.
+//    double and truncate toward zero like Horovod (3 * 0.5 = 1, -3 * 0.5 = -1), saturating at
+//    the type's range (NaN becomes 0). bool is unchanged by scaling.
 // Thread safety: pure functions. Hot loops are written so GCC emits SIMD at the default -O3
 // used for this file (no -march=native); bench/ checks the throughput.
 #pragma once
@@ -30,6 +30,13 @@ void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dty
 
 // data[i] *= factor. No-op when factor == 1.0.
 void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
+
+// The factor applied after the reduction: postscale, divided by the set size for kAverage.
+// Divided, not multiplied by 1/n, as Horovod computes it (postscale_factor /= size): the two
+// differ in the last bit (7 * (1/3) < 7/3), which truncation can turn into a whole unit.
+inline double averagedPostscale(double postscale, ReduceOp op, int setSize) {
+  return op == ReduceOp::kAverage ? postscale / setSize : postscale;
+}
 
 // Conversions used by reductions and by Compression.fp16-style helpers.
 float halfToFloat(uint16_t h);

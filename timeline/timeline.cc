@@ -168,6 +168,9 @@ std::string Timeline::Impl::header(const Session& s) const {
   appendJsonString(h, iso);
   h += ",\"start_time_unix_us\":";
   appendJsonInt(h, s.startUnixUs);
+  // Horovod's timeline carries the same value under this name; tools written for it read it.
+  h += ",\"start_time_since_epoch_in_micros\":";
+  appendJsonInt(h, s.startUnixUs);
   h += "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":";
   appendJsonInt(h, s.rank);
   h += ",\"args\":{\"sort_index\":";

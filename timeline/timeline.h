@@ -2,11 +2,12 @@
 // (opens in chrome://tracing and https://ui.perfetto.dev), enabled by KOLO_TIMELINE=<path>.
 //
 // What the file shows. One process per rank (pid = rank, labelled "kolo rank N" and with the
-// wall-clock start time), one row per tensor name (tid assigned on first use, labelled with the
-// name). On a tensor's row: NEGOTIATE_<OP> begin/end with a zero-length tick named after each rank
-// as it reports ready (args {rank}); then <OP> (ALLREDUCE, ALLGATHER, ...) with the nested
-// activities the caller names (QUEUE, MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...); the op's end
-// event carries args {dtype, shape}. With markCycles, an instant CYCLE_START per coordinator round.
+// wall-clock start time, also under Horovod's key "start_time_since_epoch_in_micros"), one row
+// per tensor name (tid assigned on first use, labelled with the name). On a tensor's row:
+// NEGOTIATE_<OP> begin/end with a zero-length tick named after each rank as it reports ready
+// (args {rank}); then <OP> (ALLREDUCE, ALLGATHER, ...) with the nested activities the caller
+// names (QUEUE, MEMCPY_IN_FUSION_BUFFER, MPI_ALLREDUCE, ...); the op's end event carries args
+// {dtype, shape}. With markCycles, an instant CYCLE_START per coordinator round.
 // "ts" is microseconds since start() on the steady clock; otherData holds the rank, the wall-clock
 // start (ISO 8601 UTC and Unix microseconds), the number of dropped events and the state
 // ("running" until stop() writes "stopped", so a file cut short by a crash says so).

@@ -82,10 +82,10 @@ double reduceRef(kolo_dtype_t t, kolo_reduce_op_t op, size_t i, int n) {
     }
   }
   if (op == KOLO_AVERAGE && t != KOLO_BOOL) {
-    acc /= n;
     bool integer =
         t != KOLO_FLOAT16 && t != KOLO_BFLOAT16 && t != KOLO_FLOAT32 && t != KOLO_FLOAT64;
-    if (integer) acc = std::round(acc);  // integers scale in double and round
+    // Integers scale by 1/n in double and truncate toward zero (Horovod's rule).
+    acc = integer ? std::trunc(acc * (1.0 / n)) : acc / n;
   }
   return acc;
 }

@@ -124,13 +124,26 @@ def test_reducescatter_grad(hvd):
     n, r, _ = _world(hvd)
     rows = 2 * n + 1
     owner = [q for q in range(n) for _ in range(3 if q == 0 else 2)] if n > 1 else [0] * 3
-    for op, factor in ((hvd.Sum, 1.0), (hvd.Average, 1.0 / n)):
-        x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
-        y = hvd.reducescatter(x, op=op)
-        (y * (r + 1)).sum().backward()
+    # As Horovod: the allgathered output gradient, times the set size for Sum, unscaled for
+    # Average; prescale and postscale multiply it like the forward.
+    for op, factor in ((hvd.Sum, float(n)), (hvd.Average, 1.0)):
+        for pre, post in ((1.0, 1.0), (2.0, 0.25)):
+            x = torch.ones(rows, 2, dtype=torch.float64, requires_grad=True)
+            y = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post)
+            (y * (r + 1)).sum().backward()
+            expect = torch.tensor([(q + 1) * factor * pre * post for q in owner],
+                                  dtype=torch.float64).unsqueeze(1).repeat(1, 2)
+            torch.testing.assert_close(x.grad, expect)
+        xs = [torch.ones(rows, 2, dtype=torch.float64, requires_grad=True),
+              torch.ones(n, dtype=torch.float64, requires_grad=True)]
+        ys = hvd.grouped_reducescatter(xs, op=op)
+        (ys[0] * (r + 1)).sum().backward()
+        (ys[1] * (r + 1)).sum().backward()
         expect = torch.tensor([(q + 1) * factor for q in owner],
                               dtype=torch.float64).unsqueeze(1).repeat(1, 2)
-        torch.testing.assert_close(x.grad, expect)
+        torch.testing.assert_close(xs[0].grad, expect)
+        torch.testing.assert_close(xs[1].grad, torch.tensor([(q + 1) * factor for q in range(n)],
+                                                            dtype=torch.float64))
     x = torch.tensor([[float(r)], [float(-r)]] * n, requires_grad=True)
     y = hvd.reducescatter(x, op=hvd.Max)
     (y * (r + 1)).sum().backward()

@@ -217,6 +217,55 @@ def test_reducescatter(hvd, dtype):
     _exact(parts[1], mine)
 
 
+def _scaled_ref(xs, pre, post, average, dtype):
+    """Horovod's integer scaling: each rank's input times prescale in float64, truncated
+    toward zero (a C conversion); the sum; times postscale (divided by the set size for
+    Average) in float64, truncated again."""
+    total = sum(torch.trunc(x.double() * pre) for x in xs)
+    factor = post / len(xs) if average else post
+    return torch.trunc(total * factor).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.int64, torch.uint8])
+def test_integer_scaling_truncates_toward_zero(hvd, dtype):
+    """Average and pre/postscale on integers truncate toward zero as Horovod does (rounding
+    would give e.g. 2 for 3 * 0.5 and -2 for -3 * 0.5), for allreduce, reducescatter and
+    grouped_reducescatter."""
+    n, r = hvd.size(), hvd.rank()
+    signed = dtype != torch.uint8
+    base = torch.tensor([-7, -5, -3, -1, 0, 1, 2, 3, 5, 7, 9, 11]) if signed else \
+        torch.tensor([0, 1, 2, 3, 5, 7, 9, 11, 13, 15, 17, 19])
+    # Offsets q*q (+1) make every case below land between integers on 2 and 3 ranks, where
+    # rounding and truncation differ.
+    xs = [(base + q * q + 1 if signed else base + q * q).to(dtype).reshape(6, 2)
+          for q in range(n)]
+    x = xs[r]
+    cases = [(hvd.Average, 1.0, 1.0), (hvd.Sum, 0.5, 1.0), (hvd.Sum, 1.0, 0.75),
+             (hvd.Average, 0.5, 3.0), (hvd.Sum, 0.3, 1.5)]
+    start = [0] + [6 // n * q + min(q, 6 % n) for q in range(1, n + 1)]
+    mine = slice(start[r], start[r + 1])
+    for op, pre, post in cases:
+        want = _scaled_ref(xs, pre, post, op == hvd.Average, dtype)
+        got = hvd.allreduce(x, op=op, prescale_factor=pre, postscale_factor=post)
+        _exact(got, want)
+        got = hvd.reducescatter(x, op=op, prescale_factor=pre, postscale_factor=post)
+        _exact(got, want[mine])
+        parts = hvd.grouped_reducescatter([x, x[:, :1].contiguous()], op=op,
+                                          prescale_factor=pre, postscale_factor=post)
+        _exact(parts[0], want[mine])
+        _exact(parts[1], want[mine, :1])
+    # Average's factor is postscale / size, as Horovod computes it, not postscale * (1 / size):
+    # on 3 ranks 3c * (7 * (1/3)) is just below 7c and would truncate to 7c - 1.
+    c = torch.arange(-6, 7).to(dtype) if signed else torch.arange(0, 13).to(dtype)
+    _exact(hvd.allreduce(c, op=hvd.Average, postscale_factor=7.0), c * 7)
+    _exact(hvd.reducescatter(c.repeat(n), op=hvd.Average, postscale_factor=7.0), c * 7)
+    # The rule itself, independent of the reference above: 3 * 0.5 -> 1, -3 * 0.5 -> -1.
+    if signed:
+        got = hvd.allreduce(torch.tensor([3, -3], dtype=dtype), op=hvd.Sum,
+                            prescale_factor=0.5, postscale_factor=1.0 / n)
+        _exact(got, torch.tensor([1, -1], dtype=dtype))
+
+
 def test_errors_on_every_rank_then_continue(hvd):
     n, r = hvd.size(), hvd.rank()
     if n > 1:

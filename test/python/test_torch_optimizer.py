@@ -259,6 +259,127 @@ def test_broadcast_optimizer_state(hvd, kind):
             assert float(state["step"]) == 3
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_broadcast_optimizer_state_skips_frozen_parameters(hvd, kind):
+    """A parameter with requires_grad=False (its .grad stays None) has no state to broadcast;
+    it is skipped, as Horovod does, plain or wrapped, frozen before or after wrapping. The
+    trainable parameters keep a gradient (the zeros of the initializing step where there was
+    none, as in Horovod), so scripts can broadcast it."""
+    r = hvd.rank()
+    for distributed, freeze_late in ((False, False), (True, False), (True, True)):
+        m = _model()
+        if not freeze_late:
+            m[0].bias.requires_grad_(False)
+        if kind == "sgd":
+            opt = torch.optim.SGD(m.parameters(), lr=0.01 * (r + 1), momentum=0.5)
+        else:
+            opt = torch.optim.Adam(m.parameters(), lr=0.01 * (r + 1))
+        if distributed:
+            opt = hvd.DistributedOptimizer(opt, named_parameters=m.named_parameters())
+        if freeze_late:
+            m[0].bias.requires_grad_(False)
+        if not distributed and r == 0:  # only the root has state
+            for s in range(2):
+                opt.zero_grad()
+                m(torch.full((2, 4), float(s), dtype=torch.float64)).pow(2).sum().backward()
+                opt.step()
+        hvd.broadcast_optimizer_state(opt, root_rank=0)
+        assert opt.param_groups[0]["lr"] == 0.01
+        assert m[0].bias.grad is None
+        assert not opt.state.get(m[0].bias)
+        for i, p in enumerate(m.parameters()):
+            if p is not m[0].bias:
+                assert p.grad is not None and p.grad.shape == p.shape
+                hvd.broadcast(p.grad, 0, name="frozen_grad.%d" % i)
+        for i, p in enumerate(m.parameters()):
+            if p is m[0].bias:
+                continue
+            for key in sorted(opt.state[p]):
+                value = opt.state[p][key]
+                if torch.is_tensor(value):
+                    root = hvd.broadcast(value, 0, name="frozen_check.%d.%s" % (i, key))
+                    assert torch.equal(root, value), (key, value, root)
+        if distributed:  # training goes on with the frozen parameter left alone
+            before = m[0].bias.detach().clone()
+            opt.zero_grad()
+            m(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+            opt.step()
+            assert torch.equal(m[0].bias.detach(), before)
+
+
+def test_broadcast_optimizer_state_no_grad(hvd):
+    """Horovod's test_broadcast_state_no_grad: an int parameter with requires_grad=False next to
+    a trainable one, SGD with momentum and nesterov, wrapped; after the broadcast the frozen
+    parameter has no gradient and the trainable one a gradient that can be broadcast."""
+
+    class ModelNoGrad(torch.nn.Module):
+        def __init__(self, a, b):
+            super().__init__()
+            self.a = torch.nn.Parameter(a.int(), requires_grad=False)
+            self.b = torch.nn.Parameter(b)
+
+        def forward(self, x):
+            return torch.index_select(self.b, 0, self.a.long()) * x
+
+    torch.manual_seed(hvd.rank())
+    model = ModelNoGrad(torch.tensor([1.0, 3.0]), torch.rand(4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.001, weight_decay=1e-6, momentum=0.9,
+                          nesterov=True)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    grad = opt.param_groups[0]["params"][1].grad
+    bgrad = hvd.broadcast(grad, root_rank=0)
+    assert opt.param_groups[0]["params"][0].grad is None
+    assert torch.equal(grad, bgrad)
+    # Training goes on: the gradient is averaged, the int parameter untouched.
+    a = model.a.detach().clone()
+    opt.zero_grad()
+    model(torch.full((2,), float(hvd.rank() + 1))).sum().backward()
+    opt.step()
+    assert torch.equal(model.a, a)
+    _assert_same_on_all_ranks(hvd, [model.b])
+
+
+def test_sparse_gradients_stay_sparse_for_sparse_adam(hvd):
+    """With sparse_as_dense=False (the default) an embedding's sparse gradient is averaged as
+    Horovod's sparse_allreduce does (allgather of indices and values, values / size) and stays
+    sparse, so torch.optim.SparseAdam accepts it; the result matches one process minimizing
+    the ranks' mean loss."""
+    n, r = hvd.size(), hvd.rank()
+
+    def make():
+        torch.manual_seed(7)
+        return torch.nn.Embedding(12, 3, sparse=True).double()
+
+    emb, ref = make(), make()
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.05),
+                                   named_parameters=emb.named_parameters())
+    ref_opt = torch.optim.SparseAdam(ref.parameters(), lr=0.05)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    hvd.broadcast_optimizer_state(ref_opt, root_rank=0)  # the same zero step: step counts agree
+    g = torch.Generator().manual_seed(5)
+    idx = torch.randint(0, 12, (STEPS, n, 5), generator=g)  # rows repeat within and across ranks
+    for s in range(STEPS):
+        opt.zero_grad()
+        ((emb(idx[s, r]) ** 2).sum() * (r + 1)).backward()
+        opt.step()
+        assert emb.weight.grad.is_sparse
+        ref_opt.zero_grad()
+        (sum((ref(idx[s, q]) ** 2).sum() * (q + 1) for q in range(n)) / n).backward()
+        ref_opt.step()
+    torch.testing.assert_close(emb.weight.detach(), ref.weight.detach())
+    _assert_same_on_all_ranks(hvd, list(emb.parameters()))
+    # sparse_as_dense=True hands the optimizer a dense gradient instead.
+    dense = make()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(dense.parameters(), lr=0.1),
+                                   named_parameters=dense.named_parameters(),
+                                   sparse_as_dense=True)
+    (dense(idx[0, r]) ** 2).sum().backward()
+    opt.step()
+    assert not dense.weight.grad.is_sparse
+
+
 def test_objects(hvd):
     n, r = hvd.size(), hvd.rank()
     payload = {"hello": 123, 0: [1, 2], "fn": lambda v: v * 3} if r == 0 else None

@@ -503,7 +503,7 @@ namespace {
 
 template <typename T>
 T refScaleInt(T x, double factor) {
-  const double r = std::round(static_cast<double>(x) * factor);
+  const double r = std::trunc(static_cast<double>(x) * factor);
   if (std::isnan(r)) return 0;
   if (r <= static_cast<double>(std::numeric_limits<T>::min())) {
     return std::numeric_limits<T>::min();
@@ -553,22 +553,27 @@ void checkScaleRandom(DataType dtype) {
 
 }  // namespace
 
-TEST_CASE("scaleInPlace: integers round half away from zero and saturate", "[reduce][scale]") {
+TEST_CASE("scaleInPlace: integers truncate toward zero (as Horovod) and saturate",
+          "[reduce][scale]") {
   using I8 = std::vector<int8_t>;
   CHECK(scaled(I8{100, -100, 3, -3, 1, 0, 127}, DataType::kInt8, 1.5) ==
-        I8{127, -128, 5, -5, 2, 0, 127});
+        I8{127, -128, 4, -4, 1, 0, 127});
   CHECK(scaled(I8{100, -100, 3, -3, 1, -1, -128}, DataType::kInt8, 0.5) ==
-        I8{50, -50, 2, -2, 1, -1, -64});
+        I8{50, -50, 1, -1, 0, 0, -64});
+  CHECK(scaled(I8{5, -5, 9}, DataType::kInt8, 0.99) == I8{4, -4, 8});
   using U8 = std::vector<uint8_t>;
   CHECK(scaled(U8{200, 3, 0}, DataType::kUInt8, -1.0) == U8{0, 0, 0});
   CHECK(scaled(U8{200, 3, 127}, DataType::kUInt8, 2.0) == U8{255, 6, 254});
   using U16 = std::vector<uint16_t>;
-  CHECK(scaled(U16{65535, 5}, DataType::kUInt16, 0.1) == U16{6554, 1});
+  CHECK(scaled(U16{65535, 5, 19}, DataType::kUInt16, 0.1) == U16{6553, 0, 1});
+  CHECK(scaled(U8{3, 255}, DataType::kUInt8, 0.5) == U8{1, 127});
   using I16 = std::vector<int16_t>;
   CHECK(scaled(I16{20000, -20000, 7}, DataType::kInt16, 2.0) == I16{32767, -32768, 14});
   using I32 = std::vector<int32_t>;
   CHECK(scaled(I32{7, -7, 2000000000, -2000000000, 5}, DataType::kInt32, 1.0 / 3.0) ==
-        I32{2, -2, 666666667, -666666667, 2});
+        I32{2, -2, 666666666, -666666666, 1});
+  CHECK(scaled(I32{3, -3, 5, -5, 2147483647}, DataType::kInt32, 0.5) ==
+        I32{1, -1, 2, -2, 1073741823});
   CHECK(scaled(I32{2000000000, -2000000000}, DataType::kInt32, 1.5) ==
         I32{2147483647, -2147483647 - 1});
   CHECK(scaled(I32{1, -1}, DataType::kInt32, std::numeric_limits<double>::infinity()) ==
@@ -584,7 +589,12 @@ TEST_CASE("scaleInPlace: integers round half away from zero and saturate", "[red
   // 2^62 * 2 is exactly 2^63, one past the range: must saturate, not convert.
   CHECK(scaled(I64{int64_t{1} << 62, -(int64_t{1} << 62) - 1}, DataType::kInt64, 2.0) ==
         I64{i64max, i64min});
-  CHECK(scaled(I64{-3, 3, i64max}, DataType::kInt64, 0.5) == I64{-2, 2, int64_t{1} << 62});
+  CHECK(scaled(I64{-3, 3, i64max}, DataType::kInt64, 0.5) == I64{-1, 1, int64_t{1} << 62});
+  // Large values whose product still has a fraction (below 2^52): truncated, not rounded.
+  const int64_t big = (int64_t{1} << 52) - 1;  // 4503599627370495
+  CHECK(scaled(I64{big, -big}, DataType::kInt64, 0.5) == I64{2251799813685247, -2251799813685247});
+  CHECK(scaled(I64{1000000000000007, -1000000000000007}, DataType::kInt64, 0.25) ==
+        I64{250000000000001, -250000000000001});
   using B = std::vector<uint8_t>;
   CHECK(scaled(B{0, 1, 1}, DataType::kBool, 0.0) == B{0, 1, 1});
   CHECK(scaled(B{0, 1, 1}, DataType::kBool, 2.0) == B{0, 1, 1});

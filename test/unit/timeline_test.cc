@@ -465,6 +465,8 @@ TEST_CASE("timeline records negotiation, op, activities, args and metadata", "[t
       processNamed = true;
       CHECK(e.getNum("pid") == 3);
       CHECK(e.get("args")->getStr("start_time") == other.getStr("start_time"));
+      // Horovod's name for the same wall-clock start, in the process_name metadata's args.
+      CHECK(e.get("args")->getNum("start_time_since_epoch_in_micros") == startUs);
     }
   }
   CHECK(processNamed);

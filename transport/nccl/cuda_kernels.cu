@@ -3,9 +3,10 @@
 //    microseconds of launch overhead apiece, more than the copy). One launch handles up to 64
 //    descriptors passed by value; blockIdx.y picks the descriptor, the x blocks stride over its
 //    bytes with the widest word (16, 8, 4, 2 or 1 bytes) that src, dst and size all allow.
-//  - scale: the same rounding rules as ops::scaleInPlace, so a tensor allreduced on the GPU and
-//    the same tensor allreduced on the CPU agree bit for bit (NaN payloads aside). No fast-math:
-//    fp32 keeps subnormals, as on the host.
+//  - scale: the same rounding rules as ops::scaleInPlace (integers truncate toward zero, as
+//    Horovod's C conversion does), so a tensor allreduced on the GPU and the same tensor
+//    allreduced on the CPU agree bit for bit (NaN payloads aside). No fast-math: fp32 keeps
+//    subnormals, as on the host.
 //  - reduceSlices: NCCL has no 16-bit integer or bool reductions. The transport gathers every
 //    rank's slice and this kernel folds them; integers wrap (unsigned arithmetic), bool is
 //    logical. Rare types, so simplicity wins over speed.
@@ -95,7 +96,7 @@ __global__ void scaleIntegerKernel(T* p, size_t n, double factor, double lo, dou
                                    T maxV) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const double v = round(static_cast<double>(p[i]) * factor);
+    const double v = trunc(static_cast<double>(p[i]) * factor);
     T out;
     if (isnan(v)) {
       out = 0;

@@ -33,7 +33,7 @@ cudaError_t batchedCopy(const CopyDesc* descs, size_t n, cudaStream_t stream);
 
 // data[i] *= factor, exactly as ops::scaleInPlace on the host: fp32/fp64 multiply in their own
 // precision, fp16/bf16 through float with round-to-nearest-even (NaN encodings may differ from
-// the host's), integers in double rounded half away from zero and saturated (NaN becomes 0),
+// the host's), integers in double truncated toward zero and saturated (NaN becomes 0),
 // bool unchanged. No-op when factor == 1 or count == 0.
 cudaError_t scale(void* data, size_t count, DataType dtype, double factor, cudaStream_t stream);
 

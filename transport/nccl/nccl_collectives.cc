@@ -20,6 +20,7 @@
 #include "core/handle.h"
 #include "ops/collectives.h"
 #include "ops/device_plan.h"
+#include "ops/reduce_cpu.h"
 #include "transport/nccl/cuda_kernels.h"
 #include "transport/nccl/nccl_executor_impl.h"
 
@@ -52,7 +53,7 @@ Status NcclExecutor::runAllreduce(const ops::ExecContext& ctx, SetState& st, con
   const DataType dtype = first.dtype;
   const size_t elem = sizeOf(dtype);
   const int n = static_cast<int>(ctx.set->ranks.size());
-  const double post = first.postscale * (first.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const double post = ops::averagedPostscale(first.postscale, first.reduceOp, n);
   const bool hier = st.hierarchical && !cuda::needsKernelReduction(dtype);
   NcclTransport& t = hier ? *st.local : *st.all;
   const cudaStream_t stream = t.stream();
@@ -251,7 +252,7 @@ Status NcclExecutor::runReducescatter(const ops::ExecContext& ctx, SetState& st,
   KOLO_RETURN_IF_ERROR(copies(t, {{e.input.data, staged, total * elem}}));
   KOLO_RETURN_IF_ERROR(scale(t, staged, total, r.dtype, r.prescale));
   KOLO_RETURN_IF_ERROR(t.enqueueReducescatter(staged, out, counts, r.dtype, r.reduceOp));
-  const double post = r.postscale * (r.reduceOp == ReduceOp::kAverage ? 1.0 / n : 1.0);
+  const double post = ops::averagedPostscale(r.postscale, r.reduceOp, n);
   KOLO_RETURN_IF_ERROR(scale(t, out, counts[me], r.dtype, post));
   return finish(t, {&e});
 }

@@ -90,7 +90,10 @@ def _is_distributed(optimizer):
 
 def _initialize_state(optimizer):
     """A new optimizer has no state; run one step with zero gradients (as Horovod does) so
-    that every rank holds the state tensors that the broadcast then overwrites."""
+    that every rank holds the state tensors that the broadcast then overwrites. As in Horovod,
+    a trainable parameter whose .grad was None keeps the zero gradient afterwards (scripts
+    broadcast or read it), and a frozen one (requires_grad=False) is left alone: no gradient,
+    no state, nothing broadcast. A gradient that already existed is put back."""
     saved = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -107,7 +110,8 @@ def _initialize_state(optimizer):
     else:
         optimizer.step()
     for p, grad in saved.items():
-        p.grad = grad
+        if grad is not None:
+            p.grad = grad
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):

@@ -303,8 +303,12 @@ class KoloReducescatter(torch.autograd.Function):
         # Rank r's output rows came from every rank's rows of the same block.
         g = allgather(grad_output.contiguous(), process_set=ctx.ps)
         if ctx.op in (Sum, Average):
-            return _reduction_grad(ctx.op, None, None, g, ctx.pre, ctx.post,
-                                   ctx.ps), None, None, None, None, None
+            # As Horovod: the allgathered gradient, times the set size for Sum and unscaled for
+            # Average (the adjoint of allgather, whose gradient Horovod averages).
+            scale = ctx.pre * ctx.post
+            if ctx.op == Sum:
+                scale *= (ctx.ps or global_process_set).size()
+            return g * scale, None, None, None, None, None
         x, y = ctx.saved_tensors
         y_full = allgather(y.contiguous(), process_set=ctx.ps)
         return (_reduction_grad(ctx.op, x, y_full, g, ctx.pre, ctx.post, ctx.ps),
