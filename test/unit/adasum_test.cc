@@ -14,26 +14,17 @@
 #include "ops/adasum.h"
 #include "ops/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
+#include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;
 
 namespace {
 
-using Vec = std::vector<double>;
+using kolo::testing::requireAllOk;
+using kolo::testing::runRanks;
 
-std::vector<Status> runRanks(int n, const std::function<Status(Transport&, int)>& fn) {
-  std::vector<std::unique_ptr<Transport>> ts;
-  REQUIRE(createLoopbackGroup(n, &ts).isOk());
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    ts[r]->setTimeout(10s);
-    threads.emplace_back([&, r] { results[r] = fn(*ts[r], r); });
-  }
-  for (auto& th : threads) th.join();
-  return results;
-}
+using Vec = std::vector<double>;
 
 // The formula, written out independently of ops/adasum.cc: a := adasum(a, b) per tensor.
 void refCombine(Vec* a, const Vec& b, const std::vector<size_t>& counts) {

@@ -22,34 +22,17 @@
 #include "ops/collectives.h"
 #include "ops/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
+#include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;
 
 namespace {
 
+using kolo::testing::requireAllOk;
+using kolo::testing::runRanks;
+
 using Bytes = std::vector<uint8_t>;
-
-std::vector<Status> runRanks(int n, const std::function<Status(Transport&, int)>& fn,
-                             std::chrono::milliseconds timeout = 10s) {
-  std::vector<std::unique_ptr<Transport>> ts;
-  REQUIRE(createLoopbackGroup(n, &ts).isOk());
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    ts[r]->setTimeout(timeout);
-    threads.emplace_back([&, r] { results[r] = fn(*ts[r], r); });
-  }
-  for (auto& th : threads) th.join();
-  return results;
-}
-
-void requireAllOk(const std::vector<Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    INFO("rank " << r << ": " << results[r].toString());
-    REQUIRE(results[r].isOk());
-  }
-}
 
 const DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kUInt16,
                               DataType::kInt16,   DataType::kInt32,    DataType::kInt64,

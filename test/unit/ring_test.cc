@@ -13,37 +13,18 @@
 #include "ops/collectives.h"
 #include "ops/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
+#include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;
 
 namespace {
 
+using kolo::testing::requireAllOk;
+using kolo::testing::runRanks;
+
 const int kRankCounts[] = {1, 2, 3, 4, 5, 8};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-// Runs fn(transport, rank) on one thread per rank; returns each rank's Status. Catch assertions
-// are not thread-safe, so ranks only record results and the caller checks them.
-std::vector<Status> runRanks(int n, const std::function<Status(Transport&, int)>& fn) {
-  std::vector<std::unique_ptr<Transport>> ts;
-  Status created = createLoopbackGroup(n, &ts);
-  REQUIRE(created.isOk());
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    ts[r]->setTimeout(10s);
-    threads.emplace_back([&, r] { results[r] = fn(*ts[r], r); });
-  }
-  for (auto& th : threads) th.join();
-  return results;
-}
-
-void requireAllOk(const std::vector<Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    INFO("rank " << r << ": " << results[r].toString());
-    REQUIRE(results[r].isOk());
-  }
-}
 
 // memcmp that accepts the null data() of empty vectors.
 bool sameBytes(const void* a, const void* b, size_t bytes) {

@@ -27,7 +27,7 @@ import torch
 from kolo.common import Adasum
 from kolo.process_sets import global_process_set
 from kolo.torch.mpi_ops import allreduce_async_, synchronize
-from kolo.torch.optimizer import check_named_parameters
+from kolo.torch.optimizer import check_named_parameters, register_grad_hooks
 
 
 class _DistributedAdasumOptimizer:
@@ -59,19 +59,7 @@ class _DistributedAdasumOptimizer:
             self._register_hooks()
 
     def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.append(p)
-                if hasattr(p, "register_post_accumulate_grad_hook"):
-                    self._hook_handles.append(
-                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
-                else:
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+        register_grad_hooks(self)
 
     def _allreduce_grad_async(self, p):
         """Steps p alone with the wrapped optimizer, turns p into its update (delta) and
