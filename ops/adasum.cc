@@ -51,25 +51,12 @@ namespace {
 constexpr uint32_t kTag = internal::kTagAdasum;
 
 // ---- element kernels ---------------------------------------------------------------------------
-template <typename T>
-void dotsOf(const T* a, const T* b, size_t n, double* out) {
+// {a.b, a.a, b.b} over n elements of T, each read as a double through `load`.
+template <typename T, typename Load>
+void dotsOf(const T* a, const T* b, size_t n, Load load, double* out) {
   double dot = 0, aa = 0, bb = 0;
   for (size_t i = 0; i < n; ++i) {
-    const double x = a[i], y = b[i];
-    dot += x * y;
-    aa += x * x;
-    bb += y * y;
-  }
-  out[0] = dot;
-  out[1] = aa;
-  out[2] = bb;
-}
-
-template <float (*Load)(uint16_t)>
-void dots16(const uint16_t* a, const uint16_t* b, size_t n, double* out) {
-  double dot = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = Load(a[i]), y = Load(b[i]);
+    const double x = load(a[i]), y = load(b[i]);
     dot += x * y;
     aa += x * x;
     bb += y * y;
@@ -94,16 +81,17 @@ void scaledAdd16(uint16_t* a, double ca, const uint16_t* b, double cb, size_t n)
 void partialDots(const uint8_t* a, const uint8_t* b, size_t n, DataType dt, double* out) {
   switch (dt) {
     case DataType::kFloat16:
-      return dots16<halfToFloat>(reinterpret_cast<const uint16_t*>(a),
-                                 reinterpret_cast<const uint16_t*>(b), n, out);
+      return dotsOf(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n,
+                    halfToFloat, out);
     case DataType::kBFloat16:
-      return dots16<bfloat16ToFloat>(reinterpret_cast<const uint16_t*>(a),
-                                     reinterpret_cast<const uint16_t*>(b), n, out);
+      return dotsOf(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n,
+                    bfloat16ToFloat, out);
     case DataType::kFloat32:
-      return dotsOf(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), n, out);
+      return dotsOf(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), n,
+                    [](float v) { return static_cast<double>(v); }, out);
     default:
       return dotsOf(reinterpret_cast<const double*>(a), reinterpret_cast<const double*>(b), n,
-                    out);
+                    [](double v) { return v; }, out);
   }
 }
 
