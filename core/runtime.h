@@ -8,6 +8,7 @@
 // bindings/c is the only process-wide instance.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,7 +108,8 @@ class Runtime {
                                                  // before coordinator_: outlives its thread.
   std::unique_ptr<Coordinator> coordinator_;
   std::mutex countersMu_;
-  int64_t barrierCount_ = 0, processSetOps_ = 0, groupCount_ = 0;
+  std::map<int32_t, int64_t> barrierCounts_;  // per process set (set ids are never reused)
+  int64_t processSetOps_ = 0, groupCount_ = 0;
   bool shutDown_ = false;
 };
 
