@@ -139,10 +139,38 @@ Status Coordinator::round() {
     shutdownReason = list.shutdownReason;
   }
 
+  // Rank 0 holds every pending op's negotiation state, so it warns of stalls in any round, also
+  // those that carry nothing new (an announced op waits in the Negotiator without full rounds).
+  if (d_.rank == 0 && d_.config.stallCheck) warnStalled(Clock::now());
+
   Status exec = executeAll(ready);
   if (!exec.isOk()) return exec;
   if (shutdownNow) return Status(ErrorCode::kShutdown, shutdownReason);
   return Status::ok();
+}
+
+void Coordinator::warnStalled(Clock::time_point now) {
+  // At most once a second: the scan is over every pending op.
+  if (now - lastStallScan_ < std::chrono::seconds(1)) return;
+  lastStallScan_ = now;
+  // Only ops that are still stalled keep their last-warning time (the others completed).
+  std::map<OpKey, Clock::time_point> warned;
+  for (const auto& st : negotiator_.stalled(now, d_.config.stallCheckSeconds)) {
+    const OpKey key{st.processSet, st.name};
+    auto it = stallWarned_.find(key);
+    if (it != stallWarned_.end() && now - it->second < seconds(d_.config.stallCheckSeconds)) {
+      warned[key] = it->second;
+      continue;
+    }
+    warned[key] = now;
+    std::string missing;
+    for (int32_t m : st.missingRanks) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+    d_.log->warn(
+        "stall: {} '{}' (process set {}) has waited {:.0f} s; ranks still missing: {}. "
+        "One or more ranks did not submit it (different code paths or a stuck rank?)",
+        toString(st.type), st.name, st.processSet, st.waitedSeconds, missing);
+  }
+  stallWarned_ = std::move(warned);
 }
 
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
@@ -228,25 +256,11 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
       }
     }
     list.responses = negotiator_.takeReady(now);
-    if (d_.config.stallCheck) {
-      for (const auto& st : negotiator_.stalled(now, d_.config.stallCheckSeconds)) {
-        auto& last = stallWarned_[OpKey{st.processSet, st.name}];
-        if (now - last < seconds(d_.config.stallCheckSeconds)) continue;
-        last = now;
-        std::string missing;
-        for (int32_t m : st.missingRanks) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
-        d_.log->warn(
-            "stall: {} '{}' (process set {}) has waited {:.0f} s; ranks still missing: {}. "
-            "One or more ranks did not submit it (different code paths or a stuck rank?)",
-            toString(st.type), st.name, st.processSet, st.waitedSeconds, missing);
-      }
-      if (d_.config.stallShutdownSeconds > 0) {
-        for (auto& r : negotiator_.failStalled(now, d_.config.stallShutdownSeconds)) {
-          list.responses.push_back(std::move(r));
-        }
+    if (d_.config.stallCheck && d_.config.stallShutdownSeconds > 0) {
+      for (auto& r : negotiator_.failStalled(now, d_.config.stallShutdownSeconds)) {
+        list.responses.push_back(std::move(r));
       }
     }
-    for (const auto& r : list.responses) stallWarned_.erase(keyOf(r));
     if (!shutdownRanks.empty()) {
       list.shutdown = true;
       std::string who;

@@ -79,6 +79,9 @@ class Coordinator {
   // The timeline's NEGOTIATE_<OP> begin and end of an entry: the begin when a round first
   // looks at it (with the timeline on), the end once, if a begin was written.
   void beginNegotiation(TensorEntry& e);
+  // Rank 0: logs a warning for each op pending longer than KOLO_STALL_CHECK_TIME_SECONDS (again
+  // every such period), naming its set and the ranks that did not submit it.
+  void warnStalled(Clock::time_point now);
   void endNegotiation(TensorEntry& e);
   void completeEntry(const OpKey& key, const Status& s);
   // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
@@ -95,6 +98,7 @@ class Coordinator {
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;  // last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
+  Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
   mutable std::mutex statusMu_;
   Status terminal_;
   std::mutex shutdownMu_;
