@@ -1,0 +1,75 @@
+"""The stall inspector and barrier naming under kolorun, at 2 and 3 ranks (a job per case).
+
+- A rank that submits an op late: rank 0 logs a stall warning naming the op, its set and the
+  missing rank once KOLO_STALL_CHECK_TIME_SECONDS has passed, also when the op was announced
+  long ago and rounds carry nothing new (KOLO_STALL_SHUTDOWN_TIME_SECONDS=0: warn only), and the
+  op then completes.
+- Barriers are numbered per process set: a rank's barrier in a set of its own, or a refused one,
+  does not shift its later global barriers (it did: a hang until the stall shutdown).
+Each job runs the kolo runtime (KOLO_LIBRARY, set by CTest) and ends within a bound; a
+regression fails through the short stall shutdown, not a hang.
+"""
+
+import os
+import textwrap
+
+import pytest
+
+from conftest import PY, REPO, base_env, kolorun
+
+LIBKOLO = os.environ.get("KOLO_LIBRARY", "")
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(LIBKOLO), reason="needs libkolo.so in KOLO_LIBRARY (CTest sets it)")
+
+
+def run_job(tmp_path, np, body, **env):
+    script = tmp_path / "job.py"
+    script.write_text("import sys, time\nimport numpy as np\nimport kolo\nkolo.init()\n"
+                      "r, n = kolo.rank(), kolo.size()\n" + textwrap.dedent(body) +
+                      "\nprint('DONE', r, flush=True)\nkolo.shutdown()\n")
+    e = base_env(KOLO_LIBRARY=LIBKOLO, **env)
+    e["PYTHONPATH"] = os.path.join(REPO, "bindings", "python")
+    return kolorun(["-np", str(np), PY, str(script)], env=e, timeout=90)
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_late_rank_is_warned_about_then_the_op_completes(np, tmp_path):
+    r = run_job(tmp_path, np, """
+        if r == n - 1:
+            time.sleep(4.5)  # past the 1 s check time, several times
+        out = kolo.allreduce(np.ones(3, dtype=np.float32), name="late", op=kolo.Sum)
+        assert out.tolist() == [float(n)] * 3, out
+        """, KOLO_STALL_CHECK_TIME_SECONDS="1", KOLO_STALL_SHUTDOWN_TIME_SECONDS="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    warnings = [l for l in r.stderr.splitlines() if "stall: allreduce 'allreduce.late'" in l]
+    assert warnings, r.stderr
+    assert "(process set 0)" in warnings[0] and "ranks still missing: %d" % (np - 1) in warnings[0]
+    for rank in range(np):
+        assert "[%d]<stdout>:DONE %d" % (rank, rank) in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_barriers_are_numbered_per_process_set(np, tmp_path):
+    r = run_job(tmp_path, np, """
+        own = kolo.add_process_set([0])
+        others = kolo.add_process_set(list(range(1, n)))
+        if r == 0:
+            kolo.barrier(process_set=own)   # rank 0 only: a set of its own
+            kolo.barrier(process_set=own)
+        else:
+            try:
+                kolo.barrier(process_set=own)  # refused: not a member
+                raise SystemExit("barrier of a set this rank is not in was accepted")
+            except ValueError:
+                pass
+            kolo.barrier(process_set=others)
+        for _ in range(3):
+            kolo.barrier()                      # every rank, the same names
+        out = kolo.allreduce(np.ones(1, dtype=np.float32), name="after", op=kolo.Sum)
+        assert out.tolist() == [float(n)], out
+        """, KOLO_STALL_CHECK_TIME_SECONDS="1", KOLO_STALL_SHUTDOWN_TIME_SECONDS="5")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "stall" not in r.stderr, r.stderr
+    for rank in range(np):
+        assert "[%d]<stdout>:DONE %d" % (rank, rank) in r.stdout, r.stdout
