@@ -441,6 +441,16 @@ int main(int argc, char** argv) {
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const long rssEnd = rssKib();
   const long heapEnd = heapKib();
+  // One rank's shutdown ends the job for every rank (pending ops fail with the cause, as in
+  // Horovod): a rank whose own ops are done must wait here for the others' (in sets it is not
+  // in) before it shuts down.
+  kolo_handle_t done = 0;
+  if (kolo_barrier_async(0, nullptr, nullptr, &done) != KOLO_OK ||
+      kolo_handle_wait(done, 120) != KOLO_OK) {
+    std::fprintf(stderr, "soak rank %d: final barrier: %s\n", ctx.rank, kolo_last_error());
+    ctx.failed++;
+  }
+  if (done != 0) kolo_handle_release(done);
   int rc = kolo_shutdown();
   const int64_t verified = ctx.verified.load(), failed = ctx.failed.load();
   std::printf(
