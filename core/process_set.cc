@@ -38,6 +38,17 @@ Status ProcessSetTable::add(const std::vector<int32_t>& ranks, int32_t* id) {
   int32_t newId;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // As Horovod: no two added sets with the same ranks (the global set may be repeated: a set
+    // of every rank is how code written for any world size names "all of us").
+    for (const auto& [id, set] : sets_) {
+      if (id != 0 && set.ranks == ranks) {
+        std::string list;
+        for (int32_t r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+        return Status(ErrorCode::kInvalidArgument, "a process set with ranks [" + list +
+                                                       "] already exists (process set " +
+                                                       std::to_string(id) + ")");
+      }
+    }
     newId = nextId_++;
   }
   std::unique_ptr<Transport> sub;

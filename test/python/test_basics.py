@@ -244,10 +244,15 @@ def test_process_sets(kolo_world):
     k.barrier()
     assert k.remove_process_set(evens)
     assert evens.process_set_id is None
-    with pytest.raises(ValueError):
-        k.remove_process_set(evens)
-    with pytest.raises(ValueError):
-        k.remove_process_set(k.global_process_set)
+    # As Horovod: removing a set that is gone, or the global set, returns False.
+    assert k.remove_process_set(evens) is False
+    assert k.remove_process_set(k.global_process_set) is False
+    # As Horovod: a second set with the same ranks is refused (the global set's ranks are not).
+    first = k.add_process_set([0])
+    with pytest.raises(ValueError, match=r"ranks \[0\] already exists"):
+        k.add_process_set([0])
+    everyone = k.add_process_set(list(range(n)))
+    assert k.remove_process_set(everyone) and k.remove_process_set(first)
 
 
 def test_barrier_and_join(kolo_world):

@@ -103,7 +103,8 @@ def _forget_all():
 
 def add_process_set(process_set):
     """Registers a ProcessSet (or a sequence of ranks) with the runtime and returns it.
-    Collective over all ranks."""
+    Collective over all ranks. ValueError for a set whose ranks an added set already has (as
+    Horovod; a set of every rank is allowed)."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
@@ -119,14 +120,13 @@ def add_process_set(process_set):
 
 
 def remove_process_set(process_set):
-    """Unregisters a set (collective over all ranks). Returns True when it was removed."""
+    """Unregisters a set (collective over all ranks). Returns True when it was removed, False
+    (as Horovod) for the global set and for a set that is not registered (never added, or
+    already removed)."""
     if not isinstance(process_set, ProcessSet):
         raise ValueError("remove_process_set takes a ProcessSet; got %r" % (process_set,))
-    if process_set.process_set_id is None:
-        raise ValueError("Attempted to remove a process set that is not registered: %s"
-                         % process_set)
-    if process_set.process_set_id == _lib.GLOBAL_PROCESS_SET:
-        raise ValueError("Attempted to remove the global process set")
+    if process_set.process_set_id in (None, _lib.GLOBAL_PROCESS_SET):
+        return False
     rc = _lib.lib.kolo_remove_process_set(process_set.process_set_id)
     raise_for_call(rc, "remove_process_set(%s)" % process_set)
     with _lock:

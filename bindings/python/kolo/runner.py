@@ -9,8 +9,9 @@ RuntimeError naming the first failing rank, its host, and its traceback.
 Two ways to start the ranks:
   - local (no `hosts`, or hosts="localhost:N"): np copies of this interpreter, with a
     file-store rendezvous in a private temporary folder; the function and the results travel
-    through files there. If a rank fails, the others get _GRACE_SECONDS to notice (the runtime
-    aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and are then terminated;
+    through files there. If a rank fails, the others get the failure grace window to notice and
+    exit by themselves (kolorun's: KOLO_LAUNCHER_FAILURE_GRACE_SECONDS, default 10 s; the
+    runtime aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and are then terminated;
   - hosts ("a:2,b:2", or hostfile=): kolorun starts the ranks (remote ones over ssh) and
     supervises them; the function and the results travel through a small authenticated TCP
     server of the calling process (kolo/_run_hosts.py describes it).
@@ -30,7 +31,23 @@ import tempfile
 import time
 import traceback
 
-_GRACE_SECONDS = 30.0
+_GRACE_SECONDS = 10.0  # kolorun's --failure-grace-seconds default
+
+
+def _grace_seconds():
+    """The failure grace window: KOLO_LAUNCHER_FAILURE_GRACE_SECONDS (then the HOROVOD_ name),
+    else kolorun's default; a bad value is an error, as in kolorun."""
+    for name in ("KOLO_LAUNCHER_FAILURE_GRACE_SECONDS", "HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS"):
+        text = os.environ.get(name)
+        if text is not None and text.strip():
+            try:
+                value = float(text)
+            except ValueError:
+                value = -1.0
+            if not value >= 0:
+                raise ValueError("%s=%r: expected a number of seconds >= 0" % (name, text))
+            return value
+    return _GRACE_SECONDS
 # Not `python -m kolo.runner`: kolo/__init__ imports this module, and -m would run a 2nd copy.
 _WORKER_MAIN = "import sys; from kolo.runner import _worker; sys.exit(_worker(sys.argv[1], " \
     "int(sys.argv[2])))"
@@ -163,10 +180,11 @@ def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, pyth
 
 
 def _wait_all(procs, timeout):
-    """Waits for every worker; after the first failure waits _GRACE_SECONDS more, then
+    """Waits for every worker; after the first failure waits _grace_seconds() more, then
     terminates the rest. Returns the exit codes (negative for a terminated worker) and, for
     each worker that exited non-zero by itself, the wall-clock time it was seen exiting."""
     start = time.monotonic()
+    grace = _grace_seconds()
     failed_at = None
     seen = {}
     while True:
@@ -180,7 +198,7 @@ def _wait_all(procs, timeout):
         if failed_at is None and seen:
             failed_at = now
         expired = timeout is not None and now - start > timeout
-        if expired or (failed_at is not None and now - failed_at > _GRACE_SECONDS):
+        if expired or (failed_at is not None and now - failed_at > grace):
             for p in procs:
                 if p.poll() is None:
                     p.terminate()
