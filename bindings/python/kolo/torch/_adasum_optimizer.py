@@ -27,7 +27,7 @@ import torch
 from kolo.common import Adasum
 from kolo.process_sets import global_process_set
 from kolo.torch.mpi_ops import allreduce_async_, synchronize
-from kolo.torch.optimizer import check_named_parameters, register_grad_hooks
+from kolo.torch.optimizer import _DistributedOptimizer, check_named_parameters
 
 
 class _DistributedAdasumOptimizer:
@@ -58,8 +58,10 @@ class _DistributedAdasumOptimizer:
         if self._communicates:
             self._register_hooks()
 
-    def _register_hooks(self):
-        register_grad_hooks(self)
+    # The same as the averaging optimizer's (they read only the attributes both set up).
+    _register_hooks = _DistributedOptimizer._register_hooks
+    zero_grad = _DistributedOptimizer.zero_grad
+    set_backward_passes_per_step = _DistributedOptimizer.set_backward_passes_per_step
 
     def _allreduce_grad_async(self, p):
         """Steps p alone with the wrapped optimizer, turns p into its update (delta) and
@@ -132,16 +134,3 @@ class _DistributedAdasumOptimizer:
             self._handles.clear()
         return loss
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
-
-    def set_backward_passes_per_step(self, passes):
-        if passes < 1:
-            raise ValueError("backward_passes_per_step must be >= 1; got %r" % (passes,))
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes

@@ -34,24 +34,6 @@ def _find_duplicates(names):
     return sorted(dups)
 
 
-def register_grad_hooks(opt):
-    """Calls opt._make_hook(p) once each trainable parameter's gradient is accumulated (the
-    post-accumulate hook, or the gradient accumulator's hook on older torch); records the
-    parameters in opt._requires_update and the handles so that they stay alive."""
-    for group in opt.param_groups:
-        for p in group["params"]:
-            if not p.requires_grad:
-                continue
-            opt._requires_update.append(p)
-            if hasattr(p, "register_post_accumulate_grad_hook"):
-                opt._hook_handles.append(p.register_post_accumulate_grad_hook(opt._make_hook(p)))
-            else:
-                p_tmp = p.expand_as(p)
-                grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                grad_acc.register_hook(opt._make_hook(p))
-                opt._grad_accs.append(grad_acc)
-
-
 def check_named_parameters(param_groups, named_parameters):
     """The (name, parameter) list of an optimizer: named_parameters checked (tuples, unique
     names, every parameter named), or generated names when it is None."""
@@ -145,7 +127,21 @@ class _DistributedOptimizer:
         return out
 
     def _register_hooks(self):
-        register_grad_hooks(self)
+        """Calls self._make_hook(p) once each trainable parameter's gradient is accumulated (the
+        post-accumulate hook, or the gradient accumulator's hook on older torch)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                self._requires_update.append(p)
+                if hasattr(p, "register_post_accumulate_grad_hook"):
+                    self._hook_handles.append(
+                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                else:
+                    p_tmp = p.expand_as(p)
+                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                    grad_acc.register_hook(self._make_hook(p))
+                    self._grad_accs.append(grad_acc)
 
     # ---- communication ----------------------------------------------------------------------
     def _scales(self):
