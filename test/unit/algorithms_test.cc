@@ -22,6 +22,7 @@
 #include "ops/collectives.h"
 #include "ops/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
+#include "test/mp/mp_data.h"
 #include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
@@ -52,23 +53,11 @@ Bytes input(int rank, size_t count, DataType dtype, uint32_t seed) {
     const double f = k * 0.37 + static_cast<double>(rng() % 1000) / 999.0;  // not exact
     uint8_t* p = b.data() + i * es;
     switch (dtype) {
-      case DataType::kFloat16: {
-        uint16_t h = ops::floatToHalf(static_cast<float>(f));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kBFloat16: {
-        uint16_t h = ops::floatToBfloat16(static_cast<float>(f));
-        std::memcpy(p, &h, 2);
-        break;
-      }
-      case DataType::kFloat32: {
-        float v = static_cast<float>(f);
-        std::memcpy(p, &v, 4);
-        break;
-      }
+      case DataType::kFloat16:
+      case DataType::kBFloat16:
+      case DataType::kFloat32:
       case DataType::kFloat64:
-        std::memcpy(p, &f, 8);
+        mptest::storeFloat(dtype, f, p);
         break;
       case DataType::kBool:
         *p = k > 0 ? 1 : 0;
