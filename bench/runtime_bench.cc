@@ -19,9 +19,11 @@
 // 4-byte allreduce and the same bytes as one buffer, once with the transport's native
 // allreduce (MPI_Allreduce / Gloo's) and once with kolo's ring algorithm called directly. So
 // "runtime" minus "ring, no runtime" is the runtime's overhead, and "native" is what the
-// transport alone achieves. The program links the engine statically for that second transport
-// next to libkolo.so, whose own engine copy is hidden behind its export map; MPI stays
-// initialized from the first use until exit, so both copies share it.
+// transport alone achieves. Over Gloo, Gloo's own ring and halving-doubling also run the 4-byte
+// allreduce, called directly on a Gloo context of their own (gloo_algorithms.h). The program links
+// the engine statically for that second transport next to libkolo.so, whose own engine copy is
+// hidden behind its export map; MPI stays initialized from the first use until exit, so both copies
+// share it.
 //
 // Every per-iteration time is reduced with MAX over the ranks (an op is as slow as its slowest
 // rank) before the median / p90 / mean are taken. The ResNet case is checked once after its
@@ -325,6 +327,10 @@ void report(const Options& o, const Gradients& g, const Results& r) {
   if (o.baseline) {
     printLatencyRow(native + ", no runtime", b.latNative);
     printLatencyRow("kolo ring on the transport, no runtime", b.latRing);
+    if (b.glooAlgorithms) {
+      printLatencyRow("gloo ring (gloo::allreduce RING), direct", b.latGlooRing);
+      printLatencyRow("gloo halving-doubling (AllreduceHalvingDoubling)", b.latGlooHd);
+    }
   }
   std::printf(
       "#\n# ResNet-50 step: %zu float32 gradients, %zu bytes (%s), %ld steps after %ld "
@@ -351,7 +357,8 @@ void report(const Options& o, const Gradients& g, const Results& r) {
       "transport,ranks,bytes_per_step,lat_runtime_median_us,lat_runtime_p90_us,"
       "lat_native_median_us,lat_native_p90_us,lat_ring_median_us,lat_ring_p90_us,"
       "resnet_fused_steps_per_s,resnet_unfused_steps_per_s,bulk_runtime_steps_per_s,"
-      "bulk_native_steps_per_s,bulk_ring_steps_per_s";
+      "bulk_native_steps_per_s,bulk_ring_steps_per_s,lat_gloo_ring_median_us,"
+      "lat_gloo_ring_p90_us,lat_gloo_hd_median_us,lat_gloo_hd_p90_us";
   std::string line = r.transport + "," + std::to_string(r.ranks) + "," + std::to_string(bytes);
   for (double v : {r.latRuntime.median, r.latRuntime.p90, b.latNative.median, b.latNative.p90,
                    b.latRing.median, b.latRing.p90}) {
@@ -359,6 +366,9 @@ void report(const Options& o, const Gradients& g, const Results& r) {
   }
   for (double ms : {r.fused.ms, r.unfused.ms, r.bulkRuntime.ms, b.bulkNativeMs, b.bulkRingMs}) {
     line += "," + perS(ms);
+  }
+  for (double v : {b.latGlooRing.median, b.latGlooRing.p90, b.latGlooHd.median, b.latGlooHd.p90}) {
+    line += "," + field(v);
   }
   std::printf("#\n# csv: %s\ncsv: %s\n", header.c_str(), line.c_str());
   if (!o.csvPath.empty()) {

@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "bench/bench_job.h"
+#include "bench/gloo_algorithms.h"
 #include "bench/pattern.h"
 #include "ops/collectives.h"
+#include "transport/shm/shm_transport.h"
 
 namespace kolo::bench {
 namespace {
@@ -87,6 +89,20 @@ Status measureTransportBaseline(const BaselineOptions& o, BaselineResult* out) {
   };
   KOLO_RETURN_IF_ERROR(timeLoop(t, o.latencyWarmup, o.latencyIters, ringOnce, &us));
   out->latRing = statsOf(us);
+
+  // Gloo's own algorithms, on a Gloo context of their own (also under KOLO_SHM: the base).
+  if (job.store != nullptr && std::string(controlTransport(t).name()) == "gloo") {
+    GlooAlgorithmTimes g;
+    const Status s = timeGlooAlgorithms(job, 1, o.latencyWarmup, o.latencyIters, &g);
+    if (s.code() != ErrorCode::kUnsupported) {
+      KOLO_RETURN_IF_ERROR(s);
+      KOLO_RETURN_IF_ERROR(maxOverRanks(t, &g.ringUs));
+      KOLO_RETURN_IF_ERROR(maxOverRanks(t, &g.halvingDoublingUs));
+      out->latGlooRing = statsOf(g.ringUs);
+      out->latGlooHd = statsOf(g.halvingDoublingUs);
+      out->glooAlgorithms = true;
+    }
+  }
 
   if (o.bulkCount > 0) {
     std::vector<float> buf(o.bulkCount);

@@ -1,7 +1,8 @@
 // The baselines of kolo-runtime-bench: the same work as the runtime cases, run directly on a
 // transport this process creates itself (bench_job.h, store keys under
 // "kolo-runtime-bench/"), without the runtime -- once with the transport's native allreduce and
-// once with kolo's ring algorithm.
+// once with kolo's ring algorithm. On a Gloo transport the 4-byte allreduce also runs with
+// Gloo's own ring and halving-doubling called directly (gloo_algorithms.h).
 //
 // Blocking and collectivity: every rank calls measureTransportBaseline with the same options;
 // it connects, measures and disconnects (the transport is destroyed before it returns).
@@ -31,6 +32,8 @@ struct BaselineResult {
   bool nativeAvailable = false;               // the transport has a native allreduce
   std::string nativeName;                     // e.g. "MPI_ALLREDUCE"
   SampleStats latNative, latRing;             // us per 4-byte allreduce, slowest rank per iteration
+  bool glooAlgorithms = false;                // Gloo's ring and halving-doubling were measured
+  SampleStats latGlooRing, latGlooHd;         // ... called directly (gloo_algorithms.h)
   double bulkNativeMs = -1, bulkRingMs = -1;  // mean ms per bulk allreduce, slowest rank
   int64_t bulkNativeWrong = -1, bulkRingWrong = -1;  // wrong elements after one checked run
 };
