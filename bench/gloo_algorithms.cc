@@ -49,8 +49,8 @@ Status glooFailure(const char* what, int rank, const std::exception& e) {
 
 }  // namespace
 
-Status timeGlooAlgorithms(const BenchJob& job, size_t count, long warmup, long iters,
-                          GlooAlgorithmTimes* out) {
+Status timeGlooAlgorithms(const BenchJob& job, const std::string& keyPrefix, size_t count,
+                          long warmup, long iters, GlooAlgorithmTimes* out) {
   const Config& cfg = job.config;
   KOLO_REQUIRE(job.store != nullptr, kInvalidArgument,
                "Gloo's algorithms need the job's rendezvous store (run under kolorun)");
@@ -77,9 +77,8 @@ Status timeGlooAlgorithms(const BenchJob& job, size_t count, long warmup, long i
   std::vector<int> globals(static_cast<size_t>(cfg.size));
   for (int i = 0; i < cfg.size; ++i) globals[static_cast<size_t>(i)] = i;
   std::shared_ptr<gloo_detail::GlooShared> shared;
-  KOLO_RETURN_IF_ERROR(gloo_detail::connectGroup(makePrefixStore(job.store, "gloo-algorithms/"),
-                                                 cfg.rank, cfg.size, device, startTimeout, globals,
-                                                 &shared));
+  KOLO_RETURN_IF_ERROR(gloo_detail::connectGroup(makePrefixStore(job.store, keyPrefix), cfg.rank,
+                                                 cfg.size, device, startTimeout, globals, &shared));
   std::shared_ptr<gloo::Context> context = shared->context;
   context->setTimeout(timeout);
 

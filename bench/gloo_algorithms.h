@@ -3,7 +3,7 @@
 // native allreduce) and Gloo's halving-doubling (gloo::AllreduceHalvingDoubling, the algorithm
 // object of Gloo's older API, which gloo::allreduce does not offer in the Debian package
 // 0.0~git20220518). Both run on a Gloo context of their own, connected over the job's store
-// (keys under "<job prefix>gloo-algorithms/"), with no kolo code between the timer and Gloo.
+// (keys under `keyPrefix`, new for every call), with no kolo code between the timer and Gloo.
 //
 // Built only with Gloo (bench/CMakeLists.txt picks gloo_algorithms.cc or
 // gloo_algorithms_none.cc, so no #if here); without Gloo it returns kUnsupported.
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "bench/bench_job.h"
@@ -30,7 +31,7 @@ struct GlooAlgorithmTimes {
 // Times `iters` float32 sum allreduces of `count` elements (after `warmup` untimed ones) with
 // each algorithm, on a job whose transport is Gloo (job.store set). Errors: kUnsupported
 // (built without Gloo), the rendezvous' and Gloo's.
-Status timeGlooAlgorithms(const BenchJob& job, size_t count, long warmup, long iters,
-                          GlooAlgorithmTimes* out);
+Status timeGlooAlgorithms(const BenchJob& job, const std::string& keyPrefix, size_t count,
+                          long warmup, long iters, GlooAlgorithmTimes* out);
 
 }  // namespace kolo::bench

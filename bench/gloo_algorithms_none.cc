@@ -3,7 +3,8 @@
 
 namespace kolo::bench {
 
-Status timeGlooAlgorithms(const BenchJob&, size_t, long, long, GlooAlgorithmTimes*) {
+Status timeGlooAlgorithms(const BenchJob&, const std::string&, size_t, long, long,
+                          GlooAlgorithmTimes*) {
   return Status(ErrorCode::kUnsupported, "kolo was built without Gloo (KOLO_WITH_GLOO)");
 }
 

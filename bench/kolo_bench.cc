@@ -24,8 +24,10 @@
 #include "bench/bench_job.h"
 #include "bench/bench_util.h"
 #include "bench/collective_case.h"
+#include "bench/gloo_algorithms.h"
 #include "bench/pattern.h"
 #include "ops/collectives.h"
+#include "transport/shm/shm_transport.h"
 
 namespace kolo::bench {
 namespace {
@@ -47,7 +49,8 @@ struct Options {
   long root = 0;
   size_t segmentBytes = 0;  // 0: KOLO_SEGMENT_BYTES (Config)
   bool check = true;
-  bool median = false;  // --stat median: the time column is the median, not the mean
+  bool median = false;          // --stat median: the time column is the median, not the mean
+  bool glooAlgorithms = false;  // also Gloo's own ring and halving-doubling (float32 sum allreduce)
   std::string csvPath;
 };
 
@@ -55,7 +58,7 @@ const char kUsage[] =
     "usage: kolo-bench [--min-bytes N] [--max-bytes N] [--step-factor F] [--iters N]\n"
     "                  [--warmup N] [--ops LIST] [--dtype LIST] [--redop LIST]\n"
     "                  [--algorithms LIST] [--root R] [--segment-bytes N] [--no-check]\n"
-    "                  [--stat mean|median] [--csv FILE]\n"
+    "                  [--stat mean|median] [--csv FILE] [--gloo-algorithms]\n"
     "  sizes accept K/M/G suffixes (binary): --min-bytes 4 --max-bytes 256M (defaults)\n"
     "  --step-factor 2 (default) or 4 ...; --iters 20, --warmup 5 (defaults)\n"
     "  --ops allreduce,allgather,broadcast,alltoall,reducescatter (default: all)\n"
@@ -65,6 +68,8 @@ const char kUsage[] =
     "          recursive_doubling, halving_doubling (allreduce), tree (broadcast),\n"
     "          bruck (allgather); a collective skips the names it has no form of)\n"
     "  --stat mean (default, as nccl-tests) or median over the iterations\n"
+    "  --gloo-algorithms: on a Gloo job, float32 sum allreduce rows also run Gloo's own ring\n"
+    "          (gloo_ring) and halving-doubling (gloo_hd), called directly\n"
     "Run it under a launcher: mpirun -np N kolo-bench ... | kolorun -np N kolo-bench ...\n";
 
 // Parses argv into *o; on failure *error says why.
@@ -73,6 +78,10 @@ bool parseOptions(int argc, char** argv, Options* o, std::string* error) {
     const std::string flag = argv[i];
     if (flag == "--no-check") {
       o->check = false;
+      continue;
+    }
+    if (flag == "--gloo-algorithms") {
+      o->glooAlgorithms = true;
       continue;
     }
     if (flag == "-h" || flag == "--help") {
@@ -161,7 +170,8 @@ struct Row {
   CaseShape shape;
   double timeUs = -1;  // < 0: not available (no native collective of this kind)
   double algbw = 0, busbw = 0;
-  int64_t wrong = -1;  // < 0: not checked
+  int64_t wrong = -1;      // < 0: not checked
+  std::string label = "";  // the algorithm column when not ops::toString(algorithm): gloo_ring
 };
 
 // A barrier that every transport can run: a one-element ring allreduce.
@@ -206,6 +216,25 @@ Status measure(Transport& t, CaseRunner& runner, const Options& o, Row* row) {
   return Status::ok();
 }
 
+// Gloo's own ring and halving-doubling on the row's allreduce (gloo_algorithms.h: a Gloo
+// context of their own, keys under gloo-algorithms/<n>/), timed like measure(), unchecked.
+Status measureGloo(const BenchJob& job, const Options& o, int n, Row* ring, Row* hd) {
+  GlooAlgorithmTimes g;
+  KOLO_RETURN_IF_ERROR(timeGlooAlgorithms(job, "gloo-algorithms/" + std::to_string(n) + "/",
+                                          ring->shape.count, o.warmup, o.iters, &g));
+  Transport& t = *job.transport;
+  for (auto [row, us] :
+       {std::make_pair(ring, &g.ringUs), std::make_pair(hd, &g.halvingDoublingUs)}) {
+    KOLO_RETURN_IF_ERROR(
+        ops::ringAllreduce(t, us->data(), us->size(), DataType::kFloat64, ReduceOp::kMax, 4096));
+    const SampleStats stats = statsOf(*us);
+    row->timeUs = o.median ? stats.median : stats.mean;
+    row->algbw = static_cast<double>(row->shape.bytes) / (row->timeUs * 1e-6) / 1e9;
+    row->busbw = row->algbw * busBandwidthFactor(row->collective, t.size());
+  }
+  return Status::ok();
+}
+
 // Transports set up connections and shared-memory segments on first use; without this the
 // first row of a sweep pays for that. Runs every selected collective and algorithm a few times
 // at the smallest size (untimed, unchecked).
@@ -232,6 +261,10 @@ Status warmUpJob(Transport& t, CaseRunner& runner, const Options& o) {
   return barrier(t);
 }
 
+const char* algorithmLabel(const Row& r) {
+  return r.label.empty() ? ops::toString(r.algorithm) : r.label.c_str();
+}
+
 void printSectionHeader(Collective c) {
   std::printf("#\n# %s\n", toString(c));
   std::printf("# %12s %12s %9s %8s %9s %11s %11s %11s %7s  %s\n", "bytes", "count", "dtype",
@@ -242,13 +275,13 @@ void printRow(const Row& r) {
   const char* redop = isReducing(r.collective) ? toString(r.redop) : "-";
   if (r.timeUs < 0) {
     std::printf("  %12zu %12zu %9s %8s %9s %11s %11s %11s %7s  %s\n", r.shape.bytes, r.shape.count,
-                toString(r.dtype), redop, ops::toString(r.algorithm), "n/a", "n/a", "n/a", "n/a",
+                toString(r.dtype), redop, algorithmLabel(r), "n/a", "n/a", "n/a", "n/a",
                 r.impl.c_str());
   } else {
     const std::string wrong = r.wrong < 0 ? "-" : std::to_string(r.wrong);
     std::printf("  %12zu %12zu %9s %8s %9s %11.2f %11.3f %11.3f %7s  %s\n", r.shape.bytes,
-                r.shape.count, toString(r.dtype), redop, ops::toString(r.algorithm), r.timeUs,
-                r.algbw, r.busbw, wrong.c_str(), r.impl.c_str());
+                r.shape.count, toString(r.dtype), redop, algorithmLabel(r), r.timeUs, r.algbw,
+                r.busbw, wrong.c_str(), r.impl.c_str());
   }
   std::fflush(stdout);
 }
@@ -259,11 +292,11 @@ void writeCsvRow(std::FILE* f, const Transport& t, const Row& r, const char* sta
   if (r.timeUs < 0) {
     std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,,,,,%s\n", t.name(), t.size(),
                  toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
-                 ops::toString(r.algorithm), r.impl.c_str(), stat);
+                 algorithmLabel(r), r.impl.c_str(), stat);
   } else {
     std::fprintf(f, "%s,%d,%s,%zu,%zu,%s,%s,%s,%s,%.3f,%.6f,%.6f,%s,%s\n", t.name(), t.size(),
                  toString(r.collective), r.shape.bytes, r.shape.count, toString(r.dtype), redop,
-                 ops::toString(r.algorithm), r.impl.c_str(), r.timeUs, r.algbw, r.busbw,
+                 algorithmLabel(r), r.impl.c_str(), r.timeUs, r.algbw, r.busbw,
                  r.wrong < 0 ? "" : std::to_string(r.wrong).c_str(), stat);
   }
   std::fflush(f);
@@ -351,6 +384,12 @@ int run(const Options& o) {
         "factors; wrong = elements differing from the exact result, all ranks\n",
         o.median ? "median" : "mean");
   }
+  if (o.glooAlgorithms &&
+      (job.store == nullptr || std::string(controlTransport(t).name()) != "gloo")) {
+    return fail(&t, Status(ErrorCode::kInvalidArgument,
+                           "--gloo-algorithms needs a Gloo job (kolorun, not mpirun)"));
+  }
+  int glooCalls = 0;
   CaseRunner runner(t, segment, static_cast<int>(o.root));
   const Capabilities caps = t.capabilities();
   s = warmUpJob(t, runner, o);
@@ -386,6 +425,22 @@ int run(const Options& o) {
                 writeCsvRow(csv, t, row, o.median ? "median" : "mean");
               }
               rows.push_back(row);
+            }
+            if (o.glooAlgorithms && c == Collective::kAllreduce && dtype == DataType::kFloat32 &&
+                redop == ReduceOp::kSum) {
+              Row ring{c, dtype, redop, ops::Algorithm::kNative, "GLOO_RING_DIRECT", shape};
+              Row hd{c, dtype, redop, ops::Algorithm::kNative, "GLOO_HALVING_DOUBLING", shape};
+              ring.label = "gloo_ring";
+              hd.label = "gloo_hd";
+              s = measureGloo(job, o, glooCalls++, &ring, &hd);
+              if (!s.isOk()) return fail(&t, s);
+              for (const Row& r : {ring, hd}) {
+                if (leader) {
+                  printRow(r);
+                  writeCsvRow(csv, t, r, o.median ? "median" : "mean");
+                }
+                rows.push_back(r);
+              }
             }
           }
           if (bytes > o.maxBytes / static_cast<size_t>(o.stepFactor)) break;

@@ -93,7 +93,8 @@ Status measureTransportBaseline(const BaselineOptions& o, BaselineResult* out) {
   // Gloo's own algorithms, on a Gloo context of their own (also under KOLO_SHM: the base).
   if (job.store != nullptr && std::string(controlTransport(t).name()) == "gloo") {
     GlooAlgorithmTimes g;
-    const Status s = timeGlooAlgorithms(job, 1, o.latencyWarmup, o.latencyIters, &g);
+    const Status s =
+        timeGlooAlgorithms(job, "gloo-algorithms/", 1, o.latencyWarmup, o.latencyIters, &g);
     if (s.code() != ErrorCode::kUnsupported) {
       KOLO_RETURN_IF_ERROR(s);
       KOLO_RETURN_IF_ERROR(maxOverRanks(t, &g.ringUs));
