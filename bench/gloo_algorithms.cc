@@ -8,6 +8,7 @@
 // of kolo's reduction callback. Halving-doubling: one gloo::AllreduceHalvingDoubling<float>
 // object (it registers its buffers with the pairs once, as Gloo's benchmark does), run() per
 // iteration. Gloo signals errors by exception; they come back as a Status naming the algorithm.
+// The job's own transport (kolo's ring) only synchronizes the ranks before the context goes.
 #include "bench/gloo_algorithms.h"
 
 #include <gloo/allreduce.h>
@@ -19,6 +20,7 @@
 #include <exception>
 #include <memory>
 
+#include "ops/collectives.h"
 #include "transport/gloo/gloo_internal.h"
 
 namespace kolo::bench {
@@ -106,7 +108,11 @@ Status timeGlooAlgorithms(const BenchJob& job, const std::string& keyPrefix, siz
   } catch (const std::exception& e) {
     return glooFailure("halving-doubling", cfg.rank, e);
   }
-  return Status::ok();
+  // A rank that destroyed its context while a peer still waits in its last run() (for a send
+  // completion, or halving-doubling's ready notifications) fails that peer with "Connection
+  // closed by peer": every rank leaves both loops before any context is destroyed.
+  int32_t done = 1;
+  return ops::ringAllreduce(*job.transport, &done, 1, DataType::kInt32, ReduceOp::kSum, 4096);
 }
 
 }  // namespace kolo::bench
