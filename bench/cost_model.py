@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Alpha-beta cost model of kolo's coordinator round and small-op latency, fitted to the
+measurements of bench/scaling.py (its scaling.csv), and its prediction at large rank counts
+for the old round (ring) and the new one (recursive doubling + binomial tree).
+
+    /usr/bin/python3 bench/cost_model.py scaling-results/scaling.csv
+    /usr/bin/python3 bench/cost_model.py RESULTS.csv --ranks 64,256,1024 --alpha-us 20
+
+Model: t = gamma + alpha * S + beta * B, with S the sequential message steps on the critical
+path and B the bytes that path sends (ring reductions move 2(N-1)/N of the buffer, recursive
+doubling log2(N) times the buffer). gamma is a fixed software cost per call: gamma_coll for a
+bare collective (kolo-bench rows, Gloo called directly), gamma_rt for one op through the
+runtime (queue, coordinator wake-up, handle completion). alpha, beta, gamma_coll and gamma_rt
+are fitted per mode (local / netns) by least squares on the relative error (every point
+weighs alike whether it is 50 us or 50 ms), constrained to be >= 0.
+
+Message patterns, as in core/coordinator.cc and ops/select.cc:
+  cached round, new:  the bit vector (2 flag bytes + KOLO_CACHE_CAPACITY bits as bytes) by
+                      ops::controlAllreduce = recursive doubling: log2 N steps of V bytes;
+  cached round, old:  the same vector by the ring allreduce: 2(N-1) steps of V/N bytes;
+  full round:         cached round + request gather into rank 0 (a length, then the list,
+                      from each of the N-1 others: counted as N-1 sequential receives per
+                      exchange, an upper bound -- on a network they overlap in flight) + the
+                      response broadcast (length, then list): new ops::controlBroadcast =
+                      binomial tree, ceil(log2 N) steps each; old ops::broadcast(kRing) =
+                      chain, N-1 steps each;
+  4-byte op:          gamma_rt + cached round + the data allreduce, which ops/select.cc gives to
+                      Gloo's native ring below 4 KiB on Gloo: 2(N-1) steps (both designs); the
+                      "new + RD data" column is the what-if with recursive doubling for it.
+"""
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import sys
+
+ALGO_STEPS = {  # kolo-bench algorithm -> (steps(N), bytes(N, L))
+    "ring": lambda n: 2 * (n - 1),
+    "native": lambda n: 2 * (n - 1),
+    "gloo_ring": lambda n: 2 * (n - 1),
+    "recursive_doubling": lambda n: rd_steps(n),
+    "halving_doubling": lambda n: 2 * rd_steps(n),
+    "gloo_hd": lambda n: 2 * rd_steps(n),
+}
+PARAMS = ["alpha_us", "beta_us_per_byte", "gamma_coll_us", "gamma_rt_us"]
+
+
+def rd_steps(n):
+    """Recursive doubling's steps: log2 N, plus a fold in and out for a non-power of two."""
+    p = int(math.floor(math.log2(n)))
+    return p if (1 << p) == n else p + 2
+
+
+def tree_steps(n):
+    return int(math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def algo_bytes(algo, n, size):
+    if algo == "recursive_doubling":
+        return rd_steps(n) * size
+    return 2.0 * (n - 1) / n * size  # ring, halving-doubling (Gloo's and ours)
+
+
+# ---- the designs ------------------------------------------------------------------------------
+def cached_round(design, n, view):
+    """(steps, bytes) of one round whose ops are all in the response cache."""
+    if design == "old":
+        return 2 * (n - 1), 2.0 * (n - 1) / n * view
+    return rd_steps(n), rd_steps(n) * view
+
+
+def full_round(design, n, view, request, response):
+    s, b = cached_round(design, n, view)
+    s, b = s + 2 * (n - 1), b + (n - 1) * (8 + request)  # gather: length, then the list
+    bc = (n - 1) if design == "old" else tree_steps(n)   # chain vs binomial tree, twice
+    return s + 2 * bc, b + bc * (8 + response)
+
+
+def small_op(design, n, view, rd_data=False):
+    """(steps, bytes) of a cached 4-byte allreduce through the runtime, gamma_rt aside."""
+    s, b = cached_round(design, n, view)
+    if rd_data:
+        return s + rd_steps(n), b + rd_steps(n) * 4.0
+    return s + 2 * (n - 1), b + 2.0 * (n - 1) / n * 4
+
+
+# ---- points from scaling.csv ------------------------------------------------------------------
+def num(text):
+    try:
+        v = float(text)
+        return v if v > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def points(rows, view):
+    """(mode, label, n, [S, B, is_coll, is_rt], measured us) for every measured figure."""
+    out = []
+    for r in rows:
+        n, mode = int(r["np"]), r["mode"]
+        large = int(r.get("large_bytes") or 0)
+        for col, algo in (("gloo_ring_us", "gloo_ring"), ("gloo_hd_us", "gloo_hd"),
+                          ("kolo_ring_us", "ring"), ("gloo_native_us", "native")):
+            t = num(r.get(col))
+            if t is not None:
+                out.append((mode, "4 B %s (runtime-bench)" % algo, n,
+                            [ALGO_STEPS[algo](n), algo_bytes(algo, n, 4), 1, 0], t))
+        for size, nbytes in (("small", 4), ("large", large)):
+            for algo in ALGO_STEPS:
+                t = num(r.get("kb_%s_%s_us" % (size, algo)))
+                if t is not None and nbytes > 0:
+                    out.append((mode, "%d B %s (kolo-bench)" % (nbytes, algo), n,
+                                [ALGO_STEPS[algo](n), algo_bytes(algo, n, nbytes), 1, 0], t))
+        t = num(r.get("runtime_us"))
+        if t is not None:
+            s, b = small_op("new", n, view)
+            out.append((mode, "4 B op through the runtime", n, [s, b, 0, 1], t))
+    return out
+
+
+# ---- non-negative weighted least squares (4 unknowns: every subset, keep the best) ---------
+def solve(a, y):
+    """Least squares a x = y by the normal equations (tiny ridge for rank deficiency)."""
+    k = len(a[0])
+    m = [[sum(r[i] * r[j] for r in a) for j in range(k)] for i in range(k)]
+    v = [sum(r[i] * yy for r, yy in zip(a, y)) for i in range(k)]
+    for i in range(k):
+        m[i][i] += 1e-12 * (m[i][i] or 1.0)
+    for c in range(k):  # Gauss-Jordan with partial pivoting
+        p = max(range(c, k), key=lambda i: abs(m[i][c]))
+        m[c], m[p], v[c], v[p] = m[p], m[c], v[p], v[c]
+        if abs(m[c][c]) < 1e-300:
+            return None
+        for i in range(k):
+            if i != c:
+                f = m[i][c] / m[c][c]
+                m[i] = [x - f * z for x, z in zip(m[i], m[c])]
+                v[i] -= f * v[c]
+    return [v[i] / m[i][i] for i in range(k)]
+
+
+def fit(pts):
+    """Minimizes sum(((model - t) / t)^2) with every parameter >= 0."""
+    rows = [[x / t for x in feats] for _, _, _, feats, t in pts]
+    ones = [1.0] * len(pts)
+    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(len(PARAMS))]
+    scaled = [[r[j] / scale[j] for j in range(len(PARAMS))] for r in rows]
+    best = None
+    for k in range(1, len(PARAMS) + 1):
+        for subset in itertools.combinations(range(len(PARAMS)), k):
+            if any(scale[j] == 1.0 and all(r[j] == 0 for r in rows) for j in subset):
+                continue
+            x = solve([[r[j] for j in subset] for r in scaled], ones)
+            if x is None or min(x) < 0:
+                continue
+            full = [0.0] * len(PARAMS)
+            for j, xv in zip(subset, x):
+                full[j] = xv / scale[j]
+            err = sum((sum(f * p for f, p in zip(r, full)) - 1.0) ** 2 for r in rows)
+            if best is None or err < best[0] - 1e-15:
+                best = (err, full)
+    return dict(zip(PARAMS, best[1]))
+
+
+def predict(p, feats):
+    return sum(p[k] * f for k, f in zip(PARAMS, feats))
+
+
+# ---- report -----------------------------------------------------------------------------------
+def us(v):
+    if v >= 1e6:
+        return "%.2f s" % (v / 1e6)
+    if v >= 1e3:
+        return "%.1f ms" % (v / 1e3)
+    return "%.0f us" % v
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("csv", help="scaling.csv written by bench/scaling.py")
+    ap.add_argument("--ranks", default="64,256,1024", help="rank counts to predict")
+    ap.add_argument("--alpha-us", type=float, default=20.0,
+                    help="the network scenario's alpha (us per message step)")
+    ap.add_argument("--cache-capacity", type=int, default=1024,
+                    help="KOLO_CACHE_CAPACITY: the bit vector is 2 + this many bytes")
+    ap.add_argument("--request-bytes", type=int, default=96, help="one rank's request list")
+    ap.add_argument("--response-bytes", type=int, default=96, help="the response list")
+    ap.add_argument("--json", help="also write parameters, residuals and predictions here")
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    view = 2 + a.cache_capacity
+    with open(a.csv) as f:
+        rows = list(csv.DictReader(f))
+    pts = points(rows, view)
+    modes = sorted(set(p[0] for p in pts))
+    if not modes:
+        print("cost_model.py: %s has no measured points" % a.csv, file=sys.stderr)
+        return 1
+    ranks = [int(x) for x in a.ranks.split(",") if x]
+    result = {"fits": {}, "predictions": []}
+
+    print("## Fit: t = gamma + alpha * steps + beta * bytes (per mode; relative least squares, "
+          "parameters >= 0)\n")
+    print("| mode | points | np | alpha (us/step) | beta (ns/B) | gamma_coll (us) | gamma_rt (us) "
+          "| rms rel. residual | worst |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    fits = {}
+    for mode in modes:
+        mp = [p for p in pts if p[0] == mode]
+        par = fit(mp)
+        fits[mode] = par
+        res = [(predict(par, f) - t) / t for _, _, _, f, t in mp]
+        rms = math.sqrt(sum(r * r for r in res) / len(res))
+        worst = max(range(len(res)), key=lambda i: abs(res[i]))
+        nps = sorted(set(p[2] for p in mp))
+        print("| %s | %d | %s | %.1f | %.3f | %.0f | %.0f | %.0f%% | %s np %d: %+.0f%% |" % (
+            mode, len(mp), ",".join(map(str, nps)), par["alpha_us"],
+            par["beta_us_per_byte"] * 1e3, par["gamma_coll_us"], par["gamma_rt_us"], 100 * rms,
+            mp[worst][1], mp[worst][2], 100 * res[worst]))
+        result["fits"][mode] = dict(par, rms_relative_residual=rms, residuals=[
+            {"label": l, "np": n, "measured_us": t, "model_us": predict(par, f)}
+            for (_, l, n, f, t) in mp])
+
+    print("\n### Residuals (measured vs model, us)\n")
+    print("| mode | figure | " + " | ".join("np %d" % n for n in sorted(set(p[2] for p in pts))) +
+          " |")
+    all_np = sorted(set(p[2] for p in pts))
+    print("| --- | --- |" + " ---: |" * len(all_np))
+    for mode in modes:
+        labels = []
+        for p in pts:
+            if p[0] == mode and p[1] not in labels:
+                labels.append(p[1])
+        for label in labels:
+            cells = []
+            for n in all_np:
+                m = [p for p in pts if p[0] == mode and p[1] == label and p[2] == n]
+                cells.append("-" if not m else "%.0f / %.0f" % (m[0][4],
+                                                                 predict(fits[mode], m[0][3])))
+            print("| %s | %s | %s |" % (mode, label, " | ".join(cells)))
+
+    print("\n## Prediction: one cached round, one full (negotiating) round and a cached 4-byte "
+          "allreduce through the runtime\n")
+    print("Old = ring bit-vector allreduce + chain broadcast; new = recursive doubling + binomial "
+          "tree (today's main). \"new + RD data\": also the 4-byte data allreduce by recursive "
+          "doubling instead of Gloo's ring. alpha = %g us: beta and gammas of the netns fit (else "
+          "the first)." % a.alpha_us)
+    print("\n| alpha from | ranks | cached round old | new | full round old | new | 4 B op old | "
+          "new | new + RD data |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    base = fits.get("netns") or fits[modes[0]]
+    scenarios = [("fit %s (%.0f us)" % (m, fits[m]["alpha_us"]), fits[m]) for m in modes]
+    scenarios.append(("network, %g us" % a.alpha_us, dict(base, alpha_us=a.alpha_us)))
+    for name, par in scenarios:
+        for n in ranks:
+            def t(sb, rt=False):
+                return (par["alpha_us"] * sb[0] + par["beta_us_per_byte"] * sb[1] +
+                        (par["gamma_rt_us"] if rt else 0.0))
+            vals = [t(cached_round("old", n, view)), t(cached_round("new", n, view)),
+                    t(full_round("old", n, view, a.request_bytes, a.response_bytes)),
+                    t(full_round("new", n, view, a.request_bytes, a.response_bytes)),
+                    t(small_op("old", n, view), True), t(small_op("new", n, view), True),
+                    t(small_op("new", n, view, rd_data=True), True)]
+            print("| %s | %d | %s |" % (name, n, " | ".join(us(v) for v in vals)))
+            result["predictions"].append({"alpha_from": name, "ranks": n, "values_us": dict(zip(
+                ["cached_old", "cached_new", "full_old", "full_new", "op_old", "op_new",
+                 "op_new_rd_data"], vals))})
+    print("\nSteps at N: cached round old 2(N-1), new log2 N; full round adds 2(N-1) gather "
+          "receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps; the 4-byte op adds "
+          "2(N-1) for Gloo's ring (log2 N with RD) and gamma_rt.")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
