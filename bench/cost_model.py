@@ -24,6 +24,7 @@ Message patterns, as in core/coordinator.cc and ops/select.cc:
                       response broadcast (length, then list): new ops::controlBroadcast =
                       binomial tree, ceil(log2 N) steps each; old ops::broadcast(kRing) =
                       chain, N-1 steps each;
+  rounds:             each control collective also pays gamma_coll (1 call cached, 5 full);
   4-byte op:          gamma_rt + cached round + the data allreduce, which ops/select.cc gives to
                       Gloo's native ring below 4 KiB on Gloo: 2(N-1) steps (both designs); the
                       "new + RD data" column is the what-if with recursive doubling for it.
@@ -44,6 +45,7 @@ ALGO_STEPS = {  # kolo-bench algorithm -> (steps(N), bytes(N, L))
     "halving_doubling": lambda n: 2 * rd_steps(n),
     "gloo_hd": lambda n: 2 * rd_steps(n),
 }
+FULL_ROUND_CALLS = 5  # bit-vector allreduce, 2 gather exchanges, 2 broadcasts
 PARAMS = ["alpha_us", "beta_us_per_byte", "gamma_coll_us", "gamma_rt_us"]
 
 
@@ -187,6 +189,8 @@ def main(argv=None):
                     help="KOLO_CACHE_CAPACITY: the bit vector is 2 + this many bytes")
     ap.add_argument("--request-bytes", type=int, default=96, help="one rank's request list")
     ap.add_argument("--response-bytes", type=int, default=96, help="the response list")
+    ap.add_argument("--fit-max-np", type=int, default=0,
+                    help="fit only points with np <= this (0: all); residuals still list all")
     ap.add_argument("--json", help="also write parameters, residuals and predictions here")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     view = 2 + a.cache_capacity
@@ -208,16 +212,21 @@ def main(argv=None):
     fits = {}
     for mode in modes:
         mp = [p for p in pts if p[0] == mode]
-        par = fit(mp)
+        used = [p for p in mp if not a.fit_max_np or p[2] <= a.fit_max_np]
+        if not used:
+            print("cost_model.py: no %s points with np <= %d" % (mode, a.fit_max_np),
+                  file=sys.stderr)
+            return 1
+        par = fit(used)
         fits[mode] = par
-        res = [(predict(par, f) - t) / t for _, _, _, f, t in mp]
+        res = [(predict(par, f) - t) / t for _, _, _, f, t in used]
         rms = math.sqrt(sum(r * r for r in res) / len(res))
         worst = max(range(len(res)), key=lambda i: abs(res[i]))
-        nps = sorted(set(p[2] for p in mp))
+        nps = sorted(set(p[2] for p in used))
         print("| %s | %d | %s | %.1f | %.3f | %.0f | %.0f | %.0f%% | %s np %d: %+.0f%% |" % (
-            mode, len(mp), ",".join(map(str, nps)), par["alpha_us"],
+            mode, len(used), ",".join(map(str, nps)), par["alpha_us"],
             par["beta_us_per_byte"] * 1e3, par["gamma_coll_us"], par["gamma_rt_us"], 100 * rms,
-            mp[worst][1], mp[worst][2], 100 * res[worst]))
+            used[worst][1], used[worst][2], 100 * res[worst]))
         result["fits"][mode] = dict(par, rms_relative_residual=rms, residuals=[
             {"label": l, "np": n, "measured_us": t, "model_us": predict(par, f)}
             for (_, l, n, f, t) in mp])
@@ -254,21 +263,24 @@ def main(argv=None):
     scenarios.append(("network, %g us" % a.alpha_us, dict(base, alpha_us=a.alpha_us)))
     for name, par in scenarios:
         for n in ranks:
-            def t(sb, rt=False):
+            def t(sb, rt=False, calls=0):
                 return (par["alpha_us"] * sb[0] + par["beta_us_per_byte"] * sb[1] +
-                        (par["gamma_rt_us"] if rt else 0.0))
-            vals = [t(cached_round("old", n, view)), t(cached_round("new", n, view)),
-                    t(full_round("old", n, view, a.request_bytes, a.response_bytes)),
-                    t(full_round("new", n, view, a.request_bytes, a.response_bytes)),
+                        (par["gamma_rt_us"] if rt else 0.0) + calls * par["gamma_coll_us"])
+            full = [full_round(d, n, view, a.request_bytes, a.response_bytes)
+                    for d in ("old", "new")]
+            vals = [t(cached_round("old", n, view), calls=1),
+                    t(cached_round("new", n, view), calls=1),
+                    t(full[0], calls=FULL_ROUND_CALLS), t(full[1], calls=FULL_ROUND_CALLS),
                     t(small_op("old", n, view), True), t(small_op("new", n, view), True),
                     t(small_op("new", n, view, rd_data=True), True)]
             print("| %s | %d | %s |" % (name, n, " | ".join(us(v) for v in vals)))
             result["predictions"].append({"alpha_from": name, "ranks": n, "values_us": dict(zip(
                 ["cached_old", "cached_new", "full_old", "full_new", "op_old", "op_new",
                  "op_new_rd_data"], vals))})
-    print("\nSteps at N: cached round old 2(N-1), new log2 N; full round adds 2(N-1) gather "
-          "receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps; the 4-byte op adds "
-          "2(N-1) for Gloo's ring (log2 N with RD) and gamma_rt.")
+    print("\nSteps at N: cached round old 2(N-1), new log2 N, plus gamma_coll; full round adds "
+          "2(N-1) gather receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps, 5 "
+          "gamma_coll in all; the 4-byte op is gamma_rt + the cached round's steps + 2(N-1) for "
+          "Gloo's ring (log2 N with RD).")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -22,6 +22,7 @@ Per (mode, np), two jobs:
   kolo-bench --ops allreduce --gloo-algorithms: 4 bytes and --large-bytes with kolo's ring,
       recursive doubling, halving-doubling, auto and Gloo native, plus gloo_ring / gloo_hd.
 
+With --repeat K each (mode, np) runs K times and every figure is the minimum over them.
 Writes <out>/scaling.csv (one row per mode and np; cost_model.py reads it), <out>/scaling.json
 (the same plus every kolo-bench row) and the raw logs, and prints a markdown table. Exit status:
 0 when every requested run produced its numbers (a skipped netns mode counts as produced), 1
@@ -73,6 +74,8 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=3, help="kolo-bench untimed iterations per row")
     p.add_argument("--large-bytes", default="4M", help="kolo-bench's large allreduce (4 * 4^k)")
     p.add_argument("--timeout", type=float, default=240, help="seconds per job before it is killed")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run each (mode, np) this many times; every figure is the minimum")
     p.add_argument("--quick", action="store_true",
                    help="CI size: 30 latency iterations, 3 kolo-bench iterations, large 4 KiB")
     p.add_argument("--out", default="scaling-results", help="directory for csv/json/logs")
@@ -85,6 +88,8 @@ def parse_args(argv):
     for m in a.mode:
         if m not in ("local", "netns"):
             p.error("unknown mode %r" % m)
+    if a.repeat < 1:
+        p.error("--repeat needs 1 or more")
     if not a.np or min(a.np) < 2:
         p.error("--np needs rank counts of 2 or more")
     a.large = parse_bytes(a.large_bytes)
@@ -165,9 +170,9 @@ class Launch(object):
                         "KOLO_LAUNCHER_KILL_GRACE_SECONDS": "1"})
 
 
-def measure(args, launch, np, out_dir):
+def measure(args, launch, np, out_dir, run_index=0):
     """Both jobs at one (mode, np); returns (row dict, kolo-bench rows, error text or None)."""
-    tag = "%s_np%d" % (launch.mode, np)
+    tag = "%s_np%d" % (launch.mode, np) + ("_r%d" % run_index if args.repeat > 1 else "")
     prefix, hosts = launch.prefix(np)
     row = {c: "" for c in COLUMNS}
     row.update({"mode": launch.mode, "np": np, "hosts": hosts, "large_bytes": args.large})
@@ -218,6 +223,16 @@ def measure(args, launch, np, out_dir):
         if size and r["algorithm"] in KB_ALGORITHMS:
             row["kb_%s_%s_us" % (size, r["algorithm"])] = r["time_us"]
     return row, kb, "; ".join(errors) or None
+
+
+def min_of(runs):
+    """Per figure, the minimum over the repeated runs (the least disturbed one)."""
+    row = dict(runs[0])
+    for c in COLUMNS:
+        vals = [num(r[c]) for r in runs if num(r[c]) is not None]
+        if c.endswith("_us") and vals:
+            row[c] = "%.3f" % min(vals)
+    return row
 
 
 # ---- network namespaces (as test/launcher/test_netns.py) ---------------------------------------
@@ -359,11 +374,14 @@ def main(argv=None):
         try:
             for np in nps:
                 t0 = time.time()
-                row, kb, error = measure(args, launch, np, out_dir)
-                rows.append(row)
-                kb_all += [dict(r, mode=mode) for r in kb]
-                if error:
-                    failures.append(error)
+                runs = []
+                for k in range(args.repeat):
+                    row, kb, error = measure(args, launch, np, out_dir, k)
+                    runs.append(row)
+                    kb_all += [dict(r, mode=mode, repeat=k) for r in kb]
+                    if error:
+                        failures.append(error)
+                rows.append(min_of(runs))
                 print("# %s np %d: %.0f s%s" % (mode, np, time.time() - t0,
                                                  "" if not error else " -- " + error),
                       file=sys.stderr, flush=True)
