@@ -255,6 +255,8 @@ def create_netns():
     created = []
     try:
         for n in names.values():
+            # a namespace of this name is a leftover of a killed run with our pid (as the test)
+            subprocess.run([IP, "netns", "del", n], stderr=subprocess.DEVNULL, timeout=30)
             ip("netns", "add", n)
             created.append(n)
         L = names["L"]
