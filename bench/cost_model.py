@@ -6,16 +6,19 @@ for the old round (ring) and the new one (recursive doubling + binomial tree).
     /usr/bin/python3 bench/cost_model.py scaling-results/scaling.csv
     /usr/bin/python3 bench/cost_model.py RESULTS.csv --ranks 64,256,1024 --alpha-us 20
 
-Model: t = gamma + alpha * S + beta * B, with S the sequential message steps on the critical
-path and B the bytes that path sends (ring reductions move 2(N-1)/N of the buffer, recursive
-doubling log2(N) times the buffer). gamma is a fixed software cost per call: gamma_coll for a
-bare collective (kolo-bench rows, Gloo called directly), gamma_rt for one op through the
-runtime (queue, coordinator wake-up, handle completion). alpha, beta, gamma_coll and gamma_rt
-are fitted per mode (local / netns) by least squares on the relative error (every point
+Model: t = gamma + alpha_p2p * S_p2p + alpha_gloo * S_gloo + beta * B. S_p2p are sequential
+message steps of kolo's own algorithms (point-to-point through kolo's Transport, completed by
+polling with backoff: transport/poll_support.h), S_gloo steps inside Gloo's own collectives
+(blocking waits woken by Gloo's I/O thread); the two kinds of step cost differently, so each has
+its alpha. B are the bytes the critical path sends (ring and halving-doubling reductions move
+2(N-1)/N of the buffer, recursive doubling log2(N) times the buffer). gamma is a fixed software
+cost per call: gamma_coll for a bare collective (kolo-bench rows, Gloo called directly),
+gamma_rt for one op through the runtime (queue, coordinator wake-up, handle completion). All
+five are fitted per mode (local / netns) by least squares on the relative error (every point
 weighs alike whether it is 50 us or 50 ms), constrained to be >= 0.
 
-Message patterns, as in core/coordinator.cc and ops/select.cc:
-  cached round, new:  the bit vector (2 flag bytes + KOLO_CACHE_CAPACITY bits as bytes) by
+Message patterns, as in core/coordinator.cc and ops/select.cc (all control traffic is kolo p2p):
+  cached round, new:  the bit vector (2 flag bytes + KOLO_CACHE_CAPACITY bytes) by
                       ops::controlAllreduce = recursive doubling: log2 N steps of V bytes;
   cached round, old:  the same vector by the ring allreduce: 2(N-1) steps of V/N bytes;
   full round:         cached round + request gather into rank 0 (a length, then the list,
@@ -25,9 +28,10 @@ Message patterns, as in core/coordinator.cc and ops/select.cc:
                       binomial tree, ceil(log2 N) steps each; old ops::broadcast(kRing) =
                       chain, N-1 steps each;
   rounds:             each control collective also pays gamma_coll (1 call cached, 5 full);
-  4-byte op:          gamma_rt + cached round + the data allreduce, which ops/select.cc gives to
-                      Gloo's native ring below 4 KiB on Gloo: 2(N-1) steps (both designs); the
-                      "new + RD data" column is the what-if with recursive doubling for it.
+  4-byte op:          gamma_rt + one cached round (KOLO_TIMELINE_MARK_CYCLES: 211 rounds for
+                      209 ops at np 4) + the data allreduce, which ops/select.cc gives to
+                      Gloo's native ring below 4 KiB on Gloo: 2(N-1) Gloo steps (both designs);
+                      "new + RD data" is the what-if with kolo's recursive doubling for it.
 """
 
 import argparse
@@ -37,16 +41,12 @@ import json
 import math
 import sys
 
-ALGO_STEPS = {  # kolo-bench algorithm -> (steps(N), bytes(N, L))
-    "ring": lambda n: 2 * (n - 1),
-    "native": lambda n: 2 * (n - 1),
-    "gloo_ring": lambda n: 2 * (n - 1),
-    "recursive_doubling": lambda n: rd_steps(n),
-    "halving_doubling": lambda n: 2 * rd_steps(n),
-    "gloo_hd": lambda n: 2 * rd_steps(n),
-}
+KOLO_ALGORITHMS = ("ring", "recursive_doubling", "halving_doubling")  # kolo p2p
+GLOO_ALGORITHMS = ("native", "gloo_ring", "gloo_hd")  # inside Gloo
 FULL_ROUND_CALLS = 5  # bit-vector allreduce, 2 gather exchanges, 2 broadcasts
-PARAMS = ["alpha_us", "beta_us_per_byte", "gamma_coll_us", "gamma_rt_us"]
+# feature -> fitted parameter (us per unit of the feature)
+PARAMS = [("p2p", "alpha_p2p_us"), ("gloo", "alpha_gloo_us"), ("bytes", "beta_us_per_byte"),
+          ("coll", "gamma_coll_us"), ("rt", "gamma_rt_us")]
 
 
 def rd_steps(n):
@@ -59,33 +59,55 @@ def tree_steps(n):
     return int(math.ceil(math.log2(n))) if n > 1 else 0
 
 
-def algo_bytes(algo, n, size):
-    if algo == "recursive_doubling":
-        return rd_steps(n) * size
-    return 2.0 * (n - 1) / n * size  # ring, halving-doubling (Gloo's and ours)
+def steps(algo, n):
+    if algo in ("recursive_doubling",):
+        return rd_steps(n)
+    if algo in ("halving_doubling", "gloo_hd"):
+        return 2 * rd_steps(n)
+    return 2 * (n - 1)  # ring, native (Gloo's ring), gloo_ring
+
+
+def collective(algo, n, size):
+    """Features of one bare allreduce of `size` bytes with `algo`."""
+    kind = "p2p" if algo in KOLO_ALGORITHMS else "gloo"
+    b = rd_steps(n) * size if algo == "recursive_doubling" else 2.0 * (n - 1) / n * size
+    return {kind: steps(algo, n), "bytes": b, "coll": 1}
+
+
+def add(*feats):
+    out = {}
+    for f in feats:
+        for k, v in f.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 # ---- the designs ------------------------------------------------------------------------------
 def cached_round(design, n, view):
-    """(steps, bytes) of one round whose ops are all in the response cache."""
+    """One round whose ops are all in the response cache: the bit-vector allreduce."""
     if design == "old":
-        return 2 * (n - 1), 2.0 * (n - 1) / n * view
-    return rd_steps(n), rd_steps(n) * view
+        return {"p2p": 2 * (n - 1), "bytes": 2.0 * (n - 1) / n * view, "coll": 1}
+    return {"p2p": rd_steps(n), "bytes": rd_steps(n) * view, "coll": 1}
 
 
 def full_round(design, n, view, request, response):
-    s, b = cached_round(design, n, view)
-    s, b = s + 2 * (n - 1), b + (n - 1) * (8 + request)  # gather: length, then the list
-    bc = (n - 1) if design == "old" else tree_steps(n)   # chain vs binomial tree, twice
-    return s + 2 * bc, b + bc * (8 + response)
+    """A round that negotiates: + gather into rank 0 + two broadcasts of the response list."""
+    gather = {"p2p": 2 * (n - 1), "bytes": (n - 1) * (8 + request), "coll": 2}
+    hops = (n - 1) if design == "old" else tree_steps(n)  # chain vs binomial tree
+    bcast = {"p2p": 2 * hops, "bytes": hops * (8 + response), "coll": 2}
+    return add(cached_round(design, n, view), gather, bcast)
 
 
 def small_op(design, n, view, rd_data=False):
-    """(steps, bytes) of a cached 4-byte allreduce through the runtime, gamma_rt aside."""
-    s, b = cached_round(design, n, view)
-    if rd_data:
-        return s + rd_steps(n), b + rd_steps(n) * 4.0
-    return s + 2 * (n - 1), b + 2.0 * (n - 1) / n * 4
+    """A cached 4-byte allreduce through the runtime (its collectives' gammas are in gamma_rt)."""
+    data = collective("recursive_doubling" if rd_data else "native", n, 4)
+    f = add(cached_round(design, n, view), data, {"rt": 1})
+    f["coll"] = 0
+    return f
+
+
+def predict(par, feats):
+    return sum(par[name] * feats.get(key, 0) for key, name in PARAMS)
 
 
 # ---- points from scaling.csv ------------------------------------------------------------------
@@ -98,7 +120,7 @@ def num(text):
 
 
 def points(rows, view):
-    """(mode, label, n, [S, B, is_coll, is_rt], measured us) for every measured figure."""
+    """(mode, label, n, features, measured us) for every measured figure."""
     out = []
     for r in rows:
         n, mode = int(r["np"]), r["mode"]
@@ -107,22 +129,20 @@ def points(rows, view):
                           ("kolo_ring_us", "ring"), ("gloo_native_us", "native")):
             t = num(r.get(col))
             if t is not None:
-                out.append((mode, "4 B %s (runtime-bench)" % algo, n,
-                            [ALGO_STEPS[algo](n), algo_bytes(algo, n, 4), 1, 0], t))
+                out.append((mode, "4 B %s (runtime-bench)" % algo, n, collective(algo, n, 4), t))
         for size, nbytes in (("small", 4), ("large", large)):
-            for algo in ALGO_STEPS:
+            for algo in KOLO_ALGORITHMS + GLOO_ALGORITHMS:
                 t = num(r.get("kb_%s_%s_us" % (size, algo)))
                 if t is not None and nbytes > 0:
                     out.append((mode, "%d B %s (kolo-bench)" % (nbytes, algo), n,
-                                [ALGO_STEPS[algo](n), algo_bytes(algo, n, nbytes), 1, 0], t))
+                                collective(algo, n, nbytes), t))
         t = num(r.get("runtime_us"))
         if t is not None:
-            s, b = small_op("new", n, view)
-            out.append((mode, "4 B op through the runtime", n, [s, b, 0, 1], t))
+            out.append((mode, "4 B op through the runtime", n, small_op("new", n, view), t))
     return out
 
 
-# ---- non-negative weighted least squares (4 unknowns: every subset, keep the best) ---------
+# ---- non-negative least squares on the relative error (5 unknowns: every subset, the best) ----
 def solve(a, y):
     """Least squares a x = y by the normal equations (tiny ridge for rank deficiency)."""
     k = len(a[0])
@@ -145,29 +165,24 @@ def solve(a, y):
 
 def fit(pts):
     """Minimizes sum(((model - t) / t)^2) with every parameter >= 0."""
-    rows = [[x / t for x in feats] for _, _, _, feats, t in pts]
-    ones = [1.0] * len(pts)
-    scale = [max(abs(r[j]) for r in rows) or 1.0 for j in range(len(PARAMS))]
-    scaled = [[r[j] / scale[j] for j in range(len(PARAMS))] for r in rows]
+    keys = [k for k, _ in PARAMS]
+    rows = [[f.get(k, 0) / t for k in keys] for _, _, _, f, t in pts]
+    scale = [max(abs(r[j]) for r in rows) for j in range(len(keys))]
     best = None
-    for k in range(1, len(PARAMS) + 1):
-        for subset in itertools.combinations(range(len(PARAMS)), k):
-            if any(scale[j] == 1.0 and all(r[j] == 0 for r in rows) for j in subset):
-                continue
-            x = solve([[r[j] for j in subset] for r in scaled], ones)
+    for size in range(1, len(keys) + 1):
+        for subset in itertools.combinations(range(len(keys)), size):
+            if any(scale[j] == 0 for j in subset):
+                continue  # no point measures this parameter
+            x = solve([[r[j] / scale[j] for j in subset] for r in rows], [1.0] * len(rows))
             if x is None or min(x) < 0:
                 continue
-            full = [0.0] * len(PARAMS)
+            full = [0.0] * len(keys)
             for j, xv in zip(subset, x):
                 full[j] = xv / scale[j]
             err = sum((sum(f * p for f, p in zip(r, full)) - 1.0) ** 2 for r in rows)
             if best is None or err < best[0] - 1e-15:
                 best = (err, full)
-    return dict(zip(PARAMS, best[1]))
-
-
-def predict(p, feats):
-    return sum(p[k] * f for k, f in zip(PARAMS, feats))
+    return {name: v for (_, name), v in zip(PARAMS, best[1])}
 
 
 # ---- report -----------------------------------------------------------------------------------
@@ -177,6 +192,85 @@ def us(v):
     if v >= 1e3:
         return "%.1f ms" % (v / 1e3)
     return "%.0f us" % v
+
+
+def report_fit(a, pts, modes, result):
+    print("## Fit: t = gamma + alpha_p2p * kolo steps + alpha_gloo * Gloo steps + beta * bytes "
+          "(per mode; least squares on the relative error, parameters >= 0)\n")
+    print("| mode | points | np | alpha_p2p (us/step) | alpha_gloo (us/step) | beta (ns/B) | "
+          "gamma_coll (us) | gamma_rt (us) | rms rel. residual | worst |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    fits = {}
+    for mode in modes:
+        mp = [p for p in pts if p[0] == mode]
+        used = [p for p in mp if not a.fit_max_np or p[2] <= a.fit_max_np]
+        if not used:
+            raise SystemExit("cost_model.py: no %s points with np <= %d" % (mode, a.fit_max_np))
+        par = fit(used)
+        fits[mode] = par
+        res = [(predict(par, f) - t) / t for _, _, _, f, t in used]
+        rms = math.sqrt(sum(r * r for r in res) / len(res))
+        worst = max(range(len(res)), key=lambda i: abs(res[i]))
+        print("| %s | %d | %s | %.1f | %.1f | %.3f | %.0f | %.0f | %.0f%% | %s, np %d: %+.0f%% |"
+              % (mode, len(used), ",".join(map(str, sorted(set(p[2] for p in used)))),
+                 par["alpha_p2p_us"], par["alpha_gloo_us"], par["beta_us_per_byte"] * 1e3,
+                 par["gamma_coll_us"], par["gamma_rt_us"], 100 * rms, used[worst][1],
+                 used[worst][2], 100 * res[worst]))
+        result["fits"][mode] = dict(par, rms_relative_residual=rms, residuals=[
+            {"label": l, "np": n, "measured_us": t, "model_us": predict(par, f)}
+            for (_, l, n, f, t) in mp])
+
+    all_np = sorted(set(p[2] for p in pts))
+    print("\n### Residuals: measured / model (us)\n")
+    print("| mode | figure | " + " | ".join("np %d" % n for n in all_np) + " |")
+    print("| --- | --- |" + " ---: |" * len(all_np))
+    for mode in modes:
+        labels = []
+        for p in pts:
+            if p[0] == mode and p[1] not in labels:
+                labels.append(p[1])
+        for label in labels:
+            cells = []
+            for n in all_np:
+                m = [p for p in pts if p[0] == mode and p[1] == label and p[2] == n]
+                cells.append("-" if not m else "%.0f / %.0f" % (m[0][4],
+                                                                 predict(fits[mode], m[0][3])))
+            print("| %s | %s | %s |" % (mode, label, " | ".join(cells)))
+    return fits
+
+
+def report_prediction(a, fits, modes, view, result):
+    ranks = [int(x) for x in a.ranks.split(",") if x]
+    base = fits.get("netns") or fits[modes[0]]
+    scenarios = [("fit %s" % m, fits[m]) for m in modes]
+    scenarios.append(("network, %g us" % a.alpha_us,
+                      dict(base, alpha_p2p_us=a.alpha_us, alpha_gloo_us=a.alpha_us)))
+    print("\n## Prediction: a cached round, a full (negotiating) round, and a cached 4-byte "
+          "allreduce through the runtime\n")
+    print("Old = ring bit-vector allreduce + chain broadcast; new = recursive doubling + binomial "
+          "tree (today's main). \"new + RD data\": also the 4-byte data allreduce by kolo's "
+          "recursive doubling instead of Gloo's ring. \"network, %g us\": both alphas %g us, "
+          "beta and gammas of the %s fit.\n" % (a.alpha_us, a.alpha_us,
+                                                "netns" if "netns" in fits else modes[0]))
+    print("| alphas from | ranks | cached round old | new | full round old | new | 4 B op old "
+          "| new | new + RD data |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, par in scenarios:
+        for n in ranks:
+            feats = [cached_round("old", n, view), cached_round("new", n, view),
+                     full_round("old", n, view, a.request_bytes, a.response_bytes),
+                     full_round("new", n, view, a.request_bytes, a.response_bytes),
+                     small_op("old", n, view), small_op("new", n, view),
+                     small_op("new", n, view, rd_data=True)]
+            vals = [predict(par, f) for f in feats]
+            print("| %s | %d | %s |" % (name, n, " | ".join(us(v) for v in vals)))
+            result["predictions"].append({"alphas_from": name, "ranks": n, "values_us": dict(zip(
+                ["cached_old", "cached_new", "full_old", "full_new", "op_old", "op_new",
+                 "op_new_rd_data"], vals))})
+    print("\nkolo p2p steps at N: cached round old 2(N-1), new log2 N (+ gamma_coll); a full "
+          "round adds 2(N-1) gather receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps "
+          "(5 gamma_coll in all). The 4-byte op: gamma_rt + the cached round + 2(N-1) Gloo steps "
+          "(Gloo's ring), or + log2 N kolo steps (RD data).")
 
 
 def main(argv=None):
@@ -201,86 +295,9 @@ def main(argv=None):
     if not modes:
         print("cost_model.py: %s has no measured points" % a.csv, file=sys.stderr)
         return 1
-    ranks = [int(x) for x in a.ranks.split(",") if x]
     result = {"fits": {}, "predictions": []}
-
-    print("## Fit: t = gamma + alpha * steps + beta * bytes (per mode; relative least squares, "
-          "parameters >= 0)\n")
-    print("| mode | points | np | alpha (us/step) | beta (ns/B) | gamma_coll (us) | gamma_rt (us) "
-          "| rms rel. residual | worst |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |")
-    fits = {}
-    for mode in modes:
-        mp = [p for p in pts if p[0] == mode]
-        used = [p for p in mp if not a.fit_max_np or p[2] <= a.fit_max_np]
-        if not used:
-            print("cost_model.py: no %s points with np <= %d" % (mode, a.fit_max_np),
-                  file=sys.stderr)
-            return 1
-        par = fit(used)
-        fits[mode] = par
-        res = [(predict(par, f) - t) / t for _, _, _, f, t in used]
-        rms = math.sqrt(sum(r * r for r in res) / len(res))
-        worst = max(range(len(res)), key=lambda i: abs(res[i]))
-        nps = sorted(set(p[2] for p in used))
-        print("| %s | %d | %s | %.1f | %.3f | %.0f | %.0f | %.0f%% | %s np %d: %+.0f%% |" % (
-            mode, len(used), ",".join(map(str, nps)), par["alpha_us"],
-            par["beta_us_per_byte"] * 1e3, par["gamma_coll_us"], par["gamma_rt_us"], 100 * rms,
-            used[worst][1], used[worst][2], 100 * res[worst]))
-        result["fits"][mode] = dict(par, rms_relative_residual=rms, residuals=[
-            {"label": l, "np": n, "measured_us": t, "model_us": predict(par, f)}
-            for (_, l, n, f, t) in mp])
-
-    print("\n### Residuals (measured vs model, us)\n")
-    print("| mode | figure | " + " | ".join("np %d" % n for n in sorted(set(p[2] for p in pts))) +
-          " |")
-    all_np = sorted(set(p[2] for p in pts))
-    print("| --- | --- |" + " ---: |" * len(all_np))
-    for mode in modes:
-        labels = []
-        for p in pts:
-            if p[0] == mode and p[1] not in labels:
-                labels.append(p[1])
-        for label in labels:
-            cells = []
-            for n in all_np:
-                m = [p for p in pts if p[0] == mode and p[1] == label and p[2] == n]
-                cells.append("-" if not m else "%.0f / %.0f" % (m[0][4],
-                                                                 predict(fits[mode], m[0][3])))
-            print("| %s | %s | %s |" % (mode, label, " | ".join(cells)))
-
-    print("\n## Prediction: one cached round, one full (negotiating) round and a cached 4-byte "
-          "allreduce through the runtime\n")
-    print("Old = ring bit-vector allreduce + chain broadcast; new = recursive doubling + binomial "
-          "tree (today's main). \"new + RD data\": also the 4-byte data allreduce by recursive "
-          "doubling instead of Gloo's ring. alpha = %g us: beta and gammas of the netns fit (else "
-          "the first)." % a.alpha_us)
-    print("\n| alpha from | ranks | cached round old | new | full round old | new | 4 B op old | "
-          "new | new + RD data |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    base = fits.get("netns") or fits[modes[0]]
-    scenarios = [("fit %s (%.0f us)" % (m, fits[m]["alpha_us"]), fits[m]) for m in modes]
-    scenarios.append(("network, %g us" % a.alpha_us, dict(base, alpha_us=a.alpha_us)))
-    for name, par in scenarios:
-        for n in ranks:
-            def t(sb, rt=False, calls=0):
-                return (par["alpha_us"] * sb[0] + par["beta_us_per_byte"] * sb[1] +
-                        (par["gamma_rt_us"] if rt else 0.0) + calls * par["gamma_coll_us"])
-            full = [full_round(d, n, view, a.request_bytes, a.response_bytes)
-                    for d in ("old", "new")]
-            vals = [t(cached_round("old", n, view), calls=1),
-                    t(cached_round("new", n, view), calls=1),
-                    t(full[0], calls=FULL_ROUND_CALLS), t(full[1], calls=FULL_ROUND_CALLS),
-                    t(small_op("old", n, view), True), t(small_op("new", n, view), True),
-                    t(small_op("new", n, view, rd_data=True), True)]
-            print("| %s | %d | %s |" % (name, n, " | ".join(us(v) for v in vals)))
-            result["predictions"].append({"alpha_from": name, "ranks": n, "values_us": dict(zip(
-                ["cached_old", "cached_new", "full_old", "full_new", "op_old", "op_new",
-                 "op_new_rd_data"], vals))})
-    print("\nSteps at N: cached round old 2(N-1), new log2 N, plus gamma_coll; full round adds "
-          "2(N-1) gather receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps, 5 "
-          "gamma_coll in all; the 4-byte op is gamma_rt + the cached round's steps + 2(N-1) for "
-          "Gloo's ring (log2 N with RD).")
+    fits = report_fit(a, pts, modes, result)
+    report_prediction(a, fits, modes, view, result)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=1)

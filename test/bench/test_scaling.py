@@ -59,22 +59,20 @@ def synthetic_rows(par, large):
         r.update({"mode": "local", "np": n, "hosts": "x", "large_bytes": large})
 
         def coll(algo, size):
-            return (par["gamma_coll_us"] + par["alpha_us"] * cost_model.ALGO_STEPS[algo](n) +
-                    par["beta_us_per_byte"] * cost_model.algo_bytes(algo, n, size))
+            return cost_model.predict(par, cost_model.collective(algo, n, size))
         r["gloo_ring_us"], r["gloo_hd_us"] = coll("gloo_ring", 4), coll("gloo_hd", 4)
-        for algo in cost_model.ALGO_STEPS:
+        r["kolo_ring_us"], r["gloo_native_us"] = coll("ring", 4), coll("native", 4)
+        for algo in cost_model.KOLO_ALGORITHMS + cost_model.GLOO_ALGORITHMS:
             r["kb_small_%s_us" % algo] = coll(algo, 4)
             r["kb_large_%s_us" % algo] = coll(algo, large)
-        s, b = cost_model.small_op("new", n, 1026)
-        r["runtime_us"] = (par["gamma_rt_us"] + par["alpha_us"] * s +
-                           par["beta_us_per_byte"] * b)
+        r["runtime_us"] = cost_model.predict(par, cost_model.small_op("new", n, 1026))
         rows.append(r)
     return rows
 
 
 def test_fit_recovers_known_parameters(tmp_path):
-    par = {"alpha_us": 40.0, "beta_us_per_byte": 0.002, "gamma_coll_us": 15.0,
-           "gamma_rt_us": 250.0}
+    par = {"alpha_p2p_us": 90.0, "alpha_gloo_us": 40.0, "beta_us_per_byte": 0.002,
+           "gamma_coll_us": 15.0, "gamma_rt_us": 250.0}
     path = str(tmp_path / "synthetic.csv")
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=scaling.COLUMNS)
@@ -89,9 +87,12 @@ def test_fit_recovers_known_parameters(tmp_path):
     for k, v in par.items():
         assert fit[k] == pytest.approx(v, rel=1e-3), k
     assert fit["rms_relative_residual"] < 1e-6
-    # the new round is log2 N steps, the old one 2 (N - 1): at 1024 ranks 10 against 2046
-    assert cost_model.cached_round("new", 1024, 1026)[0] == 10
-    assert cost_model.cached_round("old", 1024, 1026)[0] == 2046
+    # the new round is log2 N kolo steps, the old one 2 (N - 1): at 1024 ranks 10 against 2046
+    assert cost_model.cached_round("new", 1024, 1026)["p2p"] == 10
+    assert cost_model.cached_round("old", 1024, 1026)["p2p"] == 2046
+    # a full round at 1024: + 2 x 1023 gather receives + 2 broadcasts (2 x 10 tree, 2 x 1023 chain)
+    assert cost_model.full_round("new", 1024, 1026, 96, 96)["p2p"] == 10 + 2046 + 20
+    assert cost_model.full_round("old", 1024, 1026, 96, 96)["p2p"] == 2046 * 3
 
 
 def test_bad_arguments_are_refused(tmp_path):
