@@ -3,7 +3,7 @@
 measurements of bench/scaling.py (its scaling.csv), and its prediction at large rank counts
 for the old round (ring) and the new one (recursive doubling + binomial tree).
 
-    /usr/bin/python3 bench/cost_model.py scaling-results/scaling.csv
+    /usr/bin/python3 bench/cost_model.py build/scaling/scaling.csv
     /usr/bin/python3 bench/cost_model.py RESULTS.csv --ranks 64,256,1024 --alpha-us 20
 
 Model: t = gamma + alpha_p2p * S_p2p + alpha_gloo * S_gloo + beta * B. S_p2p are sequential

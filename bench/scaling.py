@@ -2,7 +2,7 @@
 """Scaling sweep: kolo-runtime-bench and kolo-bench at several rank counts over Gloo TCP, each
 against Gloo's own ring and halving-doubling allreduce in the same job.
 
-    /usr/bin/python3 bench/scaling.py                          # np 2,4,8,16; local and netns
+    /usr/bin/python3 bench/scaling.py                # np 2,4,8,16; local and netns -> build/scaling
     /usr/bin/python3 bench/scaling.py --quick --np 2 --mode local --out /tmp/s   # CI size
 
 Modes:
@@ -78,11 +78,12 @@ def parse_args(argv):
                    help="run each (mode, np) this many times; every figure is the minimum")
     p.add_argument("--quick", action="store_true",
                    help="CI size: 30 latency iterations, 3 kolo-bench iterations, large 4 KiB")
-    p.add_argument("--out", default="scaling-results", help="directory for csv/json/logs")
+    p.add_argument("--out", help="directory for csv/json/logs (default: <build>/scaling)")
     a = p.parse_args(argv)
     if a.quick:
         a.latency_iters, a.latency_warmup, a.iters, a.warmup = 30, 5, 3, 1
         a.large_bytes = "4K"
+    a.out = a.out or os.path.join(a.build, "scaling")
     a.np = [int(x) for x in a.np.split(",") if x]
     a.mode = [m for m in a.mode.split(",") if m]
     for m in a.mode:
