@@ -111,6 +111,9 @@ def run_job(argv, env, timeout, log_path):
                                 text=True, start_new_session=True)
         try:
             out, _ = proc.communicate(timeout=timeout)
+        except KeyboardInterrupt:  # the job is in its own session: stop it with us
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
