@@ -83,25 +83,38 @@ def add(*feats):
 
 
 # ---- the designs ------------------------------------------------------------------------------
+DESIGNS = ("old", "new", "main")
+
+
 def cached_round(design, n, view):
-    """One round whose ops are all in the response cache: the bit-vector allreduce."""
+    """One round whose ops are all in the response cache: the bit-vector allreduce (with "main",
+    a 4-byte op's payload rides in it: 8 more bytes)."""
     if design == "old":
         return {"p2p": 2 * (n - 1), "bytes": 2.0 * (n - 1) / n * view, "coll": 1}
-    return {"p2p": rd_steps(n), "bytes": rd_steps(n) * view, "coll": 1}
+    extra = 8 if design == "main" else 0
+    return {"p2p": rd_steps(n), "bytes": rd_steps(n) * (view + extra), "coll": 1}
 
 
 def full_round(design, n, view, request, response):
     """A round that negotiates: + gather into rank 0 + two broadcasts of the response list."""
-    gather = {"p2p": 2 * (n - 1), "bytes": (n - 1) * (8 + request), "coll": 2}
+    if design == "main":  # ops::binomialGatherv: ceil(log2 N) steps, N-1 records reach rank 0
+        gather = {"p2p": tree_steps(n), "bytes": (n - 1) * (12 + request), "coll": 1}
+    else:  # direct: a length, then the list, from each of the N-1 others
+        gather = {"p2p": 2 * (n - 1), "bytes": (n - 1) * (8 + request), "coll": 2}
     hops = (n - 1) if design == "old" else tree_steps(n)  # chain vs binomial tree
     bcast = {"p2p": 2 * hops, "bytes": hops * (8 + response), "coll": 2}
     return add(cached_round(design, n, view), gather, bcast)
 
 
 def small_op(design, n, view, rd_data=False):
-    """A cached 4-byte allreduce through the runtime (its collectives' gammas are in gamma_rt)."""
-    data = collective("recursive_doubling" if rd_data else "native", n, 4)
-    f = add(cached_round(design, n, view), data, {"rt": 1})
+    """A cached 4-byte allreduce through the runtime (its collectives' gammas are in gamma_rt).
+    old / new: the round, then Gloo's ring for the data (or kolo's RD with rd_data); main: the
+    data rides in the round (core/piggyback, KOLO_CONTROL_PIGGYBACK_BYTES)."""
+    if design == "main":
+        f = add(cached_round(design, n, view), {"rt": 1})
+    else:
+        data = collective("recursive_doubling" if rd_data else "native", n, 4)
+        f = add(cached_round(design, n, view), data, {"rt": 1})
     f["coll"] = 0
     return f
 
@@ -138,7 +151,9 @@ def points(rows, view):
                                 collective(algo, n, nbytes), t))
         t = num(r.get("runtime_us"))
         if t is not None:
-            out.append((mode, "4 B op through the runtime", n, small_op("new", n, view), t))
+            design = r.get("runtime_design") or "new"
+            out.append((mode, "4 B op through the runtime (%s)" % design, n,
+                        small_op(design, n, view), t))
     return out
 
 
@@ -247,30 +262,29 @@ def report_prediction(a, fits, modes, view, result):
                       dict(base, alpha_p2p_us=a.alpha_us, alpha_gloo_us=a.alpha_us)))
     print("\n## Prediction: a cached round, a full (negotiating) round, and a cached 4-byte "
           "allreduce through the runtime\n")
-    print("Old = ring bit-vector allreduce + chain broadcast; new = recursive doubling + binomial "
-          "tree (today's main). \"new + RD data\": also the 4-byte data allreduce by kolo's "
-          "recursive doubling instead of Gloo's ring. \"network, %g us\": both alphas %g us, "
-          "beta and gammas of the %s fit.\n" % (a.alpha_us, a.alpha_us,
-                                                "netns" if "netns" in fits else modes[0]))
-    print("| alphas from | ranks | cached round old | new | full round old | new | 4 B op old "
-          "| new | new + RD data |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("old = ring bit-vector allreduce, direct gather, chain broadcast; new = recursive "
+          "doubling + binomial-tree broadcast (direct gather; the 4-byte data by Gloo's ring); "
+          "main = new + binomial-tree gather, and a small cached allreduce riding in the round "
+          "(core/piggyback; main's cached round is new's). \"network, %g us\": both alphas %g "
+          "us, beta and gammas of the %s fit.\n" % (a.alpha_us, a.alpha_us,
+                                                  "netns" if "netns" in fits else modes[0]))
+    print("| alphas from | ranks | cached round old | new | full round old | new | main "
+          "| 4 B op old | new | main |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, par in scenarios:
         for n in ranks:
-            feats = [cached_round("old", n, view), cached_round("new", n, view),
-                     full_round("old", n, view, a.request_bytes, a.response_bytes),
-                     full_round("new", n, view, a.request_bytes, a.response_bytes),
-                     small_op("old", n, view), small_op("new", n, view),
-                     small_op("new", n, view, rd_data=True)]
+            feats = [cached_round("old", n, view), cached_round("new", n, view)]
+            feats += [full_round(d, n, view, a.request_bytes, a.response_bytes) for d in DESIGNS]
+            feats += [small_op(d, n, view) for d in DESIGNS]
             vals = [predict(par, f) for f in feats]
             print("| %s | %d | %s |" % (name, n, " | ".join(us(v) for v in vals)))
             result["predictions"].append({"alphas_from": name, "ranks": n, "values_us": dict(zip(
-                ["cached_old", "cached_new", "full_old", "full_new", "op_old", "op_new",
-                 "op_new_rd_data"], vals))})
+                ["cached_old", "cached_new", "full_old", "full_new", "full_main", "op_old",
+                 "op_new", "op_main"], vals))})
     print("\nkolo p2p steps at N: cached round old 2(N-1), new log2 N (+ gamma_coll); a full "
-          "round adds 2(N-1) gather receives and 2(N-1) (old) or 2 log2 N (new) broadcast steps "
-          "(5 gamma_coll in all). The 4-byte op: gamma_rt + the cached round + 2(N-1) Gloo steps "
-          "(Gloo's ring), or + log2 N kolo steps (RD data).")
+          "round adds the gather, 2(N-1) receives (old, new) or log2 N (main), and 2(N-1) (old) "
+          "or 2 log2 N broadcast steps. The 4-byte op: gamma_rt + the cached round + 2(N-1) Gloo "
+          "steps (old, new), or nothing more (main).")
 
 
 def main(argv=None):

@@ -48,7 +48,7 @@ IP = shutil.which("ip") or "/usr/sbin/ip"
 KB_ALGORITHMS = ["ring", "recursive_doubling", "halving_doubling", "auto", "native", "gloo_ring",
                  "gloo_hd"]
 # scaling.csv columns (cost_model.py reads them by name)
-COLUMNS = (["mode", "np", "hosts", "runtime_us", "runtime_p90_us", "gloo_native_us",
+COLUMNS = (["mode", "np", "hosts", "runtime_design", "runtime_us", "runtime_p90_us", "gloo_native_us",
             "kolo_ring_us", "gloo_ring_us", "gloo_hd_us", "large_bytes"] +
            ["kb_small_%s_us" % a for a in KB_ALGORITHMS] +
            ["kb_large_%s_us" % a for a in KB_ALGORITHMS])
@@ -128,6 +128,14 @@ def run_job(argv, env, timeout, log_path):
         return proc.returncode, out
 
 
+def runtime_design():
+    """Which coordinator the measured build has, for cost_model.py: "main" when a small cached
+    allreduce rides in the control round (core/piggyback, KOLO_CONTROL_PIGGYBACK_BYTES, with
+    the binomial-tree request gather), else "new" (recursive-doubling round, then Gloo's ring
+    for the 4-byte data)."""
+    return "main" if os.path.exists(os.path.join(ROOT, "core", "piggyback.cc")) else "new"
+
+
 def job_env(extra=None):
     env = dict(os.environ)
     for name in list(env):  # a clean KOLO_* environment, as the launcher tests use
@@ -179,7 +187,8 @@ def measure(args, launch, np, out_dir, run_index=0):
     tag = "%s_np%d" % (launch.mode, np) + ("_r%d" % run_index if args.repeat > 1 else "")
     prefix, hosts = launch.prefix(np)
     row = {c: "" for c in COLUMNS}
-    row.update({"mode": launch.mode, "np": np, "hosts": hosts, "large_bytes": args.large})
+    row.update({"mode": launch.mode, "np": np, "hosts": hosts, "large_bytes": args.large,
+                "runtime_design": runtime_design()})
     errors = []
 
     sizes = os.path.join(out_dir, "one_element.txt")

@@ -93,6 +93,10 @@ def test_fit_recovers_known_parameters(tmp_path):
     # a full round at 1024: + 2 x 1023 gather receives + 2 broadcasts (2 x 10 tree, 2 x 1023 chain)
     assert cost_model.full_round("new", 1024, 1026, 96, 96)["p2p"] == 10 + 2046 + 20
     assert cost_model.full_round("old", 1024, 1026, 96, 96)["p2p"] == 2046 * 3
+    # main: tree gather (10 steps); the 4-byte op rides in the round (no Gloo steps)
+    assert cost_model.full_round("main", 1024, 1026, 96, 96)["p2p"] == 10 + 10 + 20
+    assert cost_model.small_op("main", 1024, 1026).get("gloo", 0) == 0
+    assert cost_model.small_op("new", 1024, 1026)["gloo"] == 2046
 
 
 def test_bad_arguments_are_refused(tmp_path):
