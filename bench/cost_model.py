@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Alpha-beta cost model of kolo's coordinator round and small-op latency, fitted to the
 measurements of bench/scaling.py (its scaling.csv), and its prediction at large rank counts
-for the old round (ring) and the new one (recursive doubling + binomial tree).
+for the old round (ring), the new one (recursive doubling + binomial tree) and main's (new +
+tree gather + small allreduces carried in the round).
 
     /usr/bin/python3 bench/cost_model.py build/scaling/scaling.csv
     /usr/bin/python3 bench/cost_model.py RESULTS.csv --ranks 64,256,1024 --alpha-us 20
@@ -27,11 +28,15 @@ Message patterns, as in core/coordinator.cc and ops/select.cc (all control traff
                       response broadcast (length, then list): new ops::controlBroadcast =
                       binomial tree, ceil(log2 N) steps each; old ops::broadcast(kRing) =
                       chain, N-1 steps each;
-  rounds:             each control collective also pays gamma_coll (1 call cached, 5 full);
+  rounds:             each control collective also pays gamma_coll (1 cached; 5 full, 4 main);
   4-byte op:          gamma_rt + one cached round (KOLO_TIMELINE_MARK_CYCLES: 211 rounds for
                       209 ops at np 4) + the data allreduce, which ops/select.cc gives to
-                      Gloo's native ring below 4 KiB on Gloo: 2(N-1) Gloo steps (both designs);
-                      "new + RD data" is the what-if with kolo's recursive doubling for it.
+                      Gloo's native ring below 4 KiB on Gloo: 2(N-1) Gloo steps (old, new);
+  main:               new + ops::binomialGatherv for the requests (ceil(log2 N) steps, N-1
+                      records reach rank 0) + core/piggyback: a small cached allreduce rides in
+                      the round's recursive doubling, so the 4-byte op is gamma_rt + the round.
+The runtime's measured points use the design in scaling.csv's runtime_design column ("new" when
+absent).
 """
 
 import argparse
@@ -43,7 +48,6 @@ import sys
 
 KOLO_ALGORITHMS = ("ring", "recursive_doubling", "halving_doubling")  # kolo p2p
 GLOO_ALGORITHMS = ("native", "gloo_ring", "gloo_hd")  # inside Gloo
-FULL_ROUND_CALLS = 5  # bit-vector allreduce, 2 gather exchanges, 2 broadcasts
 # feature -> fitted parameter (us per unit of the feature)
 PARAMS = [("p2p", "alpha_p2p_us"), ("gloo", "alpha_gloo_us"), ("bytes", "beta_us_per_byte"),
           ("coll", "gamma_coll_us"), ("rt", "gamma_rt_us")]
