@@ -109,6 +109,11 @@ Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send,
                      const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                      std::string* usedName = nullptr);
 
+// Whether an allreduce of `bytes` in all may run as t.allreduceSpans (the tensors reduced where
+// they lie, no packing copies): the choice for that size is the transport's native allreduce
+// and the transport has nativeAllreduceSpans (shared memory).
+bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes);
+
 // What the entry point above runs for `bytes` of payload (never kAuto): rule in select.cc.
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 // The timeline name of what the entry point above would run for `bytes` of payload

@@ -1,6 +1,11 @@
 // execute: the data path of one batch. Why it is shaped like this:
 //  - A batch of one tensor skips the fusion buffer (the copies would cost more than they save):
 //    the collective runs in the output tensor itself.
+//  - Where the transport reduces tensors where they lie (shared memory: allreduceSpans), a
+//    fused allreduce skips the fusion buffer too: the segment's staging copies read the inputs
+//    and write the outputs directly, which saves two passes over the batch's bytes (100 x
+//    64 KiB at 2 ranks: about a quarter of the step). Joined ranks (zeros), prescaling (which
+//    would have to write the inputs) and Adasum keep the fusion buffer.
 //  - Scaling happens once on the packed buffer, so fused and unfused ops round identically.
 //  - AVERAGE divides by the set size after the postscale (joined ranks count: they sent zeros).
 //  - ADASUM runs ops/adasum over the packed buffer with the tensors' element counts, so the
@@ -8,6 +13,7 @@
 //    A joined rank's zeros leave the others' vectors unchanged (a zero vector has coefficient 1).
 #include "ops/execute.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -94,6 +100,25 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
       scaleInPlace(dst, counts[i], first.dtype, first.prescale);  // rounds like n > 1
       scaleInPlace(dst, counts[i], first.dtype, post);
     }
+    return Status::ok();
+  }
+  const bool unscaledInputs = first.prescale == 1.0 && first.reduceOp != ReduceOp::kAdasum;
+  const bool everyInput =
+      std::all_of(es.begin(), es.end(), [](const TensorEntry* e) { return e != nullptr; });
+  if (unscaledInputs && everyInput &&
+      spansAllreduceApplies(*ctx.set->transport, *ctx.algorithms, total * elem)) {
+    std::vector<ReduceSpan> spans(rs.size());
+    for (size_t i = 0; i < rs.size(); ++i) {
+      spans[i].in = es[i]->input.data;
+      spans[i].out = es[i]->output.data != nullptr ? es[i]->output.data : es[i]->input.data;
+      spans[i].count = counts[i];
+    }
+    steps.begin(
+        plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllreduce, total * elem));
+    Status s = ctx.set->transport->allreduceSpans(spans, first.dtype, first.reduceOp);
+    steps.end();
+    if (!s.isOk()) return s;
+    for (size_t i = 0; i < rs.size(); ++i) scaleInPlace(spans[i].out, counts[i], first.dtype, post);
     return Status::ok();
   }
   void* buf;

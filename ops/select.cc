@@ -245,6 +245,11 @@ Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType
   return ourChoice(op, t.size(), bytes);
 }
 
+bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes) {
+  return t.capabilities().nativeAllreduceSpans &&
+         selectAlgorithm(t, cfg, OpType::kAllreduce, bytes) == Algorithm::kNative;
+}
+
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
   return stepName(t, op, selectAlgorithm(t, cfg, op, bytes));
 }
