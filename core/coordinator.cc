@@ -12,9 +12,6 @@
 namespace kolo {
 namespace {
 
-// Control-plane tags, far from the algorithms' small tags.
-constexpr uint32_t kTagLength = 0x4b000001;
-constexpr uint32_t kTagPayload = 0x4b000002;
 constexpr size_t kFlagNothingNew = 0;  // 1: nothing this rank must negotiate in full
 constexpr size_t kFlagIdle = 1;        // 1: nothing pending on this rank
 constexpr size_t kFlagCount = 2;
@@ -232,7 +229,8 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
     mine.requests.push_back(e.request);
   });
   std::vector<std::vector<uint8_t>> all;
-  KOLO_RETURN_IF_ERROR(gatherAtRoot(encode(mine), &all));
+  // A binomial tree (ops::controlGather): ceil(log2 N) latencies, not N-1 receives at rank 0.
+  KOLO_RETURN_IF_ERROR(ops::controlGather(*d_.global, encode(mine), 0, &all));
 
   std::vector<uint8_t> answer;
   if (d_.rank == 0) {
@@ -279,33 +277,6 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
     KOLO_RETURN_IF_ERROR(decode(answer.data(), answer.size(), out));
   }
   return Status::ok();
-}
-
-Status Coordinator::gatherAtRoot(const std::vector<uint8_t>& mine,
-                                 std::vector<std::vector<uint8_t>>* all) {
-  Transport& t = *d_.global;
-  uint64_t len = mine.size();
-  if (d_.rank != 0) {
-    KOLO_RETURN_IF_ERROR(t.exchange({sendOp(0, kTagLength, &len, sizeof(len))}));
-    return t.exchange({sendOp(0, kTagPayload, mine.data(), mine.size())});
-  }
-  all->assign(d_.size, {});
-  (*all)[0] = mine;
-  std::vector<uint64_t> lens(d_.size, 0);
-  std::vector<P2POp> ops;
-  for (int r = 1; r < d_.size; ++r) ops.push_back(recvOp(r, kTagLength, &lens[r], sizeof(uint64_t)));
-  KOLO_RETURN_IF_ERROR(t.exchange(ops));
-  ops.clear();
-  for (int r = 1; r < d_.size; ++r) {
-    if (lens[r] > (uint64_t{1} << 32)) {
-      return Status(ErrorCode::kInternal,
-                    "rank " + std::to_string(r) + " announced a " + std::to_string(lens[r]) +
-                        "-byte request list");
-    }
-    (*all)[r].resize(lens[r]);
-    ops.push_back(recvOp(r, kTagPayload, (*all)[r].data(), lens[r]));
-  }
-  return t.exchange(ops);
 }
 
 Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {

@@ -4,7 +4,8 @@
 //   2. runs one MIN-allreduce of that vector over the global transport (a bitwise AND): slots
 //      that are 1 everywhere are ready with no request messages (the cache round);
 //   3. only if some rank has something uncached (or joined, or is shutting down, or rank 0
-//      must fail stalled ops), every rank sends its new requests to rank 0, whose Negotiator
+//      must fail stalled ops), every rank sends its new requests to rank 0 up a binomial tree
+//      (ops::controlGather, ceil(log2 N) steps), and rank 0's Negotiator
 //      validates them and answers the same ordered response list to every rank;
 //   4. plans fusion over the ready responses and executes the batches, completing handles.
 // Every rank runs the same rounds in lockstep, so all ranks execute the same response list.
@@ -72,7 +73,6 @@ class Coordinator {
   Status round();
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
-  Status gatherAtRoot(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);
   void updateCache(const std::vector<Response>& fromNegotiation);
   Status executeAll(const std::vector<Response>& ready);

@@ -90,6 +90,12 @@ Status halvingDoublingAllreduce(Transport& t, void* data, size_t count, DataType
 Status bruckAllgatherv(Transport& t, const void* send, size_t sendBytes, void* recv,
                        const std::vector<size_t>& recvBytes);
 
+// Gathers every rank's `mine` (any length, different per rank) at `root` by a binomial tree
+// (gather.cc): ceil(log2 n) message latencies. On the root, (*all)[r] is rank r's block; `all`
+// is untouched elsewhere (may be null there).
+Status binomialGatherv(Transport& t, const std::vector<uint8_t>& mine, int root,
+                       std::vector<std::vector<uint8_t>>* all);
+
 // ---- selected entry points (select.cc) ----------------------------------------------------------
 // The configured algorithm when it applies to the collective (native only where the transport
 // has it), else the measured choice by size and rank count (select.cc's table, README).
@@ -132,6 +138,9 @@ Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, 
 // In place from root: binomialBroadcast below internal::kTreeBroadcastMaxBytes (64 KiB), the
 // pipelined chain above (a long response list), with the default segment.
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root);
+// Every rank's request list to root: binomialGatherv.
+Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,
+                     std::vector<std::vector<uint8_t>>* all);
 
 // Reducescatter's split of dim0 rows: the first (rows % size) ranks get one extra row.
 std::vector<size_t> evenSplit(size_t rows, int size);

@@ -306,6 +306,11 @@ Status controlBroadcast(Transport& t, void* data, size_t bytes, int root) {
   return p2pBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);
 }
 
+Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,
+                     std::vector<std::vector<uint8_t>>* all) {
+  return binomialGatherv(t, mine, root, all);
+}
+
 Status alltoallv(Transport& t, const AlgorithmConfig& cfg, const void* send,
                  const std::vector<size_t>& sendBytes, void* recv,
                  const std::vector<size_t>& recvBytes, std::string* usedName) {
