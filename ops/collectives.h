@@ -96,6 +96,20 @@ Status bruckAllgatherv(Transport& t, const void* send, size_t sendBytes, void* r
 Status binomialGatherv(Transport& t, const std::vector<uint8_t>& mine, int root,
                        std::vector<std::vector<uint8_t>>* all);
 
+// One independent reduction inside a recursiveDoublingAllreduceRegions buffer: `count` elements
+// of `dtype` at byte `offset`, combined with `op`.
+struct ReduceRegion {
+  size_t offset = 0;
+  size_t count = 0;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+};
+// Recursive doubling over `bytes` of buffer in which each region is reduced with its own dtype
+// and op (bytes outside every region end up as some rank's copy). Each region gets bitwise the
+// result recursiveDoublingAllreduce gives over it alone.
+Status recursiveDoublingAllreduceRegions(Transport& t, void* data, size_t bytes,
+                                         const std::vector<ReduceRegion>& regions);
+
 // ---- selected entry points (select.cc) ----------------------------------------------------------
 // The configured algorithm when it applies to the collective (native only where the transport
 // has it), else the measured choice by size and rank count (select.cc's table, README).
