@@ -264,7 +264,8 @@ std::string Config::toString() const {
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
-    << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
+    << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds
+    << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
     << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << hierarchicalAllreduce
     << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
@@ -279,8 +280,8 @@ std::string Config::toString() const {
     << "\nKOLO_AUTOTUNE_WARMUP_SAMPLES=" << autotune.warmupSamples
     << "\nKOLO_AUTOTUNE_STEPS_PER_SAMPLE=" << autotune.stepsPerSample
     << "\nKOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=" << autotune.maxSamples
-    << "\nKOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=" << autotune.noise << "\nKOLO_TIMELINE=" << timelinePath
-    << "\nKOLO_TIMELINE_MARK_CYCLES=" << timelineMarkCycles
+    << "\nKOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=" << autotune.noise
+    << "\nKOLO_TIMELINE=" << timelinePath << "\nKOLO_TIMELINE_MARK_CYCLES=" << timelineMarkCycles
     << "\nKOLO_TIMELINE_ALL_RANKS=" << timelineAllRanks << "\nKOLO_LOG_LEVEL=" << logLevel << "\n";
   return o.str();
 }

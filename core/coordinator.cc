@@ -340,10 +340,11 @@ void Coordinator::applyTuning(const TuningParams& p) {
   d_.config.algorithms.allreduceCrossovers.hdMinBytes = static_cast<size_t>(p.allreduceHdMinBytes);
   d_.config.algorithms.allreduceCrossovers.ringMinBytes =
       static_cast<size_t>(p.allreduceRingMinBytes);
-  d_.log->info("autotune: round {} applies fusion threshold {} B, cycle time {} ms, allreduce "
-               "halving-doubling from {} B, ring from {} B ({})",
-               rounds_, p.fusionThresholdBytes, p.cycleTimeMs, p.allreduceHdMinBytes,
-               p.allreduceRingMinBytes, p.active ? "searching" : "fixed");
+  d_.log->info(
+      "autotune: round {} applies fusion threshold {} B, cycle time {} ms, allreduce "
+      "halving-doubling from {} B, ring from {} B ({})",
+      rounds_, p.fusionThresholdBytes, p.cycleTimeMs, p.allreduceHdMinBytes,
+      p.allreduceRingMinBytes, p.active ? "searching" : "fixed");
   if (autotune_) autotune_->applied(Clock::now());
 }
 

@@ -9,9 +9,10 @@
 // int32 (counts and string lengths uint32), doubles are IEEE-754 bit patterns in 8 bytes, bools one
 // byte (0 or 1), strings and vectors a uint32 count followed by the elements. Decoding checks
 // every count against the bytes that remain (so a hostile length never triggers a big
-// allocation), every enum against its known values, and rejects trailing bytes. A response list
-// ends with a bool "has tuning" and, when 1, the TuningParams (int64, f64, int64, int64, bool). It checks
+// allocation), every enum against its known values, and rejects trailing bytes. It checks
 // structure only: value ranges (negative dims, ranks outside a set) are the Negotiator's job.
+// A response list ends with a bool "has tuning" and, when 1, the TuningParams (int64, f64,
+// int64, int64, bool).
 #pragma once
 
 #include <cstddef>
@@ -109,7 +110,7 @@ inline OpKey keyOf(const Response& r) { return {r.processSet, r.name}; }
 struct TuningParams {
   int64_t fusionThresholdBytes = 0;
   double cycleTimeMs = 0;
-  int64_t allreduceHdMinBytes = 0;    // ops::AllreduceCrossovers
+  int64_t allreduceHdMinBytes = 0;  // ops::AllreduceCrossovers
   int64_t allreduceRingMinBytes = 0;
   bool active = false;  // false: the search is over, these are the fixed values
   bool operator==(const TuningParams& o) const {
