@@ -50,7 +50,22 @@ struct Config {
 
   // --- algorithms ---------------------------------------------------------------------------
   ops::AlgorithmConfig algorithms;  // KOLO_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,
-                                    //   REDUCESCATTER}_ALGORITHM, KOLO_SEGMENT_BYTES
+                                    //   REDUCESCATTER}_ALGORITHM, KOLO_SEGMENT_BYTES,
+                                    //   KOLO_ALLREDUCE_{HD,RING}_MIN_BYTES (0 = measured table)
+
+  // --- autotune (core/autotune.h): rank 0 searches, every rank applies at the same round ------
+  struct Autotune {
+    bool enabled = false;     // KOLO_AUTOTUNE
+    std::string logPath;      // KOLO_AUTOTUNE_LOG: CSV, one line per sample (rank 0)
+    int warmupSamples = 3;    // KOLO_AUTOTUNE_WARMUP_SAMPLES: discarded samples at the start
+    int stepsPerSample = 10;  // KOLO_AUTOTUNE_STEPS_PER_SAMPLE
+    int maxSamples = 20;      // KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: scored samples, then fixed
+    double noise = 0.8;       // KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (accepted, unused: README)
+    // Knobs the user set explicitly: fixed, never tuned (as in Horovod). The crossovers are also
+    // fixed when KOLO_ALLREDUCE_ALGORITHM names an algorithm (they are not used then).
+    bool fusionThresholdSet = false, cycleTimeSet = false;
+    bool hdMinSet = false, ringMinSet = false;
+  } autotune;
 
   // --- timeline and logging -------------------------------------------------------------------
   std::string timelinePath;         // KOLO_TIMELINE

@@ -30,7 +30,13 @@ std::chrono::nanoseconds seconds(double s) {
 Coordinator::Coordinator(Deps deps)
     : d_(std::move(deps)),
       negotiator_(d_.size, d_.sets),
-      cache_(static_cast<size_t>(d_.config.cacheCapacity)) {}
+      cache_(static_cast<size_t>(d_.config.cacheCapacity)) {
+  if (d_.rank == 0 && d_.config.autotune.enabled) {
+    autotune_ = std::make_unique<Autotuner>(d_.config, d_.size, d_.log);
+    Status s = autotune_->open();
+    if (!s.isOk()) d_.log->warn("autotune runs without a log: {}", s.message());
+  }
+}
 
 Coordinator::~Coordinator() { shutdown(); }
 
@@ -102,6 +108,7 @@ Status Coordinator::round() {
   // The round works on every entry in the queue, also those enqueued while it runs; each
   // one's NEGOTIATE_ begin is written where the round first looks at it (beginNegotiation).
   d_.queue->clearNew();
+  ++rounds_;
 
   std::vector<uint8_t> view;
   KOLO_RETURN_IF_ERROR(exchangeCacheView(&view));
@@ -131,6 +138,7 @@ Status Coordinator::round() {
     ResponseList list;
     KOLO_RETURN_IF_ERROR(negotiateFull(cacheReady, &list));
     updateCache(list.responses);
+    if (list.hasTuning) applyTuning(list.tuning);
     for (auto& r : list.responses) ready.push_back(std::move(r));
     shutdownNow = list.shutdown;
     shutdownReason = list.shutdownReason;
@@ -142,6 +150,7 @@ Status Coordinator::round() {
 
   Status exec = executeAll(ready);
   if (!exec.isOk()) return exec;
+  if (autotune_) autotune_->observe(ready, Clock::now());
   if (shutdownNow) return Status(ErrorCode::kShutdown, shutdownReason);
   return Status::ok();
 }
@@ -201,6 +210,8 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
       if (!d_.sets->get(id, &set) || set.myIndex < 0) (*view)[kFlagCount + bit] = 1;
     }
   }
+  // Rank 0 forces a full round to send new autotune parameters to every rank.
+  if (autotune_ && autotune_->hasProposal()) nothingNew = false;
   // Rank 0 forces a full round when stalled ops must be failed on every rank.
   if (d_.rank == 0 && d_.config.stallCheck && d_.config.stallShutdownSeconds > 0 &&
       !negotiator_.stalled(now, d_.config.stallShutdownSeconds).empty()) {
@@ -265,6 +276,10 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
       for (int r : shutdownRanks) who += (who.empty() ? "" : ", ") + std::to_string(r);
       list.shutdownReason = "kolo was shut down (by rank " + who + ")";
     }
+    if (autotune_ && autotune_->hasProposal()) {
+      list.hasTuning = true;
+      list.tuning = autotune_->takeProposal();
+    }
     answer = encode(list);
   }
   KOLO_RETURN_IF_ERROR(broadcastFromRoot(&answer));
@@ -317,6 +332,20 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
     }
     cache_.put(r, req);
   }
+}
+
+void Coordinator::applyTuning(const TuningParams& p) {
+  d_.config.fusionThresholdBytes = p.fusionThresholdBytes;
+  d_.config.cycleTimeMs = p.cycleTimeMs;
+  d_.config.algorithms.allreduceCrossovers.hdMinBytes = static_cast<size_t>(p.allreduceHdMinBytes);
+  d_.config.algorithms.allreduceCrossovers.ringMinBytes =
+      static_cast<size_t>(p.allreduceRingMinBytes);
+  d_.log->info(
+      "autotune: round {} applies fusion threshold {} B, cycle time {} ms, allreduce "
+      "halving-doubling from {} B, ring from {} B ({})",
+      rounds_, p.fusionThresholdBytes, p.cycleTimeMs, p.allreduceHdMinBytes,
+      p.allreduceRingMinBytes, p.active ? "searching" : "fixed");
+  if (autotune_) autotune_->applied(Clock::now());
 }
 
 void Coordinator::beginNegotiation(TensorEntry& e) {

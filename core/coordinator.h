@@ -16,6 +16,9 @@
 // idle the thread sleeps on a condition variable and only a heartbeat round
 // (KOLO_HEARTBEAT_SECONDS) runs, so an idle runtime costs nothing and a silent peer is still
 // noticed (KOLO_TIMEOUT_SECONDS).
+// Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
+// allreduces; a new parameter set forces a full round and travels in its response list, and
+// every rank applies it in that round before executing (the same round everywhere).
 // Failure: any transport error aborts the runtime; every pending op fails with the first cause
 // (naming the lost rank), later submissions fail at once with it.
 #pragma once
@@ -27,6 +30,7 @@
 #include <set>
 #include <thread>
 
+#include "core/autotune.h"
 #include "core/config.h"
 #include "core/fusion_buffer.h"
 #include "core/log.h"
@@ -88,6 +92,8 @@ class Coordinator {
   // of the sets) and tells the Negotiator and the cache of a removal. *id: the set's id.
   Status changeProcessSet(const Response& r, int32_t* id);
   void finish(const Status& cause);
+  // Every rank, in the round whose response list carries them: the autotuner's knobs.
+  void applyTuning(const TuningParams& p);
 
   Deps d_;
   Negotiator negotiator_;  // used on rank 0 only
@@ -99,6 +105,8 @@ class Coordinator {
   bool globalIdle_ = true;  // last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
+  std::unique_ptr<Autotuner> autotune_;              // rank 0 with KOLO_AUTOTUNE, else null
+  uint64_t rounds_ = 0;                              // rounds run (the same on every rank)
   mutable std::mutex statusMu_;
   Status terminal_;
   std::mutex shutdownMu_;

@@ -37,6 +37,15 @@ bool parseAlgorithm(const std::string& text, Algorithm* out);
 // recursive_doubling / halving_doubling (allreduce), tree (broadcast), bruck (allgather).
 bool appliesTo(Algorithm a, OpType op);
 
+// Where kAuto switches between kolo's own allreduces (when one of ours runs, not a native):
+// recursive doubling below hdMinBytes, halving-doubling from there, the ring from ringMinBytes.
+// 0 = the measured table in select.cc for this rank count. Set by KOLO_ALLREDUCE_HD_MIN_BYTES /
+// KOLO_ALLREDUCE_RING_MIN_BYTES, or by the autotuner (core/autotune.h) while it searches.
+struct AllreduceCrossovers {
+  size_t hdMinBytes = 0;
+  size_t ringMinBytes = 0;
+};
+
 // Which algorithm each collective uses, from Config (KOLO_<OP>_ALGORITHM) and tuning knobs.
 struct AlgorithmConfig {
   Algorithm allreduce = Algorithm::kAuto;
@@ -45,7 +54,11 @@ struct AlgorithmConfig {
   Algorithm alltoall = Algorithm::kAuto;
   Algorithm reducescatter = Algorithm::kAuto;
   size_t segmentBytes = 256 * 1024;  // ring pipeline segment (stays in cache)
+  AllreduceCrossovers allreduceCrossovers;
 };
+
+// The crossovers kAuto uses for `ranks` ranks: `c`'s non-zero fields, the table's elsewhere.
+AllreduceCrossovers effectiveCrossovers(const AllreduceCrossovers& c, int ranks);
 
 // ---- ring / p2p algorithms (ring_*.cc, broadcast.cc, alltoallv.cc, reducescatter.cc) ----------
 // In-place allreduce of `count` elements. kAverage sums (caller scales).
