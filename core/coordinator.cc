@@ -30,7 +30,8 @@ std::chrono::nanoseconds seconds(double s) {
 Coordinator::Coordinator(Deps deps)
     : d_(std::move(deps)),
       negotiator_(d_.size, d_.sets),
-      cache_(static_cast<size_t>(d_.config.cacheCapacity)) {}
+      cache_(static_cast<size_t>(d_.config.cacheCapacity)),
+      hierarchy_(d_.hosts, d_.config.shm != ShmMode::kOff) {}
 
 Coordinator::~Coordinator() { shutdown(); }
 
@@ -90,6 +91,7 @@ void Coordinator::finish(const Status& cause) {
   } else {
     d_.log->error("runtime aborted: {}", cause.toString());
     d_.global->abort(cause);
+    hierarchy_.abort(cause);  // its shared-memory groups do not hear of the global abort
   }
   for (auto& e : d_.queue->removeAll()) {
     endNegotiation(*e);
@@ -343,6 +345,7 @@ Status Coordinator::changeProcessSet(const Response& r, int32_t* id) {
   if (r.type == OpType::kAddProcessSet) return d_.sets->add(ranks, id);
   *id = ranks.empty() ? -1 : ranks[0];
   KOLO_RETURN_IF_ERROR(d_.sets->remove(*id));
+  hierarchy_.erase(*id);
   negotiator_.processSetRemoved(*id);
   for (uint32_t bit : cache_.bitsInUse()) {
     if (cache_.response(bit).processSet == *id) cache_.erase(keyOf(cache_.response(bit)));
@@ -408,7 +411,8 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
         d_.timeline->opStart(displayName(keyOf(ready[i])), ready[i].type);
       }
     }
-    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device};
+    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device,
+                         &hierarchy_};
     Status s = ops::execute(ctx, rs, es);
     for (size_t k = 0; k < rs.size(); ++k) {
       if (es[k] == nullptr) continue;

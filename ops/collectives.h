@@ -37,6 +37,12 @@ bool parseAlgorithm(const std::string& text, Algorithm* out);
 // recursive_doubling / halving_doubling (allreduce), tree (broadcast), bruck (allgather).
 bool appliesTo(Algorithm a, OpType op);
 
+// KOLO_HIERARCHICAL_ALLREDUCE for host tensors (ops/hierarchical.h): kAuto (unset) takes the
+// hierarchical allreduce where the set's topology has it and the measured rule says it pays;
+// kOn / kOff force it (kOn still needs a topology it fits).
+enum class Hierarchical { kAuto = 0, kOn = 1, kOff = 2 };
+const char* toString(Hierarchical h);  // "auto", "on", "off"
+
 // Which algorithm each collective uses, from Config (KOLO_<OP>_ALGORITHM) and tuning knobs.
 struct AlgorithmConfig {
   Algorithm allreduce = Algorithm::kAuto;
@@ -45,6 +51,7 @@ struct AlgorithmConfig {
   Algorithm alltoall = Algorithm::kAuto;
   Algorithm reducescatter = Algorithm::kAuto;
   size_t segmentBytes = 256 * 1024;  // ring pipeline segment (stays in cache)
+  Hierarchical hierarchicalAllreduce = Hierarchical::kAuto;
 };
 
 // ---- ring / p2p algorithms (ring_*.cc, broadcast.cc, alltoallv.cc, reducescatter.cc) ----------
