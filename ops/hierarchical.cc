@@ -83,7 +83,7 @@ Status buildHostGroups(Transport& set, const HostLayout& layout, int32_t setId,
                "buildHostGroups: this rank is in no local or no cross group");
   g->local->setTimeout(set.timeout());
   g->cross->setTimeout(set.timeout());
-  if (sharedMemory && !g->local->capabilities().sharedMemory) {
+  if (sharedMemory && std::strcmp(g->local->name(), "shm") != 0) {
     std::unique_ptr<Transport> shm;
     Status s = createShmTransport(&g->local, ShmOptions(), &shm);
     if (s.isOk()) {
