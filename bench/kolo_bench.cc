@@ -369,7 +369,8 @@ int run(const Options& o) {
     if (s.isOk() && !ops::hierarchicalFits(layout)) {
       s = Status(ErrorCode::kInvalidArgument,
                  "--hierarchical needs several hosts with equal numbers (> 1) of ranks; this job "
-                 "has " + std::to_string(layout.hosts) + " host(s) (KOLO_HOSTNAME)");
+                 "has " +
+                     std::to_string(layout.hosts) + " host(s) (KOLO_HOSTNAME)");
     }
     if (s.isOk()) {
       s = ops::buildHostGroups(t, layout, 1 << 20, job.config.shm != ShmMode::kOff, &groups);
@@ -378,8 +379,7 @@ int run(const Options& o) {
     runner.setHierarchy(groups.get());
     if (leader) {
       std::printf("# hierarchical allreduce: %d hosts x %zu ranks, local %s, cross %s\n",
-                  layout.hosts, layout.local.size(), groups->local->name(),
-                  groups->cross->name());
+                  layout.hosts, layout.local.size(), groups->local->name(), groups->cross->name());
     }
   }
   const Capabilities caps = t.capabilities();

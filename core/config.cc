@@ -209,12 +209,12 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(env.getDouble("HEARTBEAT_SECONDS", 0.001, 3600, &c.heartbeatSeconds));
   // Unset: auto for host tensors (ops/hierarchical.h), off for CUDA tensors; set: forced.
   std::string hierarchical;
-  KOLO_RETURN_IF_ERROR(env.getChoice(
-      "HIERARCHICAL_ALLREDUCE",
-      {"auto", "1", "true", "yes", "on", "0", "false", "no", "off"}, &hierarchical));
+  KOLO_RETURN_IF_ERROR(env.getChoice("HIERARCHICAL_ALLREDUCE",
+                                     {"auto", "1", "true", "yes", "on", "0", "false", "no", "off"},
+                                     &hierarchical));
   if (!hierarchical.empty() && hierarchical != "auto") {
-    c.hierarchicalAllreduce =
-        hierarchical == "1" || hierarchical == "true" || hierarchical == "yes" || hierarchical == "on";
+    c.hierarchicalAllreduce = hierarchical == "1" || hierarchical == "true" ||
+                              hierarchical == "yes" || hierarchical == "on";
     c.algorithms.hierarchicalAllreduce =
         c.hierarchicalAllreduce ? ops::Hierarchical::kOn : ops::Hierarchical::kOff;
   }

@@ -411,8 +411,8 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
         d_.timeline->opStart(displayName(keyOf(ready[i])), ready[i].type);
       }
     }
-    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device,
-                         &hierarchy_};
+    ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device};
+    ctx.hierarchy = &hierarchy_;
     Status s = ops::execute(ctx, rs, es);
     for (size_t k = 0; k < rs.size(); ++k) {
       if (es[k] == nullptr) continue;

@@ -54,7 +54,7 @@ class Coordinator {
     TensorQueue* queue = nullptr;     // not owned
     Timeline* timeline = nullptr;     // not owned, may be null
     ops::DeviceExecutor* device = nullptr;  // not owned; null without a CUDA/NCCL path
-    std::vector<std::string> hosts;  // every global rank's host name (empty: unknown)
+    std::vector<std::string> hosts;         // every global rank's host name (empty: unknown)
     Logger log;
   };
 

@@ -166,8 +166,7 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
     HostGroups* groups = nullptr;
     s = ctx.hierarchy->groups(*ctx.set, &groups);
     if (s.isOk()) {
-      s = hierarchicalAllreduce(*groups, *ctx.algorithms, buf, total, first.dtype,
-                                first.reduceOp);
+      s = hierarchicalAllreduce(*groups, *ctx.algorithms, buf, total, first.dtype, first.reduceOp);
     }
   } else {
     steps.begin(

@@ -52,13 +52,13 @@ bool useHierarchical(const AlgorithmConfig& cfg, const HostLayout& layout, size_
   return cfg.allreduce == Algorithm::kAuto && bytes >= kHierarchicalMinBytes;
 }
 
-Status buildHostGroups(Transport& set, const HostLayout& layout, int32_t setId,
-                       bool sharedMemory, std::unique_ptr<HostGroups>* out) {
+Status buildHostGroups(Transport& set, const HostLayout& layout, int32_t setId, bool sharedMemory,
+                       std::unique_ptr<HostGroups>* out) {
   KOLO_REQUIRE(out != nullptr, kInvalidArgument, "buildHostGroups: null output");
   KOLO_REQUIRE(hierarchicalFits(layout), kInvalidArgument,
                "buildHostGroups: the set's layout has no hierarchy (" +
-                   std::to_string(layout.hosts) + " hosts, " +
-                   std::to_string(layout.local.size()) + " members on this one)");
+                   std::to_string(layout.hosts) + " hosts, " + std::to_string(layout.local.size()) +
+                   " members on this one)");
   out->reset();
   auto g = std::make_unique<HostGroups>();
   g->layout = layout;

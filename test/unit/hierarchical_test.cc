@@ -3,6 +3,8 @@
 // itself on host groups built with and without shared memory, for placements whose cross lists
 // are not in rank order, counts of 0, 1, fewer than the local size and large; integer sums
 // exact, float sums the same bits on every rank.
+#include "ops/hierarchical.h"
+
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <map>
@@ -11,7 +13,6 @@
 #include <vector>
 
 #include "core/config.h"
-#include "ops/hierarchical.h"
 #include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
@@ -126,8 +127,8 @@ TEST_CASE("hierarchical allreduce over loopback: exact integers, same float bits
       std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
       std::vector<float> f(100003);
       for (float& x : f) x = dist(gen);
-      KOLO_RETURN_IF_ERROR(
-          hierarchicalAllreduce(*g, cfg, f.data(), f.size(), DataType::kFloat32, ReduceOp::kAverage));
+      KOLO_RETURN_IF_ERROR(hierarchicalAllreduce(*g, cfg, f.data(), f.size(), DataType::kFloat32,
+                                                 ReduceOp::kAverage));
       floats[static_cast<size_t>(r)] = std::move(f);
       return Status::ok();
     }));
