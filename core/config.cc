@@ -207,7 +207,17 @@ Status Config::fromEnvironment(Config* out,
       env.getDouble("STALL_SHUTDOWN_TIME_SECONDS", 0, 1e7, &c.stallShutdownSeconds));
   KOLO_RETURN_IF_ERROR(env.getDouble("TIMEOUT_SECONDS", 0.1, 1e7, &c.timeoutSeconds));
   KOLO_RETURN_IF_ERROR(env.getDouble("HEARTBEAT_SECONDS", 0.001, 3600, &c.heartbeatSeconds));
-  KOLO_RETURN_IF_ERROR(env.getBool("HIERARCHICAL_ALLREDUCE", &c.hierarchicalAllreduce));
+  // Unset: auto for host tensors (ops/hierarchical.h), off for CUDA tensors; set: forced.
+  std::string hierarchical;
+  KOLO_RETURN_IF_ERROR(env.getChoice("HIERARCHICAL_ALLREDUCE",
+                                     {"auto", "1", "true", "yes", "on", "0", "false", "no", "off"},
+                                     &hierarchical));
+  if (!hierarchical.empty() && hierarchical != "auto") {
+    c.hierarchicalAllreduce = hierarchical == "1" || hierarchical == "true" ||
+                              hierarchical == "yes" || hierarchical == "on";
+    c.algorithms.hierarchicalAllreduce =
+        c.hierarchicalAllreduce ? ops::Hierarchical::kOn : ops::Hierarchical::kOff;
+  }
   KOLO_RETURN_IF_ERROR(env.getBool("ASYNC_COMPLETION", &c.asyncCompletion,
                                    {"HOROVOD_ENABLE_ASYNC_COMPLETION"}));
 
@@ -264,9 +274,8 @@ std::string Config::toString() const {
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
-    << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds
-    << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
-    << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << hierarchicalAllreduce
+    << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
+    << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << ops::toString(algorithms.hierarchicalAllreduce)
     << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
     << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)

@@ -44,7 +44,8 @@ struct Config {
   double stallShutdownSeconds = 1800;  // KOLO_STALL_SHUTDOWN_TIME_SECONDS: fail stalled ops (0 = never)
   double timeoutSeconds = 30;                  // KOLO_TIMEOUT_SECONDS: a silent peer is lost
   double heartbeatSeconds = 1.0;               // KOLO_HEARTBEAT_SECONDS: idle round cadence
-  bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE
+  bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE=1 (CUDA tensors;
+                                               //   host tensors: algorithms.hierarchicalAllreduce)
   bool asyncCompletion = false;                // KOLO_ASYNC_COMPLETION (HOROVOD_ENABLE_ASYNC_
                                                //   COMPLETION): CUDA ops complete when queued
 

@@ -30,7 +30,8 @@ std::chrono::nanoseconds seconds(double s) {
 Coordinator::Coordinator(Deps deps)
     : d_(std::move(deps)),
       negotiator_(d_.size, d_.sets),
-      cache_(static_cast<size_t>(d_.config.cacheCapacity)) {
+      cache_(static_cast<size_t>(d_.config.cacheCapacity)),
+      hierarchy_(d_.hosts, d_.config.shm != ShmMode::kOff) {
   if (d_.rank == 0 && d_.config.autotune.enabled) {
     autotune_ = std::make_unique<Autotuner>(d_.config, d_.size, d_.log);
     Status s = autotune_->open();
@@ -96,6 +97,7 @@ void Coordinator::finish(const Status& cause) {
   } else {
     d_.log->error("runtime aborted: {}", cause.toString());
     d_.global->abort(cause);
+    hierarchy_.abort(cause);  // its shared-memory groups do not hear of the global abort
   }
   for (auto& e : d_.queue->removeAll()) {
     endNegotiation(*e);
@@ -372,6 +374,7 @@ Status Coordinator::changeProcessSet(const Response& r, int32_t* id) {
   if (r.type == OpType::kAddProcessSet) return d_.sets->add(ranks, id);
   *id = ranks.empty() ? -1 : ranks[0];
   KOLO_RETURN_IF_ERROR(d_.sets->remove(*id));
+  hierarchy_.erase(*id);
   negotiator_.processSetRemoved(*id);
   for (uint32_t bit : cache_.bitsInUse()) {
     if (cache_.response(bit).processSet == *id) cache_.erase(keyOf(cache_.response(bit)));
@@ -438,6 +441,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       }
     }
     ops::ExecContext ctx{&set, &d_.config.algorithms, &fusion_, d_.timeline, d_.device};
+    ctx.hierarchy = &hierarchy_;
     Status s = ops::execute(ctx, rs, es);
     for (size_t k = 0; k < rs.size(); ++k) {
       if (es[k] == nullptr) continue;

@@ -38,6 +38,7 @@
 #include "core/process_set.h"
 #include "core/response_cache.h"
 #include "core/tensor_queue.h"
+#include "ops/hierarchical.h"
 #include "transport/transport.h"
 
 namespace kolo {
@@ -57,6 +58,7 @@ class Coordinator {
     TensorQueue* queue = nullptr;     // not owned
     Timeline* timeline = nullptr;     // not owned, may be null
     ops::DeviceExecutor* device = nullptr;  // not owned; null without a CUDA/NCCL path
+    std::vector<std::string> hosts;         // every global rank's host name (empty: unknown)
     Logger log;
   };
 
@@ -99,6 +101,7 @@ class Coordinator {
   Negotiator negotiator_;  // used on rank 0 only
   ResponseCache cache_;
   FusionBuffer fusion_;
+  ops::HierarchyCache hierarchy_;  // host allreduces across hosts (ops/hierarchical.h)
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};

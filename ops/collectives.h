@@ -45,6 +45,11 @@ struct AllreduceCrossovers {
   size_t hdMinBytes = 0;
   size_t ringMinBytes = 0;
 };
+// KOLO_HIERARCHICAL_ALLREDUCE for host tensors (ops/hierarchical.h): kAuto (unset) takes the
+// hierarchical allreduce where the set's topology has it and the measured rule says it pays;
+// kOn / kOff force it (kOn still needs a topology it fits).
+enum class Hierarchical { kAuto = 0, kOn = 1, kOff = 2 };
+const char* toString(Hierarchical h);  // "auto", "on", "off"
 
 // Which algorithm each collective uses, from Config (KOLO_<OP>_ALGORITHM) and tuning knobs.
 struct AlgorithmConfig {
@@ -55,6 +60,7 @@ struct AlgorithmConfig {
   Algorithm reducescatter = Algorithm::kAuto;
   size_t segmentBytes = 256 * 1024;  // ring pipeline segment (stays in cache)
   AllreduceCrossovers allreduceCrossovers;
+  Hierarchical hierarchicalAllreduce = Hierarchical::kAuto;
 };
 
 // The crossovers kAuto uses for `ranks` ranks: `c`'s non-zero fields, the table's elsewhere.

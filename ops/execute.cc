@@ -11,6 +11,8 @@
 //  - ADASUM runs ops/adasum over the packed buffer with the tensors' element counts, so the
 //    dot products and norms are per tensor, not per buffer; pre/postscale apply as for a sum.
 //    A joined rank's zeros leave the others' vectors unchanged (a zero vector has coefficient 1).
+//  - Other allreduces take ops/hierarchical (timeline step HIERARCHICAL_ALLREDUCE) when the set
+//    spans several hosts with equal member counts and its rule says so; scaling stays here.
 #include "ops/execute.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "ops/adasum.h"
 #include "ops/device_executor.h"
+#include "ops/hierarchical.h"
 #include "ops/reduce_cpu.h"
 #include "timeline/timeline.h"
 
@@ -79,6 +82,13 @@ Status allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, size_t 
 
 void copyBytes(void* dst, const void* src, size_t n) {
   if (n > 0 && dst != src) std::memcpy(dst, src, n);
+}
+
+// Whether a (non-Adasum) allreduce of `bytes` takes ops/hierarchical's path on this set.
+bool hierarchical(const ExecContext& ctx, size_t bytes) {
+  if (ctx.hierarchy == nullptr || bytes == 0) return false;
+  const HostLayout* layout = ctx.hierarchy->layout(*ctx.set);
+  return layout != nullptr && useHierarchical(*ctx.algorithms, *layout, bytes);
 }
 
 Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& rs,
@@ -151,6 +161,13 @@ Status runAllreduce(const ExecContext& ctx, const std::vector<const Response*>& 
   if (first.reduceOp == ReduceOp::kAdasum) {
     steps.begin("ADASUM_ALLREDUCE");
     s = adasumAllreduce(*ctx.set->transport, buf, counts, first.dtype);
+  } else if (hierarchical(ctx, total * elem)) {
+    steps.begin("HIERARCHICAL_ALLREDUCE");
+    HostGroups* groups = nullptr;
+    s = ctx.hierarchy->groups(*ctx.set, &groups);
+    if (s.isOk()) {
+      s = hierarchicalAllreduce(*groups, *ctx.algorithms, buf, total, first.dtype, first.reduceOp);
+    }
   } else {
     steps.begin(
         plannedStep(*ctx.set->transport, *ctx.algorithms, OpType::kAllreduce, total * elem));

@@ -51,6 +51,18 @@ const char* toString(Algorithm a) {
   return "unknown-algorithm";
 }
 
+const char* toString(Hierarchical h) {
+  switch (h) {
+    case Hierarchical::kAuto:
+      return "auto";
+    case Hierarchical::kOn:
+      return "on";
+    case Hierarchical::kOff:
+      return "off";
+  }
+  return "unknown-hierarchical";
+}
+
 bool parseAlgorithm(const std::string& text, Algorithm* out) {
   std::string lower(text);
   std::transform(lower.begin(), lower.end(), lower.begin(),

@@ -231,9 +231,14 @@ def test_help_describes_what_the_runtime_does():
     cycle = _help_of("--cycle-time-ms")
     assert "gather" not in cycle.replace("nothing waits to gather", "")
     assert "starts at once when an op is enqueued" in cycle
-    # The hierarchical allreduce is reduce-scatter / cross allreduce / allgather (NCCL path).
+    # The hierarchical allreduce is reduce-scatter / cross allreduce / allgather, for CPU tensors
+    # (shared memory, on by default where the topology has it) and CUDA tensors (NCCL, forced).
     hier = _help_of("--hierarchical-allreduce")
     assert "broadcast" not in hier and "reduce-scatter" in hier and "allgather" in hier
+    assert "shared memory for CPU tensors" in hier and "CPU tensors take it by themselves" in hier
+    assert "CPU tensors are not affected" not in hier
+    no_hier = _help_of("--no-hierarchical-allreduce")
+    assert "CPU and CUDA tensors" in no_hier and "KOLO_HIERARCHICAL_ALLREDUCE=0" in no_hier
     stall = _help_of("--stall-check-shutdown-time-seconds")
     assert "runtime default 1800" in stall and "default 0" not in stall
 

@@ -215,13 +215,15 @@ OPTIONS = [
         "horovodrun's flag to re-run its cached start-up checks every time; kolorun caches "
         "none, so it has no effect (the response cache is --cache-capacity 0)"),
     Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
-        "CUDA tensors: NCCL reduce-scatter among the ranks of each host, allreduce of each "
-        "rank's shard across hosts (over the CPU transport), NCCL allgather within the host "
-        "(hosts with unequal rank counts keep the flat NCCL allreduce); CPU tensors are not "
-        "affected; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
+        "force the hierarchical allreduce where the hosts hold equal numbers (> 1) of a process "
+        "set's ranks: reduce-scatter among the ranks of each host (shared memory for CPU "
+        "tensors, NCCL for CUDA tensors), allreduce of each rank's shard across hosts, allgather "
+        "within the host. Without either flag CPU tensors take it by themselves on such "
+        "topologies (README \"Algorithm choice\") and CUDA tensors do not; other topologies "
+        "keep the flat allreduce; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
     Opt(("--no-hierarchical-allreduce",), "no_hierarchical", "flag", None, G_TUNE,
-        "CUDA tensors: one flat NCCL allreduce over every rank even if the environment asks "
-        "for hierarchical; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
+        "one flat allreduce over every rank of the set, for CPU and CUDA tensors, even where the "
+        "topology has hosts with several ranks; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
     Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
         "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE, "
         "written by rank 0 (KOLO_TIMELINE_ALL_RANKS=1: every rank, to FILE.<rank>.json); sets "
