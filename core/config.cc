@@ -199,6 +199,8 @@ Status Config::fromEnvironment(Config* out,
                                   &c.fusionDirectBytes));
   KOLO_RETURN_IF_ERROR(env.getDouble("CYCLE_TIME", 0, 60000, &c.cycleTimeMs));
   KOLO_RETURN_IF_ERROR(env.getInt("CACHE_CAPACITY", 0, 1 << 20, &c.cacheCapacity));
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("CONTROL_PIGGYBACK_BYTES", int64_t{0}, int64_t{1} << 20, &c.controlPiggybackBytes));
   bool stallDisable = false;
   KOLO_RETURN_IF_ERROR(env.getBool("STALL_CHECK_DISABLE", &stallDisable));
   c.stallCheck = !stallDisable;
@@ -271,7 +273,8 @@ std::string Config::toString() const {
     << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm)
     << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
-    << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
+    << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity
+    << "\nKOLO_CONTROL_PIGGYBACK_BYTES=" << controlPiggybackBytes << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
     << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds

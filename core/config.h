@@ -39,6 +39,8 @@ struct Config {
                                                //   the fusion buffer (0 = fuse whatever fits)
   double cycleTimeMs = 1.0;                    // KOLO_CYCLE_TIME
   int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
+  int64_t controlPiggybackBytes = 4096;        // KOLO_CONTROL_PIGGYBACK_BYTES: small cached
+                                               //   allreduces ride in the control round (0 = off)
   bool stallCheck = true;                      // KOLO_STALL_CHECK_DISABLE=1 turns it off
   double stallCheckSeconds = 60;               // KOLO_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 1800;  // KOLO_STALL_SHUTDOWN_TIME_SECONDS: fail stalled ops (0 = never)

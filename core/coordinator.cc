@@ -7,6 +7,7 @@
 #include "ops/collectives.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
+#include "ops/hierarchical.h"
 #include "timeline/timeline.h"
 
 namespace kolo {
@@ -121,8 +122,12 @@ Status Coordinator::round() {
   std::set<OpKey> cacheReady;
   for (uint32_t bit : cache_.bitsInUse()) {
     if (view[kFlagCount + bit] == 1) {
-      ready.push_back(cache_.response(bit));
-      cacheReady.insert(keyOf(ready.back()));
+      cacheReady.insert(keyOf(cache_.response(bit)));
+      if (piggy_.carries(bit)) {
+        deliverPiggyback(bit, view);  // reduced in the view's own pass
+      } else {
+        ready.push_back(cache_.response(bit));
+      }
       cache_.touch(bit);  // the same touches in the same order on every rank
     }
   }
@@ -184,7 +189,12 @@ void Coordinator::warnStalled(Clock::time_point now) {
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   const auto now = Clock::now();
   const auto announceAfter = seconds(d_.config.heartbeatSeconds);
-  view->assign(kFlagCount + cache_.capacity(), 0);
+  // [flags][one byte per cache slot] (MIN), then from an 8-byte boundary the piggyback payload.
+  const size_t viewBytes = kFlagCount + cache_.capacity();
+  piggy_.plan(cache_, static_cast<size_t>(d_.config.controlPiggybackBytes), d_.size,
+              [this](size_t bytes) { return piggybackFits(bytes); });
+  payloadAt_ = (viewBytes + 7) / 8 * 8;
+  view->assign(piggy_.payloadBytes() > 0 ? payloadAt_ + piggy_.payloadBytes() : viewBytes, 0);
   bool nothingNew = !shutdownRequested_;
   bool idle = !shutdownRequested_;
   bool joined = false;
@@ -195,7 +205,10 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     uint32_t bit = 0;
     // Grouped members always go through the Negotiator, which releases a group as a whole.
     auto hit = e.request.groupSize > 0 ? ResponseCache::Lookup::kMiss : cache_.lookup(e.request, &bit);
-    if (hit == ResponseCache::Lookup::kHit) (*view)[kFlagCount + bit] = 1;
+    if (hit == ResponseCache::Lookup::kHit) {
+      (*view)[kFlagCount + bit] = 1;
+      if (piggy_.carries(bit)) piggy_.fill(bit, e, cache_.response(bit), view->data() + payloadAt_);
+    }
     if (!e.announced && (hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
       nothingNew = false;
     }
@@ -203,7 +216,7 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   if (joined) {
     // A joined rank takes part through full negotiation only (it has no entries to match).
     nothingNew = false;
-    std::fill(view->begin() + kFlagCount, view->end(), 0);
+    std::fill(view->begin() + kFlagCount, view->begin() + viewBytes, 0);
   } else {
     // Slots of sets this rank is not in must not hold the others back.
     for (uint32_t bit : cache_.bitsInUse()) {
@@ -227,8 +240,43 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   // (a transport's native collective, Gloo's, reports only a socket address). They are the
   // latency-optimal ones (ops::controlAllreduce: recursive doubling; ops::controlBroadcast: a
   // binomial tree), so a round costs ceil(log2 N) message latencies rather than the ring's 2 (N-1).
-  return ops::controlAllreduce(*d_.global, view->data(), view->size(), DataType::kUInt8,
-                              ReduceOp::kMin);
+  if (piggy_.payloadBytes() == 0) {
+    return ops::controlAllreduce(*d_.global, view->data(), view->size(), DataType::kUInt8,
+                                 ReduceOp::kMin);
+  }
+  // The same recursive doubling, with the piggyback's SUM regions beside the MIN bytes.
+  std::vector<ops::ReduceRegion> regions{{0, viewBytes, DataType::kUInt8, ReduceOp::kMin}};
+  piggy_.regions(payloadAt_, &regions);
+  return ops::recursiveDoublingAllreduceRegions(*d_.global, view->data(), view->size(), regions);
+}
+
+bool Coordinator::piggybackFits(size_t bytes) {
+  ProcessSet set;
+  if (!d_.sets->get(0, &set) || set.transport == nullptr) return false;
+  // Over shared memory the control round costs microseconds and the data path is the native
+  // rank-order fold: nothing to save, and the piggyback's tree would change the bits.
+  if (set.transport->capabilities().sharedMemory) return false;
+  const ops::HostLayout* layout = hierarchy_.layout(set);
+  return layout == nullptr || !ops::useHierarchical(d_.config.algorithms, *layout, bytes);
+}
+
+void Coordinator::deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control) {
+  const Response& r = cache_.response(bit);
+  const OpKey key = keyOf(r);
+  TensorEntry* e = d_.queue->find(key);
+  if (e == nullptr) return;  // cannot be: the view byte says it is pending here
+  endNegotiation(*e);
+  const std::string name = displayName(key);
+  if (d_.timeline) {
+    d_.timeline->opStart(name, r.type);
+    d_.timeline->activityStart(name, "CONTROL_PIGGYBACK_ALLREDUCE");
+  }
+  piggy_.deliver(bit, control.data() + payloadAt_, r, *e);
+  if (d_.timeline) {
+    d_.timeline->activityEnd(name);
+    d_.timeline->opEnd(name, r.dtype, r.shape);
+  }
+  completeEntry(key, Status::ok());
 }
 
 Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out) {

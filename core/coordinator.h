@@ -2,7 +2,9 @@
 //   1. drains this rank's new ops and computes its view: a byte per response-cache slot (1 =
 //      "pending here, cached"), plus "nothing new to negotiate" and "idle" flags;
 //   2. runs one MIN-allreduce of that vector over the global transport (a bitwise AND): slots
-//      that are 1 everywhere are ready with no request messages (the cache round);
+//      that are 1 everywhere are ready with no request messages (the cache round); the same
+//      pass sums the payload of small cached allreduces (core/piggyback.h), which then complete
+//      without a data step;
 //   3. only if some rank has something uncached (or joined, or is shutting down, or rank 0
 //      must fail stalled ops), every rank sends its new requests to rank 0 up a binomial tree
 //      (ops::controlGather, ceil(log2 N) steps), and rank 0's Negotiator
@@ -35,6 +37,7 @@
 #include "core/fusion_buffer.h"
 #include "core/log.h"
 #include "core/negotiator.h"
+#include "core/piggyback.h"
 #include "core/process_set.h"
 #include "core/response_cache.h"
 #include "core/tensor_queue.h"
@@ -90,6 +93,11 @@ class Coordinator {
   void warnStalled(Clock::time_point now);
   void endNegotiation(TensorEntry& e);
   void completeEntry(const OpKey& key, const Status& s);
+  // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
+  // the global transport is not shared memory and the data path would not be hierarchical.
+  bool piggybackFits(size_t bytes);
+  // Completes the carried op of cache slot `bit` from the reduced control buffer.
+  void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);
   // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
   // of the sets) and tells the Negotiator and the cache of a removal. *id: the set's id.
   Status changeProcessSet(const Response& r, int32_t* id);
@@ -102,6 +110,8 @@ class Coordinator {
   ResponseCache cache_;
   FusionBuffer fusion_;
   ops::HierarchyCache hierarchy_;  // host allreduces across hosts (ops/hierarchical.h)
+  Piggyback piggy_;                // this round's small cached allreduces in the control buffer
+  size_t payloadAt_ = 0;           // where piggy_'s payload starts in the control buffer
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
