@@ -191,8 +191,9 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   const auto announceAfter = seconds(d_.config.heartbeatSeconds);
   // [flags][one byte per cache slot] (MIN), then from an 8-byte boundary the piggyback payload.
   const size_t viewBytes = kFlagCount + cache_.capacity();
-  piggy_.plan(cache_, static_cast<size_t>(d_.config.controlPiggybackBytes), d_.size,
-              [this](size_t bytes) { return piggybackFits(bytes); });
+  const auto rule = d_.config.controlPiggybackBytes > 0 ? piggybackRule() : nullptr;
+  piggy_.plan(cache_, rule ? static_cast<size_t>(d_.config.controlPiggybackBytes) : 0, d_.size,
+              rule);
   payloadAt_ = (viewBytes + 7) / 8 * 8;
   view->assign(piggy_.payloadBytes() > 0 ? payloadAt_ + piggy_.payloadBytes() : viewBytes, 0);
   bool nothingNew = !shutdownRequested_;
@@ -250,14 +251,19 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   return ops::recursiveDoublingAllreduceRegions(*d_.global, view->data(), view->size(), regions);
 }
 
-bool Coordinator::piggybackFits(size_t bytes) {
+std::function<bool(size_t)> Coordinator::piggybackRule() {
   ProcessSet set;
-  if (!d_.sets->get(0, &set) || set.transport == nullptr) return false;
   // Over shared memory the control round costs microseconds and the data path is the native
   // rank-order fold: nothing to save, and the piggyback's tree would change the bits.
-  if (set.transport->capabilities().sharedMemory) return false;
+  if (!d_.sets->get(0, &set) || set.transport == nullptr ||
+      set.transport->capabilities().sharedMemory) {
+    return nullptr;
+  }
   const ops::HostLayout* layout = hierarchy_.layout(set);
-  return layout == nullptr || !ops::useHierarchical(d_.config.algorithms, *layout, bytes);
+  const ops::AlgorithmConfig* algorithms = &d_.config.algorithms;
+  return [layout, algorithms](size_t bytes) {
+    return layout == nullptr || !ops::useHierarchical(*algorithms, *layout, bytes);
+  };
 }
 
 void Coordinator::deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control) {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,8 +95,9 @@ class Coordinator {
   void endNegotiation(TensorEntry& e);
   void completeEntry(const OpKey& key, const Status& s);
   // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
-  // the global transport is not shared memory and the data path would not be hierarchical.
-  bool piggybackFits(size_t bytes);
+  // the global transport is not shared memory (null rule: none may) and the data path would not
+  // be hierarchical. Valid for the round it is taken in.
+  std::function<bool(size_t)> piggybackRule();
   // Completes the carried op of cache slot `bit` from the reduced control buffer.
   void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);
   // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
