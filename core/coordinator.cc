@@ -120,17 +120,20 @@ Status Coordinator::round() {
   // Slots set on every rank are ready without negotiation, in slot order (same everywhere).
   std::vector<Response> ready;
   std::set<OpKey> cacheReady;
+  std::vector<uint32_t> carried;  // reduced in the view's own pass
   for (uint32_t bit : cache_.bitsInUse()) {
     if (view[kFlagCount + bit] == 1) {
       cacheReady.insert(keyOf(cache_.response(bit)));
       if (piggy_.carries(bit)) {
-        deliverPiggyback(bit, view);  // reduced in the view's own pass
+        carried.push_back(bit);
       } else {
         ready.push_back(cache_.response(bit));
       }
       cache_.touch(bit);  // the same touches in the same order on every rank
     }
   }
+  // Last to first, as executeAll completes a batch: one wake-up for a caller waiting in order.
+  for (auto it = carried.rbegin(); it != carried.rend(); ++it) deliverPiggyback(*it, view);
   // A cached op that waited past the heartbeat was also announced to rank 0; once it completes
   // through the cache, its requests there are stale. They must go in every round, full or not:
   // left behind, they would complete the name's next submission with this round's requests
