@@ -193,6 +193,11 @@ Status CaseRunner::runOnce(ops::Algorithm algorithm, std::string* usedName) {
   const size_t blockBytes = shape_.blockCount * sizeOf(dtype_);
   switch (collective_) {
     case Collective::kAllreduce:
+      if (hierarchy_ != nullptr) {
+        if (usedName != nullptr) *usedName = "HIERARCHICAL_ALLREDUCE";
+        return ops::hierarchicalAllreduce(*hierarchy_, cfg, recv_.data(), shape_.count, dtype_,
+                                          op_);
+      }
       return ops::allreduce(t_, cfg, recv_.data(), shape_.count, dtype_, op_, usedName);
     case Collective::kBroadcast:
       return ops::broadcast(t_, cfg, recv_.data(), shape_.bytes, root_, usedName);

@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "core/types.h"
 #include "ops/collectives.h"
+#include "ops/hierarchical.h"
 #include "transport/transport.h"
 
 namespace kolo::bench {
@@ -75,6 +76,9 @@ class CaseRunner {
   Status runOnce(ops::Algorithm algorithm, std::string* usedName);
   // Refills the inputs, poisons the outputs, runs once, and counts this rank's wrong elements.
   Status check(ops::Algorithm algorithm, uint64_t* wrong);
+  // From now on allreduces run ops::hierarchicalAllreduce over `groups` (not owned; null: flat),
+  // with the row's algorithm for the cross-host step.
+  void setHierarchy(ops::HostGroups* groups) { hierarchy_ = groups; }
 
  private:
   void fill();
@@ -87,6 +91,7 @@ class CaseRunner {
   DataType dtype_ = DataType::kFloat32;
   ReduceOp op_ = ReduceOp::kSum;
   AlignedBuffer send_, recv_;
+  ops::HostGroups* hierarchy_ = nullptr;
 };
 
 }  // namespace kolo::bench

@@ -50,6 +50,7 @@ struct Options {
   size_t segmentBytes = 0;  // 0: KOLO_SEGMENT_BYTES (Config)
   bool check = true;
   bool median = false;          // --stat median: the time column is the median, not the mean
+  bool hierarchical = false;    // --hierarchical: allreduces through ops/hierarchical
   bool glooAlgorithms = false;  // also Gloo's own ring and halving-doubling (float32 sum allreduce)
   std::string csvPath;
 };
@@ -58,7 +59,8 @@ const char kUsage[] =
     "usage: kolo-bench [--min-bytes N] [--max-bytes N] [--step-factor F] [--iters N]\n"
     "                  [--warmup N] [--ops LIST] [--dtype LIST] [--redop LIST]\n"
     "                  [--algorithms LIST] [--root R] [--segment-bytes N] [--no-check]\n"
-    "                  [--stat mean|median] [--csv FILE] [--gloo-algorithms]\n"
+    "                  [--stat mean|median] [--csv FILE] [--hierarchical]\n"
+    "                  [--gloo-algorithms]\n"
     "  sizes accept K/M/G suffixes (binary): --min-bytes 4 --max-bytes 256M (defaults)\n"
     "  --step-factor 2 (default) or 4 ...; --iters 20, --warmup 5 (defaults)\n"
     "  --ops allreduce,allgather,broadcast,alltoall,reducescatter (default: all)\n"
@@ -70,6 +72,9 @@ const char kUsage[] =
     "  --stat mean (default, as nccl-tests) or median over the iterations\n"
     "  --gloo-algorithms: on a Gloo job, float32 sum allreduce rows also run Gloo's own ring\n"
     "          (gloo_ring) and halving-doubling (gloo_hd), called directly\n"
+    "  --hierarchical: allreduces run ops/hierarchical (reduce-scatter in the host, the row's\n"
+    "          algorithm across hosts, allgather in the host); the job's hosts (KOLO_HOSTNAME)\n"
+    "          must hold equal numbers (> 1) of ranks\n"
     "Run it under a launcher: mpirun -np N kolo-bench ... | kolorun -np N kolo-bench ...\n";
 
 // Parses argv into *o; on failure *error says why.
@@ -82,6 +87,10 @@ bool parseOptions(int argc, char** argv, Options* o, std::string* error) {
     }
     if (flag == "--gloo-algorithms") {
       o->glooAlgorithms = true;
+      continue;
+    }
+    if (flag == "--hierarchical") {
+      o->hierarchical = true;
       continue;
     }
     if (flag == "-h" || flag == "--help") {
@@ -391,6 +400,28 @@ int run(const Options& o) {
   }
   int glooCalls = 0;
   CaseRunner runner(t, segment, static_cast<int>(o.root));
+  std::unique_ptr<ops::HostGroups> groups;
+  if (o.hierarchical) {
+    std::vector<std::string> hosts;
+    ops::HostLayout layout;
+    s = ops::gatherStrings(t, job.config.hostname, &hosts);
+    if (s.isOk()) s = ops::planHosts(hosts, t.rank(), &layout);
+    if (s.isOk() && !ops::hierarchicalFits(layout)) {
+      s = Status(ErrorCode::kInvalidArgument,
+                 "--hierarchical needs several hosts with equal numbers (> 1) of ranks; this job "
+                 "has " +
+                     std::to_string(layout.hosts) + " host(s) (KOLO_HOSTNAME)");
+    }
+    if (s.isOk()) {
+      s = ops::buildHostGroups(t, layout, 1 << 20, job.config.shm != ShmMode::kOff, &groups);
+    }
+    if (!s.isOk()) return fail(&t, s);
+    runner.setHierarchy(groups.get());
+    if (leader) {
+      std::printf("# hierarchical allreduce: %d hosts x %zu ranks, local %s, cross %s\n",
+                  layout.hosts, layout.local.size(), groups->local->name(), groups->cross->name());
+    }
+  }
   const Capabilities caps = t.capabilities();
   s = warmUpJob(t, runner, o);
   if (!s.isOk()) return fail(&t, s);

@@ -199,6 +199,8 @@ Status Config::fromEnvironment(Config* out,
                                   &c.fusionDirectBytes));
   KOLO_RETURN_IF_ERROR(env.getDouble("CYCLE_TIME", 0, 60000, &c.cycleTimeMs));
   KOLO_RETURN_IF_ERROR(env.getInt("CACHE_CAPACITY", 0, 1 << 20, &c.cacheCapacity));
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("CONTROL_PIGGYBACK_BYTES", int64_t{0}, int64_t{1} << 20, &c.controlPiggybackBytes));
   bool stallDisable = false;
   KOLO_RETURN_IF_ERROR(env.getBool("STALL_CHECK_DISABLE", &stallDisable));
   c.stallCheck = !stallDisable;
@@ -207,7 +209,17 @@ Status Config::fromEnvironment(Config* out,
       env.getDouble("STALL_SHUTDOWN_TIME_SECONDS", 0, 1e7, &c.stallShutdownSeconds));
   KOLO_RETURN_IF_ERROR(env.getDouble("TIMEOUT_SECONDS", 0.1, 1e7, &c.timeoutSeconds));
   KOLO_RETURN_IF_ERROR(env.getDouble("HEARTBEAT_SECONDS", 0.001, 3600, &c.heartbeatSeconds));
-  KOLO_RETURN_IF_ERROR(env.getBool("HIERARCHICAL_ALLREDUCE", &c.hierarchicalAllreduce));
+  // Unset: auto for host tensors (ops/hierarchical.h), off for CUDA tensors; set: forced.
+  std::string hierarchical;
+  KOLO_RETURN_IF_ERROR(env.getChoice("HIERARCHICAL_ALLREDUCE",
+                                     {"auto", "1", "true", "yes", "on", "0", "false", "no", "off"},
+                                     &hierarchical));
+  if (!hierarchical.empty() && hierarchical != "auto") {
+    c.hierarchicalAllreduce = hierarchical == "1" || hierarchical == "true" ||
+                              hierarchical == "yes" || hierarchical == "on";
+    c.algorithms.hierarchicalAllreduce =
+        c.hierarchicalAllreduce ? ops::Hierarchical::kOn : ops::Hierarchical::kOff;
+  }
   KOLO_RETURN_IF_ERROR(env.getBool("ASYNC_COMPLETION", &c.asyncCompletion,
                                    {"HOROVOD_ENABLE_ASYNC_COMPLETION"}));
 
@@ -219,6 +231,26 @@ Status Config::fromEnvironment(Config* out,
   int64_t segment = static_cast<int64_t>(c.algorithms.segmentBytes);
   KOLO_RETURN_IF_ERROR(env.getInt("SEGMENT_BYTES", int64_t{4096}, int64_t{1} << 30, &segment));
   c.algorithms.segmentBytes = static_cast<size_t>(segment);
+  int64_t hdMin = 0, ringMin = 0;
+  KOLO_RETURN_IF_ERROR(env.getInt("ALLREDUCE_HD_MIN_BYTES", int64_t{1}, int64_t{1} << 40, &hdMin));
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("ALLREDUCE_RING_MIN_BYTES", int64_t{1}, int64_t{1} << 40, &ringMin));
+  c.algorithms.allreduceCrossovers.hdMinBytes = static_cast<size_t>(hdMin);
+  c.algorithms.allreduceCrossovers.ringMinBytes = static_cast<size_t>(ringMin);
+
+  auto& at = c.autotune;
+  KOLO_RETURN_IF_ERROR(env.getBool("AUTOTUNE", &at.enabled));
+  env.getString("AUTOTUNE_LOG", &at.logPath);
+  KOLO_RETURN_IF_ERROR(env.getInt("AUTOTUNE_WARMUP_SAMPLES", 0, 1 << 20, &at.warmupSamples));
+  KOLO_RETURN_IF_ERROR(env.getInt("AUTOTUNE_STEPS_PER_SAMPLE", 1, 1 << 20, &at.stepsPerSample));
+  KOLO_RETURN_IF_ERROR(env.getInt("AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, 1 << 20, &at.maxSamples));
+  KOLO_RETURN_IF_ERROR(env.getDouble("AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0, 1e6, &at.noise));
+  std::string from;
+  at.fusionThresholdSet = env.find("FUSION_THRESHOLD", &from) != nullptr;
+  at.cycleTimeSet = env.find("CYCLE_TIME", &from) != nullptr;
+  const bool algorithmSet = c.algorithms.allreduce != ops::Algorithm::kAuto;
+  at.hdMinSet = hdMin != 0 || algorithmSet;
+  at.ringMinSet = ringMin != 0 || algorithmSet;
 
   env.getString("TIMELINE", &c.timelinePath);
   KOLO_RETURN_IF_ERROR(env.getBool("TIMELINE_MARK_CYCLES", &c.timelineMarkCycles));
@@ -241,19 +273,27 @@ std::string Config::toString() const {
     << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm)
     << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
-    << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
+    << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity
+    << "\nKOLO_CONTROL_PIGGYBACK_BYTES=" << controlPiggybackBytes << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds
     << "\nKOLO_STALL_SHUTDOWN_TIME_SECONDS=" << stallShutdownSeconds
     << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
-    << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << hierarchicalAllreduce
+    << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << ops::toString(algorithms.hierarchicalAllreduce)
     << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
     << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)
     << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)
     << "\nKOLO_ALLTOALL_ALGORITHM=" << ops::toString(algorithms.alltoall)
     << "\nKOLO_REDUCESCATTER_ALGORITHM=" << ops::toString(algorithms.reducescatter)
-    << "\nKOLO_SEGMENT_BYTES=" << algorithms.segmentBytes << "\nKOLO_TIMELINE=" << timelinePath
-    << "\nKOLO_TIMELINE_MARK_CYCLES=" << timelineMarkCycles
+    << "\nKOLO_SEGMENT_BYTES=" << algorithms.segmentBytes
+    << "\nKOLO_ALLREDUCE_HD_MIN_BYTES=" << algorithms.allreduceCrossovers.hdMinBytes
+    << "\nKOLO_ALLREDUCE_RING_MIN_BYTES=" << algorithms.allreduceCrossovers.ringMinBytes
+    << "\nKOLO_AUTOTUNE=" << autotune.enabled << "\nKOLO_AUTOTUNE_LOG=" << autotune.logPath
+    << "\nKOLO_AUTOTUNE_WARMUP_SAMPLES=" << autotune.warmupSamples
+    << "\nKOLO_AUTOTUNE_STEPS_PER_SAMPLE=" << autotune.stepsPerSample
+    << "\nKOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=" << autotune.maxSamples
+    << "\nKOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=" << autotune.noise
+    << "\nKOLO_TIMELINE=" << timelinePath << "\nKOLO_TIMELINE_MARK_CYCLES=" << timelineMarkCycles
     << "\nKOLO_TIMELINE_ALL_RANKS=" << timelineAllRanks << "\nKOLO_LOG_LEVEL=" << logLevel << "\n";
   return o.str();
 }

@@ -39,18 +39,36 @@ struct Config {
                                                //   the fusion buffer (0 = fuse whatever fits)
   double cycleTimeMs = 1.0;                    // KOLO_CYCLE_TIME
   int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
+  int64_t controlPiggybackBytes = 4096;        // KOLO_CONTROL_PIGGYBACK_BYTES: small cached
+                                               //   allreduces ride in the control round (0 = off)
   bool stallCheck = true;                      // KOLO_STALL_CHECK_DISABLE=1 turns it off
   double stallCheckSeconds = 60;               // KOLO_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 1800;  // KOLO_STALL_SHUTDOWN_TIME_SECONDS: fail stalled ops (0 = never)
   double timeoutSeconds = 30;                  // KOLO_TIMEOUT_SECONDS: a silent peer is lost
   double heartbeatSeconds = 1.0;               // KOLO_HEARTBEAT_SECONDS: idle round cadence
-  bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE
+  bool hierarchicalAllreduce = false;          // KOLO_HIERARCHICAL_ALLREDUCE=1 (CUDA tensors;
+                                               //   host tensors: algorithms.hierarchicalAllreduce)
   bool asyncCompletion = false;                // KOLO_ASYNC_COMPLETION (HOROVOD_ENABLE_ASYNC_
                                                //   COMPLETION): CUDA ops complete when queued
 
   // --- algorithms ---------------------------------------------------------------------------
   ops::AlgorithmConfig algorithms;  // KOLO_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,
-                                    //   REDUCESCATTER}_ALGORITHM, KOLO_SEGMENT_BYTES
+                                    //   REDUCESCATTER}_ALGORITHM, KOLO_SEGMENT_BYTES,
+                                    //   KOLO_ALLREDUCE_{HD,RING}_MIN_BYTES (0 = measured table)
+
+  // --- autotune (core/autotune.h): rank 0 searches, every rank applies at the same round ------
+  struct Autotune {
+    bool enabled = false;     // KOLO_AUTOTUNE
+    std::string logPath;      // KOLO_AUTOTUNE_LOG: CSV, one line per sample (rank 0)
+    int warmupSamples = 3;    // KOLO_AUTOTUNE_WARMUP_SAMPLES: discarded samples at the start
+    int stepsPerSample = 10;  // KOLO_AUTOTUNE_STEPS_PER_SAMPLE
+    int maxSamples = 20;      // KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: scored samples, then fixed
+    double noise = 0.8;       // KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (accepted, unused: README)
+    // Knobs the user set explicitly: fixed, never tuned (as in Horovod). The crossovers are also
+    // fixed when KOLO_ALLREDUCE_ALGORITHM names an algorithm (they are not used then).
+    bool fusionThresholdSet = false, cycleTimeSet = false;
+    bool hdMinSet = false, ringMinSet = false;
+  } autotune;
 
   // --- timeline and logging -------------------------------------------------------------------
   std::string timelinePath;         // KOLO_TIMELINE

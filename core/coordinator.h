@@ -2,9 +2,12 @@
 //   1. drains this rank's new ops and computes its view: a byte per response-cache slot (1 =
 //      "pending here, cached"), plus "nothing new to negotiate" and "idle" flags;
 //   2. runs one MIN-allreduce of that vector over the global transport (a bitwise AND): slots
-//      that are 1 everywhere are ready with no request messages (the cache round);
+//      that are 1 everywhere are ready with no request messages (the cache round); the same
+//      pass sums the payload of small cached allreduces (core/piggyback.h), which then complete
+//      without a data step;
 //   3. only if some rank has something uncached (or joined, or is shutting down, or rank 0
-//      must fail stalled ops), every rank sends its new requests to rank 0, whose Negotiator
+//      must fail stalled ops), every rank sends its new requests to rank 0 up a binomial tree
+//      (ops::controlGather, ceil(log2 N) steps), and rank 0's Negotiator
 //      validates them and answers the same ordered response list to every rank;
 //   4. plans fusion over the ready responses and executes the batches, completing handles.
 // Every rank runs the same rounds in lockstep, so all ranks execute the same response list.
@@ -15,24 +18,31 @@
 // idle the thread sleeps on a condition variable and only a heartbeat round
 // (KOLO_HEARTBEAT_SECONDS) runs, so an idle runtime costs nothing and a silent peer is still
 // noticed (KOLO_TIMEOUT_SECONDS).
+// Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
+// allreduces; a new parameter set forces a full round and travels in its response list, and
+// every rank applies it in that round before executing (the same round everywhere).
 // Failure: any transport error aborts the runtime; every pending op fails with the first cause
 // (naming the lost rank), later submissions fail at once with it.
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "core/autotune.h"
 #include "core/config.h"
 #include "core/fusion_buffer.h"
 #include "core/log.h"
 #include "core/negotiator.h"
+#include "core/piggyback.h"
 #include "core/process_set.h"
 #include "core/response_cache.h"
 #include "core/tensor_queue.h"
+#include "ops/hierarchical.h"
 #include "transport/transport.h"
 
 namespace kolo {
@@ -52,6 +62,7 @@ class Coordinator {
     TensorQueue* queue = nullptr;     // not owned
     Timeline* timeline = nullptr;     // not owned, may be null
     ops::DeviceExecutor* device = nullptr;  // not owned; null without a CUDA/NCCL path
+    std::vector<std::string> hosts;         // every global rank's host name (empty: unknown)
     Logger log;
   };
 
@@ -72,7 +83,6 @@ class Coordinator {
   Status round();
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
-  Status gatherAtRoot(const std::vector<uint8_t>& mine, std::vector<std::vector<uint8_t>>* all);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);
   void updateCache(const std::vector<Response>& fromNegotiation);
   Status executeAll(const std::vector<Response>& ready);
@@ -84,21 +94,34 @@ class Coordinator {
   void warnStalled(Clock::time_point now);
   void endNegotiation(TensorEntry& e);
   void completeEntry(const OpKey& key, const Status& s);
+  // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
+  // the global transport is not shared memory (null rule: none may) and the data path would not
+  // be hierarchical. Valid for the round it is taken in.
+  std::function<bool(size_t)> piggybackRule();
+  // Completes the carried op of cache slot `bit` from the reduced control buffer.
+  void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);
   // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
   // of the sets) and tells the Negotiator and the cache of a removal. *id: the set's id.
   Status changeProcessSet(const Response& r, int32_t* id);
   void finish(const Status& cause);
+  // Every rank, in the round whose response list carries them: the autotuner's knobs.
+  void applyTuning(const TuningParams& p);
 
   Deps d_;
   Negotiator negotiator_;  // used on rank 0 only
   ResponseCache cache_;
   FusionBuffer fusion_;
+  ops::HierarchyCache hierarchy_;  // host allreduces across hosts (ops/hierarchical.h)
+  Piggyback piggy_;                // this round's small cached allreduces in the control buffer
+  size_t payloadAt_ = 0;           // where piggy_'s payload starts in the control buffer
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;  // last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
+  std::unique_ptr<Autotuner> autotune_;              // rank 0 with KOLO_AUTOTUNE, else null
+  uint64_t rounds_ = 0;                              // rounds run (the same on every rank)
   mutable std::mutex statusMu_;
   Status terminal_;
   std::mutex shutdownMu_;

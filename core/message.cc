@@ -319,6 +319,14 @@ std::vector<uint8_t> encode(const ResponseList& list) {
   w.str(list.shutdownReason);
   w.u32(static_cast<uint32_t>(list.responses.size()));
   for (const Response& r : list.responses) writeResponse(w, r);
+  w.boolean(list.hasTuning);
+  if (list.hasTuning) {
+    w.i64(list.tuning.fusionThresholdBytes);
+    w.f64(list.tuning.cycleTimeMs);
+    w.i64(list.tuning.allreduceHdMinBytes);
+    w.i64(list.tuning.allreduceRingMinBytes);
+    w.boolean(list.tuning.active);
+  }
   return w.take();
 }
 
@@ -351,6 +359,14 @@ Status decode(const uint8_t* data, size_t n, ResponseList* out, int32_t fromRank
   uint32_t count = rd.count(kMinResponseBytes, "response count");
   list.responses.reserve(count);
   for (uint32_t i = 0; i < count && rd.ok(); ++i) list.responses.push_back(readResponse(rd));
+  list.hasTuning = rd.boolean("tuning flag");
+  if (list.hasTuning) {
+    list.tuning.fusionThresholdBytes = rd.i64("tuning fusion threshold");
+    list.tuning.cycleTimeMs = rd.f64("tuning cycle time");
+    list.tuning.allreduceHdMinBytes = rd.i64("tuning halving-doubling crossover");
+    list.tuning.allreduceRingMinBytes = rd.i64("tuning ring crossover");
+    list.tuning.active = rd.boolean("tuning active flag");
+  }
   rd.end();
   if (!rd.ok()) {
     return Status(ErrorCode::kInternal, "malformed response list from " +

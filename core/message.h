@@ -11,6 +11,8 @@
 // every count against the bytes that remain (so a hostile length never triggers a big
 // allocation), every enum against its known values, and rejects trailing bytes. It checks
 // structure only: value ranges (negative dims, ranks outside a set) are the Negotiator's job.
+// A response list ends with a bool "has tuning" and, when 1, the TuningParams (int64, f64,
+// int64, int64, bool).
 #pragma once
 
 #include <cstddef>
@@ -103,10 +105,27 @@ struct Response {
 
 inline OpKey keyOf(const Response& r) { return {r.processSet, r.name}; }
 
+// The knobs the autotuner (core/autotune.h) moves. Rank 0 puts a new set in the response list
+// of a round; every rank applies it in that round, before executing the round's responses.
+struct TuningParams {
+  int64_t fusionThresholdBytes = 0;
+  double cycleTimeMs = 0;
+  int64_t allreduceHdMinBytes = 0;  // ops::AllreduceCrossovers
+  int64_t allreduceRingMinBytes = 0;
+  bool active = false;  // false: the search is over, these are the fixed values
+  bool operator==(const TuningParams& o) const {
+    return fusionThresholdBytes == o.fusionThresholdBytes && cycleTimeMs == o.cycleTimeMs &&
+           allreduceHdMinBytes == o.allreduceHdMinBytes &&
+           allreduceRingMinBytes == o.allreduceRingMinBytes && active == o.active;
+  }
+};
+
 struct ResponseList {
   bool shutdown = false;
   std::string shutdownReason;
   std::vector<Response> responses;
+  bool hasTuning = false;  // the list carries new autotune parameters
+  TuningParams tuning;
 };
 
 const char* toString(Response::Kind kind);  // "ok", "error"

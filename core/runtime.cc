@@ -133,6 +133,7 @@ Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<st
   deps.queue = &queue_;
   deps.timeline = &timeline_;
   deps.device = device_.get();
+  deps.hosts = hosts;
   deps.log = log_;
   coordinator_ = std::make_unique<Coordinator>(std::move(deps));
   coordinator_->start();

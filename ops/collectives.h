@@ -37,6 +37,20 @@ bool parseAlgorithm(const std::string& text, Algorithm* out);
 // recursive_doubling / halving_doubling (allreduce), tree (broadcast), bruck (allgather).
 bool appliesTo(Algorithm a, OpType op);
 
+// Where kAuto switches between kolo's own allreduces (when one of ours runs, not a native):
+// recursive doubling below hdMinBytes, halving-doubling from there, the ring from ringMinBytes.
+// 0 = the measured table in select.cc for this rank count. Set by KOLO_ALLREDUCE_HD_MIN_BYTES /
+// KOLO_ALLREDUCE_RING_MIN_BYTES, or by the autotuner (core/autotune.h) while it searches.
+struct AllreduceCrossovers {
+  size_t hdMinBytes = 0;
+  size_t ringMinBytes = 0;
+};
+// KOLO_HIERARCHICAL_ALLREDUCE for host tensors (ops/hierarchical.h): kAuto (unset) takes the
+// hierarchical allreduce where the set's topology has it and the measured rule says it pays;
+// kOn / kOff force it (kOn still needs a topology it fits).
+enum class Hierarchical { kAuto = 0, kOn = 1, kOff = 2 };
+const char* toString(Hierarchical h);  // "auto", "on", "off"
+
 // Which algorithm each collective uses, from Config (KOLO_<OP>_ALGORITHM) and tuning knobs.
 struct AlgorithmConfig {
   Algorithm allreduce = Algorithm::kAuto;
@@ -45,7 +59,12 @@ struct AlgorithmConfig {
   Algorithm alltoall = Algorithm::kAuto;
   Algorithm reducescatter = Algorithm::kAuto;
   size_t segmentBytes = 256 * 1024;  // ring pipeline segment (stays in cache)
+  AllreduceCrossovers allreduceCrossovers;
+  Hierarchical hierarchicalAllreduce = Hierarchical::kAuto;
 };
+
+// The crossovers kAuto uses for `ranks` ranks: `c`'s non-zero fields, the table's elsewhere.
+AllreduceCrossovers effectiveCrossovers(const AllreduceCrossovers& c, int ranks);
 
 // ---- ring / p2p algorithms (ring_*.cc, broadcast.cc, alltoallv.cc, reducescatter.cc) ----------
 // In-place allreduce of `count` elements. kAverage sums (caller scales).
@@ -90,6 +109,26 @@ Status halvingDoublingAllreduce(Transport& t, void* data, size_t count, DataType
 Status bruckAllgatherv(Transport& t, const void* send, size_t sendBytes, void* recv,
                        const std::vector<size_t>& recvBytes);
 
+// Gathers every rank's `mine` (any length, different per rank) at `root` by a binomial tree
+// (gather.cc): ceil(log2 n) message latencies. On the root, (*all)[r] is rank r's block; `all`
+// is untouched elsewhere (may be null there).
+Status binomialGatherv(Transport& t, const std::vector<uint8_t>& mine, int root,
+                       std::vector<std::vector<uint8_t>>* all);
+
+// One independent reduction inside a recursiveDoublingAllreduceRegions buffer: `count` elements
+// of `dtype` at byte `offset`, combined with `op`.
+struct ReduceRegion {
+  size_t offset = 0;
+  size_t count = 0;
+  DataType dtype = DataType::kUInt8;
+  ReduceOp op = ReduceOp::kSum;
+};
+// Recursive doubling over `bytes` of buffer in which each region is reduced with its own dtype
+// and op (bytes outside every region end up as some rank's copy). Each region gets bitwise the
+// result recursiveDoublingAllreduce gives over it alone.
+Status recursiveDoublingAllreduceRegions(Transport& t, void* data, size_t bytes,
+                                         const std::vector<ReduceRegion>& regions);
+
 // ---- selected entry points (select.cc) ----------------------------------------------------------
 // The configured algorithm when it applies to the collective (native only where the transport
 // has it), else the measured choice by size and rank count (select.cc's table, README).
@@ -109,6 +148,11 @@ Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send,
                      const std::vector<size_t>& recvCounts, DataType dtype, ReduceOp op,
                      std::string* usedName = nullptr);
 
+// Whether an allreduce of `bytes` in all may run as t.allreduceSpans (the tensors reduced where
+// they lie, no packing copies): the choice for that size is the transport's native allreduce
+// and the transport has nativeAllreduceSpans (shared memory).
+bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes);
+
 // What the entry point above runs for `bytes` of payload (never kAuto): rule in select.cc.
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 // The timeline name of what the entry point above would run for `bytes` of payload
@@ -127,6 +171,9 @@ Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, 
 // In place from root: binomialBroadcast below internal::kTreeBroadcastMaxBytes (64 KiB), the
 // pipelined chain above (a long response list), with the default segment.
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root);
+// Every rank's request list to root: binomialGatherv.
+Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,
+                     std::vector<std::vector<uint8_t>>* all);
 
 // Reducescatter's split of dim0 rows: the first (rows % size) ranks get one extra row.
 std::vector<size_t> evenSplit(size_t rows, int size);

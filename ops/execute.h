@@ -26,6 +26,7 @@ class Timeline;
 namespace kolo::ops {
 
 class DeviceExecutor;
+class HierarchyCache;
 
 struct ExecContext {
   const ProcessSet* set;        // the batch's process set; this rank is a member
@@ -33,6 +34,7 @@ struct ExecContext {
   FusionBuffer* fusion;
   Timeline* timeline;           // may be null
   DeviceExecutor* device = nullptr;  // runs batches of CUDA tensors; null: none in this build
+  HierarchyCache* hierarchy = nullptr;  // host allreduces across hosts; null: always flat
 };
 
 Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,

@@ -56,16 +56,26 @@ inline void combineOrdered(uint8_t* mine, const uint8_t* theirs, size_t count, D
 }
 
 // Fold-in step: odd ranks below 2*rem send `bytes` of data to rank-1, which receives them into
-// scratch and combines (its own data first). Nothing for the other ranks.
-inline Status foldIn(Transport& t, const Fold& f, uint8_t* data, size_t count, DataType dtype,
-                     ReduceOp op, uint8_t* scratch, uint32_t tag) {
+// scratch and combines (its own data first) with combine(mine, theirs, iAmLower = true).
+// Nothing for the other ranks.
+template <typename Combine>
+Status foldInWith(Transport& t, const Fold& f, uint8_t* data, size_t bytes, uint8_t* scratch,
+                  uint32_t tag, const Combine& combine) {
   const int r = t.rank();
   if (r >= 2 * f.rem) return Status::ok();
-  const size_t bytes = count * sizeOf(dtype);
   if (r % 2 == 1) return t.exchange({sendOp(r - 1, tag, data, bytes)});
   KOLO_RETURN_IF_ERROR(t.exchange({recvOp(r + 1, tag, scratch, bytes)}));
-  combineOrdered(data, scratch, count, dtype, op, true);
+  combine(data, scratch, true);
   return Status::ok();
+}
+
+// foldInWith for one buffer of `count` elements of one dtype and op.
+inline Status foldIn(Transport& t, const Fold& f, uint8_t* data, size_t count, DataType dtype,
+                     ReduceOp op, uint8_t* scratch, uint32_t tag) {
+  return foldInWith(t, f, data, count * sizeOf(dtype), scratch, tag,
+                    [&](uint8_t* mine, const uint8_t* theirs, bool lower) {
+                      combineOrdered(mine, theirs, count, dtype, op, lower);
+                    });
 }
 
 // Fold-out step: even ranks below 2*rem send the result to rank+1, which receives it in place.

@@ -24,6 +24,7 @@ constexpr uint32_t kTagBroadcast = 3;
 constexpr uint32_t kTagAlltoall = 4;
 constexpr uint32_t kTagReducescatter = 5;
 constexpr uint32_t kTagAdasum = 6;
+constexpr uint32_t kTagGather = 7;
 
 // Broadcasts below this size use the binomial tree (latency bound), larger ones the pipelined
 // chain (bandwidth bound). select.cc reports the name of the one that ran.

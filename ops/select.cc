@@ -15,7 +15,9 @@
 //     that, Gloo's own small-message algorithms win by a little). Anything else with the
 //     capability: native. Without a native, our choice by size and rank count: the table
 //     kAllreduceTable below and the broadcast / allgather limits, measured with kolo-bench over
-//     Gloo TCP (README "Algorithm choice").
+//     Gloo TCP (README "Algorithm choice"). The allreduce crossovers of that table can be
+//     replaced (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
+//     KOLO_ALLREDUCE_RING_MIN_BYTES, or the autotuner while it searches).
 // controlAllreduce / controlBroadcast (the coordinator's round) skip this rule: always ours,
 // recursive doubling and the binomial tree (the chain for a long response list).
 // The chosen name is the timeline activity: "RING_ALLREDUCE", "<TRANSPORT>_ALLREDUCE", ...
@@ -47,6 +49,18 @@ const char* toString(Algorithm a) {
       return "bruck";
   }
   return "unknown-algorithm";
+}
+
+const char* toString(Hierarchical h) {
+  switch (h) {
+    case Hierarchical::kAuto:
+      return "auto";
+    case Hierarchical::kOn:
+      return "on";
+    case Hierarchical::kOff:
+      return "off";
+  }
+  return "unknown-hierarchical";
 }
 
 bool parseAlgorithm(const std::string& text, Algorithm* out) {
@@ -156,17 +170,15 @@ bool preferNative(const Transport& t, OpType op, size_t bytes) {
   return true;
 }
 
-// Ours, by size and rank count.
-Algorithm ourChoice(OpType op, int ranks, size_t bytes) {
+// Ours, by size and rank count (allreduce: the crossovers, configured or from the table).
+Algorithm ourChoice(const AlgorithmConfig& cfg, OpType op, int ranks, size_t bytes) {
   switch (op) {
-    case OpType::kAllreduce:
-      for (const AllreduceRow& row : kAllreduceTable) {
-        if (ranks > row.maxRanks) continue;
-        if (bytes < row.rdBelow) return Algorithm::kRecursiveDoubling;
-        if (bytes < row.hdBelow) return Algorithm::kHalvingDoubling;
-        return Algorithm::kRing;
-      }
-      return Algorithm::kRing;
+    case OpType::kAllreduce: {
+      const AllreduceCrossovers c = effectiveCrossovers(cfg.allreduceCrossovers, ranks);
+      if (bytes >= c.ringMinBytes) return Algorithm::kRing;
+      if (bytes >= c.hdMinBytes) return Algorithm::kHalvingDoubling;
+      return Algorithm::kRecursiveDoubling;
+    }
     case OpType::kAllgather:
       return bytes < kBruckMaxBytes ? Algorithm::kBruck : Algorithm::kRing;
     case OpType::kBroadcast:
@@ -235,14 +247,30 @@ size_t sum(const std::vector<size_t>& v) {
 
 }  // namespace
 
+AllreduceCrossovers effectiveCrossovers(const AllreduceCrossovers& c, int ranks) {
+  AllreduceCrossovers out = c;
+  for (const AllreduceRow& row : kAllreduceTable) {
+    if (ranks > row.maxRanks) continue;
+    if (out.hdMinBytes == 0) out.hdMinBytes = row.rdBelow;
+    if (out.ringMinBytes == 0) out.ringMinBytes = row.hdBelow;
+    break;
+  }
+  return out;
+}
+
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
   Algorithm a = configured(cfg, op);
   if (!appliesTo(a, op)) a = Algorithm::kAuto;
   const bool capable = nativeCapable(t.capabilities(), op);
-  if (a == Algorithm::kNative) return capable ? a : ourChoice(op, t.size(), bytes);
+  if (a == Algorithm::kNative) return capable ? a : ourChoice(cfg, op, t.size(), bytes);
   if (a != Algorithm::kAuto) return a;
   if (capable && preferNative(t, op, bytes)) return Algorithm::kNative;
-  return ourChoice(op, t.size(), bytes);
+  return ourChoice(cfg, op, t.size(), bytes);
+}
+
+bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes) {
+  return t.capabilities().nativeAllreduceSpans &&
+         selectAlgorithm(t, cfg, OpType::kAllreduce, bytes) == Algorithm::kNative;
 }
 
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
@@ -299,6 +327,11 @@ Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, 
 
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root) {
   return p2pBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);
+}
+
+Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,
+                     std::vector<std::vector<uint8_t>>* all) {
+  return binomialGatherv(t, mine, root, all);
 }
 
 Status alltoallv(Transport& t, const AlgorithmConfig& cfg, const void* send,

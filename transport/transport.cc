@@ -11,6 +11,9 @@ Status unsupported(const Transport& t, const char* what) {
 Status Transport::allreduce(void*, size_t, DataType, ReduceOp) {
   return unsupported(*this, "allreduce");
 }
+Status Transport::allreduceSpans(const std::vector<ReduceSpan>&, DataType, ReduceOp) {
+  return unsupported(*this, "allreduceSpans");
+}
 Status Transport::allgatherv(const void*, size_t, void*, const std::vector<size_t>&) {
   return unsupported(*this, "allgatherv");
 }

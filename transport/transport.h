@@ -57,12 +57,22 @@ class PendingOps {
   virtual Status wait(Deadline deadline) = 0;
 };
 
+// One tensor of a gathered allreduce (Transport::allreduceSpans): `count` elements are read from
+// `in` and the reduced result is written to `out` (which may be `in`: in place). The spans of one
+// call are reduced as if they were packed one after another into a single buffer.
+struct ReduceSpan {
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t count = 0;
+};
+
 struct Capabilities {
   bool nativeAllreduce = false;
   bool nativeAllgatherv = false;
   bool nativeBroadcast = false;
   bool nativeAlltoallv = false;
   bool nativeReducescatter = false;
+  bool nativeAllreduceSpans = false;  // allreduceSpans: a fused allreduce without packing
   bool sharedMemory = false;  // every rank on one host; p2p is memcpy-fast
   bool deviceMemory = false;  // accepts CUDA buffers (NCCL)
 };
@@ -84,6 +94,10 @@ class Transport {
   // Native collectives (kUnsupported unless the capability is set). All block until done or
   // until the transport's timeout passes. Counts are in elements; byte vectors are per rank.
   virtual Status allreduce(void* data, size_t count, DataType dtype, ReduceOp op);
+  // The allreduce of the spans' concatenation, reading and writing the tensors where they are
+  // (no packing copy): the same bits as packing them, allreduce(), and unpacking. Every rank
+  // passes the same counts. kUnsupported unless capabilities().nativeAllreduceSpans.
+  virtual Status allreduceSpans(const std::vector<ReduceSpan>& spans, DataType dtype, ReduceOp op);
   virtual Status allgatherv(const void* send, size_t sendBytes, void* recv,
                             const std::vector<size_t>& recvBytes);
   virtual Status broadcast(void* data, size_t bytes, int root);

@@ -52,7 +52,8 @@ bool equal(const kolo::RequestList& a, const kolo::RequestList& b) {
 
 bool equal(const kolo::ResponseList& a, const kolo::ResponseList& b) {
   if (a.shutdown != b.shutdown || a.shutdownReason != b.shutdownReason ||
-      a.responses.size() != b.responses.size()) {
+      a.responses.size() != b.responses.size() || a.hasTuning != b.hasTuning ||
+      (a.hasTuning && !(a.tuning == b.tuning))) {
     return false;
   }
   for (size_t i = 0; i < a.responses.size(); ++i) {

@@ -103,6 +103,11 @@ bool messageSeeds(const std::string& dir) {
   e.lastJoinedRank = 1;
   err.responses.push_back(e);
   ok &= write(dir, "responses_error_shutdown", encode(err));
+
+  ResponseList tuning;
+  tuning.hasTuning = true;
+  tuning.tuning = {8 << 20, 2.5, 65536, 8 << 20, true};
+  ok &= write(dir, "responses_tuning", encode(tuning));
   return ok;
 }
 

@@ -103,14 +103,19 @@ def test_every_flag_maps_to_its_variable():
               "--stall-check-warning-time-seconds", "30",
               "--stall-check-shutdown-time-seconds", "90", "--log-level", "DEBUG",
               "--network-interface", "eth0", "--start-timeout", "30", "--hierarchical-allreduce",
-              "cmd")
+              "--autotune", "--autotune-log-file", "/tmp/a.csv", "--autotune-warmup-samples",
+              "0", "--autotune-steps-per-sample", "5", "--autotune-bayes-opt-max-samples", "40",
+              "--autotune-gaussian-process-noise", "0.75", "cmd")
     assert o.knob_env == {
         "KOLO_FUSION_THRESHOLD": str(32 * 1048576), "KOLO_CYCLE_TIME": "2.5",
         "KOLO_CACHE_CAPACITY": "64", "KOLO_TIMELINE": "/tmp/t.json",
         "KOLO_TIMELINE_MARK_CYCLES": "1", "KOLO_STALL_CHECK_DISABLE": "1",
         "KOLO_STALL_CHECK_TIME_SECONDS": "30", "KOLO_STALL_SHUTDOWN_TIME_SECONDS": "90",
         "KOLO_LOG_LEVEL": "debug", "KOLO_GLOO_IFACE": "eth0", "KOLO_START_TIMEOUT": "30",
-        "KOLO_HIERARCHICAL_ALLREDUCE": "1"}
+        "KOLO_HIERARCHICAL_ALLREDUCE": "1", "KOLO_AUTOTUNE": "1",
+        "KOLO_AUTOTUNE_LOG": "/tmp/a.csv", "KOLO_AUTOTUNE_WARMUP_SAMPLES": "0",
+        "KOLO_AUTOTUNE_STEPS_PER_SAMPLE": "5", "KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": "40",
+        "KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE": "0.75"}
     # horovodrun's --disable-cache concerns its start-up check cache, not the response cache.
     assert "KOLO_CACHE_CAPACITY" not in parse("-np", "1", "--disable-cache", "c").knob_env
     assert parse("-np", "1", "--disable-cache", "--cache-capacity", "5", "c").knob_env[
@@ -174,6 +179,13 @@ def test_start_timeout_from_environment():
     (["-np", "2", "--fusion-threshold-mb", "-1", "c"], "--fusion-threshold-mb"),
     (["-np", "2", "--cache-capacity", "1_0", "c"], "--cache-capacity"),
     (["-np", "2", "--log-level", "loud", "c"], "--log-level: expected one of"),
+    (["-np", "2", "--autotune-steps-per-sample", "0", "c"], "--autotune-steps-per-sample"),
+    (["-np", "2", "--autotune-bayes-opt-max-samples", "x", "c"],
+     "--autotune-bayes-opt-max-samples"),
+    (["-np", "2", "--autotune-warmup-samples", "-1", "c"], "--autotune-warmup-samples"),
+    (["-np", "2", "--autotune-gaussian-process-noise", "inf", "c"],
+     "--autotune-gaussian-process-noise"),
+    (["-np", "2", "--autotune-log-file", "", "c"], "--autotune-log-file: empty"),
     (["-np", "2", "--start-timeout", "0", "c"], "--start-timeout"),
     (["-np", "2", "--ssh-port", "70000", "c"], "--ssh-port"),
     (["-np", "2", "--network-interface", "eth0,,eth1", "c"], "interface names"),
@@ -199,7 +211,10 @@ def test_help_documents_every_flag_and_variable(capsys):
                 "KOLO_CYCLE_TIME", "KOLO_CACHE_CAPACITY", "KOLO_TIMELINE",
                 "KOLO_TIMELINE_MARK_CYCLES", "KOLO_STALL_CHECK_DISABLE",
                 "KOLO_STALL_CHECK_TIME_SECONDS", "KOLO_STALL_SHUTDOWN_TIME_SECONDS",
-                "KOLO_LOG_LEVEL", "KOLO_GLOO_IFACE", "KOLO_SSH_IDENTITY",
+                "KOLO_LOG_LEVEL", "KOLO_GLOO_IFACE", "KOLO_SSH_IDENTITY", "KOLO_AUTOTUNE",
+                "KOLO_AUTOTUNE_LOG", "KOLO_AUTOTUNE_WARMUP_SAMPLES",
+                "KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                "KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                 "KOLO_LAUNCHER_REMOTE_SHELL", "KOLO_LAUNCHER_FORCE_REMOTE",
                 "KOLO_LAUNCHER_KILL_GRACE_SECONDS", "KOLO_LAUNCHER_MPIRUN",
                 "KOLO_LAUNCHER_FAILURE_GRACE_SECONDS"]:
@@ -216,9 +231,14 @@ def test_help_describes_what_the_runtime_does():
     cycle = _help_of("--cycle-time-ms")
     assert "gather" not in cycle.replace("nothing waits to gather", "")
     assert "starts at once when an op is enqueued" in cycle
-    # The hierarchical allreduce is reduce-scatter / cross allreduce / allgather (NCCL path).
+    # The hierarchical allreduce is reduce-scatter / cross allreduce / allgather, for CPU tensors
+    # (shared memory, on by default where the topology has it) and CUDA tensors (NCCL, forced).
     hier = _help_of("--hierarchical-allreduce")
     assert "broadcast" not in hier and "reduce-scatter" in hier and "allgather" in hier
+    assert "shared memory for CPU tensors" in hier and "CPU tensors take it by themselves" in hier
+    assert "CPU tensors are not affected" not in hier
+    no_hier = _help_of("--no-hierarchical-allreduce")
+    assert "CPU and CUDA tensors" in no_hier and "KOLO_HIERARCHICAL_ALLREDUCE=0" in no_hier
     stall = _help_of("--stall-check-shutdown-time-seconds")
     assert "runtime default 1800" in stall and "default 0" not in stall
 

@@ -1,6 +1,7 @@
 """kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
 reach the ranks with horovodrun's values, --check-build prints horovodrun's block, and the flags
-kolo cannot honour are refused (elastic) or accepted with a note (autotune and friends)."""
+kolo cannot honour are refused (elastic) or accepted with a note (hierarchical allgather and
+friends); the autotune flags set the KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
 
 import ctypes
 import json
@@ -81,9 +82,7 @@ def test_unsupported_flag_exit_status():
 
 
 @pytest.mark.parametrize("argv", [
-    ["--autotune"], ["--autotune-log-file", "/tmp/a.csv"], ["--autotune-warmup-samples", "3"],
-    ["--autotune-steps-per-sample", "10"], ["--autotune-bayes-opt-max-samples", "20"],
-    ["--autotune-gaussian-process-noise", "0.8"], ["--hierarchical-allgather"],
+    ["--hierarchical-allgather"],
     ["--no-hierarchical-allgather"], ["--mpi-threads-disable"], ["--num-nccl-streams", "2"],
     ["--thread-affinity", "1"], ["--log-hide-timestamp"], ["--log-without-timestamp"],
     ["--log-with-timestamp"], ["--prefix-output-with-timestamp"],
@@ -93,6 +92,21 @@ def test_flags_without_effect_are_accepted_with_a_note(argv):
     assert o.command == ["python", "t.py"] and o.np == 2
     assert len(o.notes) == 1 and argv[0] in o.notes[0].split(" has no effect in kolo (")[0]
     assert o.knob_env == {"KOLO_START_TIMEOUT": "120"}
+
+
+@pytest.mark.parametrize("argv,var,value", [
+    (["--autotune"], "KOLO_AUTOTUNE", "1"),
+    (["--autotune-log-file", "/tmp/a.csv"], "KOLO_AUTOTUNE_LOG", "/tmp/a.csv"),
+    (["--autotune-warmup-samples", "3"], "KOLO_AUTOTUNE_WARMUP_SAMPLES", "3"),
+    (["--autotune-steps-per-sample", "10"], "KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "10"),
+    (["--autotune-bayes-opt-max-samples", "20"], "KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "20"),
+    (["--autotune-gaussian-process-noise", "0.8"], "KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.8"),
+])
+def test_autotune_flags_set_their_variables_without_a_note(argv, var, value):
+    o = parse(*(["-np", "2"] + argv + ["python", "t.py"]))
+    assert o.notes == ()
+    assert o.knob_env == {"KOLO_START_TIMEOUT": "120", var: value}
+    assert args.horovod_knob_environment(o.knob_env)[var.replace("KOLO_", "HOROVOD_")] == value
 
 
 def test_tcp_is_accepted_silently():
@@ -129,7 +143,7 @@ def test_ranks_get_horovodrun_variables():
                  "--cycle-time-ms", "2", "--log-level", "DEBUG", "--autotune",
                  PY, "-c", _DUMP], env=env)
     assert r.returncode == 0, r.stderr
-    assert "--autotune has no effect in kolo" in r.stderr
+    assert "has no effect in kolo" not in r.stderr
     envs = _rank_envs(r.stdout)
     assert sorted(envs) == [0, 1, 2]
     place = {0: ("localhost", 0, 2, 0, 2), 1: ("localhost", 1, 2, 0, 1),
@@ -148,6 +162,7 @@ def test_ranks_get_horovodrun_variables():
         assert e["HOROVOD_FUSION_THRESHOLD"] == e["KOLO_FUSION_THRESHOLD"] == str(8 << 20)
         assert e["HOROVOD_CYCLE_TIME"] == "2" and e["HOROVOD_LOG_LEVEL"] == "DEBUG"
         assert e["HOROVOD_START_TIMEOUT"] == "120"
+        assert e["HOROVOD_AUTOTUNE"] == e["KOLO_AUTOTUNE"] == "1"
     ports = {e["KOLO_RENDEZVOUS_PORT"] for e in envs.values()}
     assert len(ports) == 1
 

@@ -104,3 +104,18 @@ def test_failure_on_second_host_stops_the_first(netns, tmp_path):
     assert r.returncode == 7, r.stderr
     assert "rank 3 (host %s) exited with status 7" % b in r.stderr
     assert_all_gone(read_pids(piddir, 4, timeout=0), timeout=5)
+
+
+def test_hierarchical_allreduce_across_namespace_hosts(netns):
+    # test/mp/hierarchical_mp_test.cc over real (namespace) hosts: shared memory inside A and B,
+    # Gloo over the bridge between them; auto, forced on and forced off, the path checked in the
+    # timeline. CTest passes the program (test/launcher/CMakeLists.txt).
+    prog = os.environ.get("KOLO_HIERARCHICAL_TEST_BIN")
+    if not prog or not os.path.exists(prog):
+        pytest.skip("KOLO_HIERARCHICAL_TEST_BIN is not set (run it through CTest)")
+    a, b = netns["A"], netns["B"]
+    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b), "--no-bind",
+                                   "--network-interface", "kolo0", "-x", "KOLO_TIMEOUT_SECONDS=60",
+                                   prog], timeout=180)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert r.stdout.count("All tests passed") == 4, r.stdout[-4000:]

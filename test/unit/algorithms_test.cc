@@ -234,6 +234,32 @@ TEST_CASE("binomial tree and chain broadcast from every root, every rank count")
   }
 }
 
+TEST_CASE("binomial gather of variable blocks to every root, every rank count") {
+  for (int n = 1; n <= 9; ++n) {
+    for (int root = 0; root < n; ++root) {
+      // Rank r's block: (r * 7) % 5 bytes (some empty), each byte naming the rank.
+      auto blockOf = [](int r) { return Bytes(static_cast<size_t>((r * 7) % 5), uint8_t(r + 1)); };
+      std::vector<std::vector<Bytes>> got(static_cast<size_t>(n));
+      requireAllOk(runRanks(n, [&](Transport& t, int r) {
+        return ops::binomialGatherv(t, blockOf(r), root, r == root ? &got[r] : nullptr);
+      }));
+      INFO("ranks=" << n << " root=" << root);
+      REQUIRE(got[root].size() == static_cast<size_t>(n));
+      for (int r = 0; r < n; ++r) CHECK(got[root][r] == blockOf(r));
+      for (int r = 0; r < n; ++r) CHECK((r == root || got[r].empty()));
+    }
+  }
+  // A lost leaf is named by the rank that waits for it.
+  std::vector<std::unique_ptr<Transport>> ts;
+  REQUIRE(createLoopbackGroup(2, &ts).isOk());
+  ts[0]->setTimeout(std::chrono::milliseconds(200));
+  std::vector<Bytes> all;
+  Status s = ops::binomialGatherv(*ts[0], Bytes{1}, 0, &all);
+  CHECK(s.code() == ErrorCode::kTimeout);
+  CHECK(s.message().find("rank 1") != std::string::npos);
+  CHECK(ops::binomialGatherv(*ts[0], Bytes{1}, 2, &all).code() == ErrorCode::kInvalidArgument);
+}
+
 TEST_CASE("selection: configured algorithms win, auto follows the size table") {
   std::vector<std::unique_ptr<Transport>> ts;
   REQUIRE(createLoopbackGroup(8, &ts).isOk());

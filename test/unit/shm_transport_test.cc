@@ -98,6 +98,7 @@ TEST_CASE("shm: identity, capabilities and the control transport") {
     CHECK(c.nativeBroadcast);
     CHECK(c.nativeAllgatherv);
     CHECK(c.nativeReducescatter);
+    CHECK(c.nativeAllreduceSpans);
     CHECK_FALSE(c.deviceMemory);
     CHECK(std::string(controlTransport(*g[r]).name()) == "loopback");
   }
@@ -267,6 +268,58 @@ TEST_CASE("shm: native allreduce, every dtype x op, many chunks, 1..5 ranks") {
           requireAllOk(results);
           for (int r = 1; r < n; ++r) CHECK(data[r] == data[0]);  // the same bits everywhere
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("shm: allreduceSpans gives the packed allreduce's bits, in and out of place") {
+  ShmOptions tiny;
+  tiny.chunkBytes = 4096;  // pieces cross chunk and part boundaries
+  for (int n : {1, 2, 3, 5}) {
+    Group g = makeGroup(n, tiny);
+    for (DataType dt : {DataType::kFloat32, DataType::kFloat16, DataType::kInt32}) {
+      const size_t perChunk = 4096 / sizeOf(dt);
+      // One-shot sizes (all small) and chunked sizes (zero-length spans in the middle too).
+      for (std::vector<size_t> counts : {std::vector<size_t>{1, 0, 5, 2},
+                                         std::vector<size_t>{perChunk / 3, 0, perChunk + 5, 1,
+                                                             2 * perChunk + 11, 0, 7}}) {
+        const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+        const uint64_t seed = 1000 * n + total;
+        std::vector<std::vector<uint8_t>> packed(static_cast<size_t>(n)), spread(packed);
+        auto results = onRanks(n, [&](int r) -> Status {
+          const size_t elem = sizeOf(dt);
+          packed[r] = reduceInput(dt, ReduceOp::kSum, r, total, seed);
+          const std::vector<uint8_t> input = packed[r];
+          KOLO_RETURN_IF_ERROR(g[r]->allreduce(packed[r].data(), total, dt, ReduceOp::kSum));
+          // Each span its own allocation; odd spans out of place (their inputs must survive).
+          std::vector<std::vector<uint8_t>> ins, outs;
+          std::vector<ReduceSpan> spans;
+          size_t off = 0;
+          for (size_t i = 0; i < counts.size(); ++i) {
+            ins.emplace_back(input.begin() + off * elem, input.begin() + (off + counts[i]) * elem);
+            outs.emplace_back(counts[i] * elem, 0xEE);
+            off += counts[i];
+          }
+          for (size_t i = 0; i < counts.size(); ++i) {
+            void* out = i % 2 == 1 ? outs[i].data() : ins[i].data();
+            spans.push_back(ReduceSpan{ins[i].data(), out, counts[i]});
+          }
+          KOLO_RETURN_IF_ERROR(g[r]->allreduceSpans(spans, dt, ReduceOp::kSum));
+          off = 0;
+          for (size_t i = 0; i < counts.size(); ++i) {
+            const auto& got = i % 2 == 1 ? outs[i] : ins[i];
+            spread[r].insert(spread[r].end(), got.begin(), got.end());
+            if (i % 2 == 1 && !std::equal(ins[i].begin(), ins[i].end(), input.begin() + off * elem)) {
+              return fail("an out-of-place span's input was written");
+            }
+            off += counts[i];
+          }
+          return Status::ok();
+        });
+        INFO(n << " ranks, " << toString(dt) << ", " << counts.size() << " spans, " << total);
+        requireAllOk(results);
+        for (int r = 0; r < n; ++r) CHECK(spread[r] == packed[r]);
       }
     }
   }

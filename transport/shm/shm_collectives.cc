@@ -47,6 +47,13 @@ bool sameCall(const CallDesc& a, const CallDesc& b) {
 
 size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
 
+const uint8_t* inAt(const ReduceSpan& s, size_t within, size_t elem) {
+  return static_cast<const uint8_t*>(s.in) + within * elem;
+}
+uint8_t* outAt(const ReduceSpan& s, size_t within, size_t elem) {
+  return static_cast<uint8_t*>(s.out) + within * elem;
+}
+
 uint64_t othersMask(int n, int me) {
   const uint64_t all = n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
   return all & ~(uint64_t{1} << me);
@@ -144,15 +151,28 @@ void Collectives::skipTo(uint32_t g) {
 
 Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp op,
                               std::chrono::milliseconds timeout) {
+  return allreduceSpans({ReduceSpan{data, data, count}}, dtype, op, timeout);
+}
+
+Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataType dtype,
+                                   ReduceOp op, std::chrono::milliseconds timeout) {
   const int n = seg_->size();
   const int me = seg_->rank();
-  if (n == 1 || count == 0) return Status::ok();
+  const FlatSpans flat(spans);
+  const size_t count = flat.total();
+  if (n == 1) {
+    flat.pieces(0, count, [&](size_t, const ReduceSpan& s, size_t within, size_t m) {
+      const size_t elem = sizeOf(dtype);
+      if (s.out != s.in) std::memcpy(outAt(s, within, elem), inAt(s, within, elem), m * elem);
+    });
+    return Status::ok();
+  }
+  if (count == 0) return Status::ok();
   const size_t elem = sizeOf(dtype);
   const size_t chunkElems = seg_->chunkBytes() / elem;
   const size_t chunks = ceilDiv(count, chunkElems);
-  auto* buf = static_cast<uint8_t*>(data);
   if (count * elem <= std::min(seg_->chunkBytes(), kOneShotMaxBytes)) {
-    return allreduceOneShot(buf, count, dtype, op, timeout);
+    return allreduceOneShot(flat, dtype, op, timeout);
   }
 
   // Copies the other ranks' reduced parts of chunk g (elements [first, first+len)) out.
@@ -162,9 +182,10 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
       if (q == me) continue;
       size_t pb = 0, pe = 0;
       ops::chunkRange(len, n, q, &pb, &pe);
-      if (pe > pb) {
-        std::memcpy(buf + (first + pb) * elem, seg_->staging(q, b) + pb * elem, (pe - pb) * elem);
-      }
+      const uint8_t* part = seg_->staging(q, b) + pb * elem;
+      flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+        std::memcpy(outAt(s, within, elem), part + pos * elem, m * elem);
+      });
     }
   };
   bool pending = false;
@@ -182,22 +203,26 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
       if (q == me) continue;
       size_t pb = 0, pe = 0;
       ops::chunkRange(len, n, q, &pb, &pe);
-      if (pe > pb) std::memcpy(slot + pb * elem, buf + (first + pb) * elem, (pe - pb) * elem);
+      uint8_t* part = slot + pb * elem;
+      flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+        std::memcpy(part + pos * elem, inAt(s, within, elem), m * elem);
+      });
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
     size_t pb = 0, pe = 0;
     ops::chunkRange(len, n, me, &pb, &pe);
-    if (pe > pb) {
-      const size_t m = pe - pb;
-      uint8_t* own = buf + (first + pb) * elem;
-      uint8_t* result = slot + pb * elem;
+    // This rank's part, piece by piece (a piece lies in one span): its own input is read where
+    // the tensor is, the result goes to the part's position in its slot and to the tensor.
+    flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+      const uint8_t* own = inAt(s, within, elem);
+      uint8_t* result = slot + (pb + pos) * elem;
       auto input = [&](int q) -> const uint8_t* {
-        return q == me ? own : seg_->staging(q, b) + pb * elem;
+        return q == me ? own : seg_->staging(q, b) + (pb + pos) * elem;
       };
       ops::reduce3(result, input(0), input(1), m, dtype, op);
       for (int q = 2; q < n; ++q) ops::reduceInto(result, input(q), m, dtype, op);
-      std::memcpy(own, result, m * elem);
-    }
+      std::memcpy(outAt(s, within, elem), result, m * elem);
+    });
     set(kReduced, g + 1);
     if (pending) {
       // Every rank published chunk g after reducing chunk g-1: this wait returns at once.
@@ -216,21 +241,28 @@ Status Collectives::allreduce(void* data, size_t count, DataType dtype, ReduceOp
   return Status::ok();
 }
 
-Status Collectives::allreduceOneShot(uint8_t* buf, size_t count, DataType dtype, ReduceOp op,
+Status Collectives::allreduceOneShot(const FlatSpans& flat, DataType dtype, ReduceOp op,
                                      std::chrono::milliseconds timeout) {
   const int n = seg_->size();
   const int me = seg_->rank();
-  const size_t bytes = count * sizeOf(dtype);
+  const size_t elem = sizeOf(dtype);
+  const size_t count = flat.total();
   const uint32_t g = seq_++;
   const int b = static_cast<int>(g % kStagingBuffers);
   const CallDesc mine = reductionCall(kAllreduce, dtype, op, count, 0);
   uint8_t* slot = nullptr;
   KOLO_RETURN_IF_ERROR(claim(g, mine, "allreduce", timeout, &slot));
-  std::memcpy(slot, buf, bytes);
+  flat.pieces(0, count, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+    std::memcpy(slot + pos * elem, inAt(s, within, elem), m * elem);
+  });
   KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
   // Every rank folds every input, in rank order: the same bits everywhere, one wait in all.
-  ops::reduce3(buf, seg_->staging(0, b), seg_->staging(1, b), count, dtype, op);
-  for (int q = 2; q < n; ++q) ops::reduceInto(buf, seg_->staging(q, b), count, dtype, op);
+  flat.pieces(0, count, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+    uint8_t* out = outAt(s, within, elem);
+    auto input = [&](int q) { return seg_->staging(q, b) + pos * elem; };
+    ops::reduce3(out, input(0), input(1), m, dtype, op);
+    for (int q = 2; q < n; ++q) ops::reduceInto(out, input(q), m, dtype, op);
+  });
   seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
   set(kConsumed, g + 1);
   return Status::ok();

@@ -82,6 +82,7 @@ class ShmTransport final : public Transport {
   Capabilities capabilities() const override {
     Capabilities c;
     c.nativeAllreduce = true;
+    c.nativeAllreduceSpans = true;
     c.nativeAllgatherv = true;
     c.nativeBroadcast = true;
     c.nativeReducescatter = true;
@@ -97,6 +98,15 @@ class ShmTransport final : public Transport {
     KOLO_RETURN_IF_ERROR(seg_->aborted());
     KOLO_REQUIRE(data != nullptr || count == 0, kInvalidArgument, "shm allreduce: null buffer");
     return collectives_.allreduce(data, count, dtype, op, timeout());
+  }
+  Status allreduceSpans(const std::vector<ReduceSpan>& spans, DataType dtype,
+                        ReduceOp op) override {
+    KOLO_RETURN_IF_ERROR(seg_->aborted());
+    for (const ReduceSpan& s : spans) {
+      KOLO_REQUIRE((s.in != nullptr && s.out != nullptr) || s.count == 0, kInvalidArgument,
+                   "shm allreduce: null buffer");
+    }
+    return collectives_.allreduceSpans(spans, dtype, op, timeout());
   }
   Status allgatherv(const void* send, size_t sendBytes, void* recv,
                     const std::vector<size_t>& recvBytes) override {

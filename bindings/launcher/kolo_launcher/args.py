@@ -215,13 +215,15 @@ OPTIONS = [
         "horovodrun's flag to re-run its cached start-up checks every time; kolorun caches "
         "none, so it has no effect (the response cache is --cache-capacity 0)"),
     Opt(("--hierarchical-allreduce",), "hierarchical", "flag", None, G_TUNE,
-        "CUDA tensors: NCCL reduce-scatter among the ranks of each host, allreduce of each "
-        "rank's shard across hosts (over the CPU transport), NCCL allgather within the host "
-        "(hosts with unequal rank counts keep the flat NCCL allreduce); CPU tensors are not "
-        "affected; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
+        "force the hierarchical allreduce where the hosts hold equal numbers (> 1) of a process "
+        "set's ranks: reduce-scatter among the ranks of each host (shared memory for CPU "
+        "tensors, NCCL for CUDA tensors), allreduce of each rank's shard across hosts, allgather "
+        "within the host. Without either flag CPU tensors take it by themselves on such "
+        "topologies (README \"Algorithm choice\") and CUDA tensors do not; other topologies "
+        "keep the flat allreduce; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
     Opt(("--no-hierarchical-allreduce",), "no_hierarchical", "flag", None, G_TUNE,
-        "CUDA tensors: one flat NCCL allreduce over every rank even if the environment asks "
-        "for hierarchical; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
+        "one flat allreduce over every rank of the set, for CPU and CUDA tensors, even where the "
+        "topology has hosts with several ranks; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
     Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
         "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE, "
         "written by rank 0 (KOLO_TIMELINE_ALL_RANKS=1: every rank, to FILE.<rank>.json); sets "
@@ -238,6 +240,25 @@ OPTIONS = [
         "fail a tensor on every rank (an error naming the ranks that did not submit it) after "
         "it waited this long, 0 never (the runtime keeps working); sets "
         "KOLO_STALL_SHUTDOWN_TIME_SECONDS (runtime default 1800)"),
+    Opt(("--autotune",), "autotune", "flag", None, G_TUNE,
+        "tune the fusion threshold, the cycle time and the allreduce algorithm crossovers while "
+        "the job runs (rank 0 scores allreduce throughput, every rank switches at the same "
+        "round), then keep the best; knobs set by flags or KOLO_* variables stay as set; sets "
+        "KOLO_AUTOTUNE=1"),
+    Opt(("--autotune-log-file",), "autotune_log", "value", "FILE", G_TUNE,
+        "rank 0 writes one CSV line per autotune sample (Horovod's columns plus the "
+        "crossovers), the best last; sets KOLO_AUTOTUNE_LOG"),
+    Opt(("--autotune-warmup-samples",), "autotune_warmup", "value", "N", G_TUNE,
+        "samples discarded at the start; sets KOLO_AUTOTUNE_WARMUP_SAMPLES (default 3)"),
+    Opt(("--autotune-steps-per-sample",), "autotune_steps", "value", "N", G_TUNE,
+        "steps (executions of one allreduce) per sub-sample, five sub-samples a sample; sets "
+        "KOLO_AUTOTUNE_STEPS_PER_SAMPLE (default 10)"),
+    Opt(("--autotune-bayes-opt-max-samples",), "autotune_max", "value", "N", G_TUNE,
+        "scored samples before the best set is fixed (fewer when the search converges); sets "
+        "KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (default 20)"),
+    Opt(("--autotune-gaussian-process-noise",), "autotune_noise", "value", "X", G_TUNE,
+        "accepted for horovodrun's scripts; kolo's search (a compass search, not a Gaussian "
+        "process) does not use it; sets KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"),
     Opt(("--log-level",), "log_level", "value", "LEVEL", G_TUNE,
         "runtime log level: trace, debug, info, warning, error, fatal or off; sets "
         "KOLO_LOG_LEVEL (runtime default warning)"),
@@ -249,14 +270,7 @@ def _ignored(names, kind, metavar, why):
     return Opt(names, dest, kind, metavar, G_COMPAT, why)
 
 
-_NO_AUTOTUNE = "kolo has no autotuner: set the tuning flags above instead"
 OPTIONS += [
-    _ignored(("--autotune",), "flag", None, _NO_AUTOTUNE),
-    _ignored(("--autotune-log-file",), "value", "FILE", _NO_AUTOTUNE),
-    _ignored(("--autotune-warmup-samples",), "value", "N", _NO_AUTOTUNE),
-    _ignored(("--autotune-steps-per-sample",), "value", "N", _NO_AUTOTUNE),
-    _ignored(("--autotune-bayes-opt-max-samples",), "value", "N", _NO_AUTOTUNE),
-    _ignored(("--autotune-gaussian-process-noise",), "value", "X", _NO_AUTOTUNE),
     _ignored(("--hierarchical-allgather",), "flag", None,
              "kolo's allgather is always a flat ring"),
     _ignored(("--no-hierarchical-allgather",), "flag", None,
@@ -421,6 +435,21 @@ def knob_environment(ns, start_timeout):
     if ns.stall_shutdown is not None:
         env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(
             _number(ns.stall_shutdown, "--stall-check-shutdown-time-seconds", 0, 1e7))
+    if ns.autotune:
+        env["KOLO_AUTOTUNE"] = "1"
+    if ns.autotune_log is not None:
+        if not ns.autotune_log:
+            raise UsageError("--autotune-log-file: empty file name")
+        env["KOLO_AUTOTUNE_LOG"] = ns.autotune_log
+    for value, flag, var, lo in (
+            (ns.autotune_warmup, "--autotune-warmup-samples", "WARMUP_SAMPLES", 0),
+            (ns.autotune_steps, "--autotune-steps-per-sample", "STEPS_PER_SAMPLE", 1),
+            (ns.autotune_max, "--autotune-bayes-opt-max-samples", "BAYES_OPT_MAX_SAMPLES", 1)):
+        if value is not None:
+            env["KOLO_AUTOTUNE_" + var] = str(_integer(value, flag, lo, 1 << 20))
+    if ns.autotune_noise is not None:
+        env["KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = env_number(
+            _number(ns.autotune_noise, "--autotune-gaussian-process-noise", 0, 1e6))
     if ns.log_level is not None:
         level = ns.log_level.lower()
         if level not in LOG_LEVELS:
@@ -550,7 +579,9 @@ def _ignored_notes(ns):
 # Tuning variables that horovodrun sets under the same name with HOROVOD_ instead of KOLO_.
 _MIRRORED = ("START_TIMEOUT", "FUSION_THRESHOLD", "CYCLE_TIME", "CACHE_CAPACITY",
              "HIERARCHICAL_ALLREDUCE", "TIMELINE", "TIMELINE_MARK_CYCLES", "STALL_CHECK_DISABLE",
-             "STALL_CHECK_TIME_SECONDS", "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "GLOO_IFACE")
+             "STALL_CHECK_TIME_SECONDS", "STALL_SHUTDOWN_TIME_SECONDS", "LOG_LEVEL", "GLOO_IFACE",
+             "AUTOTUNE", "AUTOTUNE_LOG", "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_STEPS_PER_SAMPLE",
+             "AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "AUTOTUNE_GAUSSIAN_PROCESS_NOISE")
 
 
 def horovod_knob_environment(knob_env):

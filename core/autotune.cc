@@ -1,0 +1,248 @@
+#include "core/autotune.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "ops/collectives.h"
+
+namespace kolo {
+
+// ---- ParameterSearch ---------------------------------------------------------------------------
+
+ParameterSearch::ParameterSearch(std::vector<Dim> dims, int maxSamples)
+    : dims_(std::move(dims)), maxSamples_(std::max(1, maxSamples)) {
+  bool tunable = false;
+  for (const Dim& d : dims_) {
+    center_.push_back(d.start);
+    if (!d.fixed && d.levels.size() > 1) tunable = true;
+  }
+  current_ = center_;
+  done_ = !tunable;
+}
+
+bool ParameterSearch::report(double score) {
+  if (done_) return true;
+  ++samples_;
+  measured_[current_] = score;
+  if (!haveCenter_) {
+    haveCenter_ = true;
+    centerScore_ = score;
+    poll();
+  } else if (score > centerScore_) {
+    // Opportunistic: move at the first improvement and try the same direction again first.
+    lastMove_ = lastTried_;
+    center_ = current_;
+    centerScore_ = score;
+    poll();
+  }
+  advance();
+  return done_;
+}
+
+void ParameterSearch::poll() {
+  pending_.clear();
+  if (lastMove_.second != 0) pending_.push_back(lastMove_);
+  for (size_t d = 0; d < dims_.size(); ++d) {
+    if (dims_[d].fixed) continue;
+    for (int dir : {+1, -1}) {
+      if (lastMove_.second != 0 && lastMove_ == std::make_pair(d, dir)) continue;
+      pending_.push_back({d, dir});
+    }
+  }
+  std::reverse(pending_.begin(), pending_.end());  // taken from the back
+}
+
+void ParameterSearch::advance() {
+  while (samples_ < maxSamples_) {
+    while (!pending_.empty()) {
+      auto [d, dir] = pending_.back();
+      pending_.pop_back();
+      const auto here = static_cast<std::ptrdiff_t>(center_[d]);
+      const auto there = here + dir * static_cast<std::ptrdiff_t>(step_);
+      if (there < 0 || there >= static_cast<std::ptrdiff_t>(dims_[d].levels.size())) continue;
+      std::vector<size_t> point = center_;
+      point[d] = static_cast<size_t>(there);
+      // Measured before (from another center): it scored no better than a center we left.
+      if (measured_.count(point)) continue;
+      current_ = point;
+      lastTried_ = {d, dir};
+      return;
+    }
+    if (step_ == 1) break;  // no neighbour improves at the finest step: converged
+    step_ = 1;
+    poll();
+  }
+  done_ = true;
+  current_ = center_;
+}
+
+// ---- Autotuner ---------------------------------------------------------------------------------
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// levels with `value` added (kept ascending); *index receives its position.
+std::vector<double> withValue(std::vector<double> levels, double value, size_t* index) {
+  if (std::find(levels.begin(), levels.end(), value) == levels.end()) levels.push_back(value);
+  std::sort(levels.begin(), levels.end());
+  *index = static_cast<size_t>(std::find(levels.begin(), levels.end(), value) - levels.begin());
+  return levels;
+}
+
+ParameterSearch::Dim dim(std::vector<double> levels, double start, bool fixed) {
+  ParameterSearch::Dim d;
+  d.levels = withValue(std::move(levels), start, &d.start);
+  d.fixed = fixed;
+  return d;
+}
+
+// The grids: Horovod searches 0-64 MB of fusion and 1-100 ms of cycle time; kolo's defaults
+// (128 MB, 1 ms) and its faster rounds widen both. The crossovers span the sizes where the
+// measured table (ops/select.cc) puts them at 2 to 4 ranks and beyond.
+std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks) {
+  std::vector<double> fusion = {0};
+  for (int mb = 1; mb <= 128; mb *= 2) fusion.push_back(mb * kMiB);
+  const ops::AllreduceCrossovers x =
+      ops::effectiveCrossovers(c.algorithms.allreduceCrossovers, ranks);
+  const auto& at = c.autotune;
+  std::vector<ParameterSearch::Dim> dims(Autotuner::kKnobs);
+  dims[Autotuner::kFusion] =
+      dim(fusion, static_cast<double>(c.fusionThresholdBytes), at.fusionThresholdSet);
+  dims[Autotuner::kCycle] =
+      dim({0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100}, c.cycleTimeMs, at.cycleTimeSet);
+  dims[Autotuner::kHdMin] = dim({4096, 16384, 65536, 262144, 524288, 1048576, 4194304},
+                                static_cast<double>(x.hdMinBytes), at.hdMinSet);
+  dims[Autotuner::kRingMin] = dim({262144, 1048576, 4194304, 8388608, 16777216, 67108864},
+                                  static_cast<double>(x.ringMinBytes), at.ringMinSet);
+  return dims;
+}
+
+}  // namespace
+
+Autotuner::Autotuner(const Config& config, int ranks, Logger log)
+    : opts_(config.autotune),
+      hierarchicalAllreduce_(config.hierarchicalAllreduce),
+      cacheEnabled_(config.cacheCapacity > 0),
+      log_(std::move(log)),
+      search_(makeDims(config, ranks), config.autotune.maxSamples) {
+  warmupRemaining_ = opts_.warmupSamples;
+  active_ = !search_.done();
+  if (log_ && !active_) {
+    log_->info("autotune: every tunable knob is set explicitly; nothing to tune");
+  }
+}
+
+Status Autotuner::open() {
+  if (opts_.logPath.empty()) return Status::ok();
+  file_.open(opts_.logPath, std::ios::out | std::ios::trunc);
+  if (!file_.good()) {
+    return Status(ErrorCode::kIo, "cannot create the autotune log '" + opts_.logPath +
+                                      "' (KOLO_AUTOTUNE_LOG): " + std::strerror(errno));
+  }
+  file_ << kCsvHeader << std::endl;
+  return Status::ok();
+}
+
+TuningParams Autotuner::paramsAt(const std::vector<size_t>& point, bool active) const {
+  TuningParams p;
+  p.fusionThresholdBytes = static_cast<int64_t>(search_.value(kFusion, point[kFusion]));
+  p.cycleTimeMs = search_.value(kCycle, point[kCycle]);
+  p.allreduceHdMinBytes = static_cast<int64_t>(search_.value(kHdMin, point[kHdMin]));
+  p.allreduceRingMinBytes = static_cast<int64_t>(search_.value(kRingMin, point[kRingMin]));
+  p.active = active;
+  return p;
+}
+
+void Autotuner::observe(const std::vector<Response>& executed, Clock::time_point now) {
+  if (!active_ || waiting_) return;
+  double bytes = 0;
+  bool any = false;
+  bool close = false;
+  const int64_t stepsNeeded = static_cast<int64_t>(subSample_ + 1) * opts_.stepsPerSample;
+  for (const Response& r : executed) {
+    if (r.kind != Response::Kind::kOk || r.type != OpType::kAllreduce) continue;
+    int64_t n = 1;
+    for (int64_t d : r.shape) n *= d;
+    bytes += static_cast<double>(n) * static_cast<double>(sizeOf(r.dtype));
+    any = true;
+    if (++steps_[r.name] >= stepsNeeded) close = true;
+  }
+  if (!any) return;
+  if (!started_) {
+    // Nothing measured the time this first round took: its bytes are not counted.
+    started_ = true;
+    subStart_ = now;
+    return;
+  }
+  bytes_ += bytes;
+  if (!close) return;
+  const double seconds = std::max(std::chrono::duration<double>(now - subStart_).count(), 1e-9);
+  subScores_[static_cast<size_t>(subSample_++)] = bytes_ / seconds;
+  bytes_ = 0;
+  subStart_ = now;
+  if (subSample_ < kSubSamples) return;
+  std::array<double, kSubSamples> sorted = subScores_;
+  std::sort(sorted.begin(), sorted.end());
+  subSample_ = 0;
+  steps_.clear();
+  sampleDone(sorted[kSubSamples / 2]);
+}
+
+void Autotuner::sampleDone(double score) {
+  if (warmupRemaining_ > 0) {
+    --warmupRemaining_;
+    if (log_) log_->info("autotune: warming up ({} remaining)", warmupRemaining_);
+    return;
+  }
+  const TuningParams measured = paramsAt(search_.current(), true);
+  writeLine(measured, score);
+  if (log_) {
+    log_->info(
+        "autotune: sample {} [fusion {} B, cycle {} ms, hd from {} B, ring from {} B] "
+        "score {:.0f} B/s",
+        search_.samples() + 1, measured.fusionThresholdBytes, measured.cycleTimeMs,
+        measured.allreduceHdMinBytes, measured.allreduceRingMinBytes, score);
+  }
+  if (search_.report(score)) {
+    active_ = false;
+    pending_ = paramsAt(search_.best(), false);
+    writeLine(pending_, search_.bestScore());
+    if (log_) {
+      log_->info(
+          "autotune: best after {} samples [fusion {} B, cycle {} ms, hd from {} B, "
+          "ring from {} B] score {:.0f} B/s; fixed from now on",
+          search_.samples(), pending_.fusionThresholdBytes, pending_.cycleTimeMs,
+          pending_.allreduceHdMinBytes, pending_.allreduceRingMinBytes, search_.bestScore());
+    }
+  } else {
+    pending_ = paramsAt(search_.current(), true);
+  }
+  proposal_ = true;
+  waiting_ = true;
+}
+
+TuningParams Autotuner::takeProposal() {
+  proposal_ = false;
+  return pending_;
+}
+
+void Autotuner::applied(Clock::time_point now) {
+  waiting_ = false;
+  subStart_ = now;
+  bytes_ = 0;
+  subSample_ = 0;
+  steps_.clear();
+}
+
+void Autotuner::writeLine(const TuningParams& p, double score) {
+  if (!file_.is_open()) return;
+  file_ << (hierarchicalAllreduce_ ? 1 : 0) << ",0," << (cacheEnabled_ ? 1 : 0) << ","
+        << p.cycleTimeMs << "," << static_cast<double>(p.fusionThresholdBytes) / kMiB << ","
+        << p.allreduceHdMinBytes << "," << p.allreduceRingMinBytes << "," << std::llround(score)
+        << std::endl;
+}
+
+}  // namespace kolo

@@ -1,0 +1,68 @@
+#include "core/piggyback.h"
+
+#include <cstring>
+
+#include "ops/reduce_cpu.h"
+
+namespace kolo {
+namespace {
+
+size_t elementsOf(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+bool eligible(const Response& r) {
+  return r.kind == Response::Kind::kOk && r.type == OpType::kAllreduce && r.processSet == 0 &&
+         r.device < 0 && r.joinedRanks.empty() && r.group < 0 &&
+         (r.reduceOp == ReduceOp::kSum || r.reduceOp == ReduceOp::kAverage);
+}
+
+}  // namespace
+
+void Piggyback::plan(const ResponseCache& cache, size_t budgetBytes, int ranks,
+                     const std::function<bool(size_t)>& fits) {
+  offsetOf_.assign(cache.capacity(), kNone);
+  regions_.clear();
+  payloadBytes_ = 0;
+  ranks_ = ranks;
+  if (budgetBytes == 0 || ranks < 2) return;
+  for (uint32_t bit : cache.bitsInUse()) {
+    const Response& r = cache.response(bit);
+    if (!eligible(r)) continue;
+    const size_t count = elementsOf(r.shape);
+    const size_t bytes = count * sizeOf(r.dtype);
+    const size_t at = (payloadBytes_ + 7) / 8 * 8;
+    if (bytes == 0 || at + bytes > budgetBytes || !fits(bytes)) continue;
+    offsetOf_[bit] = at;
+    regions_.push_back(ops::ReduceRegion{at, count, r.dtype, ReduceOp::kSum});
+    payloadBytes_ = at + bytes;
+  }
+}
+
+void Piggyback::fill(uint32_t bit, const TensorEntry& e, const Response& cached,
+                     uint8_t* payload) const {
+  const size_t count = elementsOf(cached.shape);
+  uint8_t* dst = payload + offsetOf_[bit];
+  std::memcpy(dst, e.input.data, count * sizeOf(cached.dtype));
+  ops::scaleInPlace(dst, count, cached.dtype, cached.prescale);
+}
+
+void Piggyback::regions(size_t base, std::vector<ops::ReduceRegion>* out) const {
+  for (ops::ReduceRegion r : regions_) {
+    r.offset += base;
+    out->push_back(r);
+  }
+}
+
+void Piggyback::deliver(uint32_t bit, const uint8_t* payload, const Response& cached,
+                        TensorEntry& e) const {
+  const size_t count = elementsOf(cached.shape);
+  void* dst = e.output.data != nullptr ? e.output.data : e.input.data;
+  std::memcpy(dst, payload + offsetOf_[bit], count * sizeOf(cached.dtype));
+  ops::scaleInPlace(dst, count, cached.dtype,
+                    ops::averagedPostscale(cached.postscale, cached.reduceOp, ranks_));
+}
+
+}  // namespace kolo

@@ -1,0 +1,323 @@
+// The autotuner without threads (core/autotune.h): the compass search on synthetic scores
+// converges to the best point and fixes it after its budget, never moves a fixed knob; the
+// Autotuner discards warm-up samples, logs one CSV line per scored sample plus the best, and
+// stops proposing once fixed; the response list carries the parameters; Config reads the knobs.
+#include "core/autotune.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/config.h"
+#include "core/message.h"
+#include "ops/collectives.h"
+
+using namespace kolo;
+
+namespace {
+
+std::vector<ParameterSearch::Dim> grid(std::vector<size_t> sizes, std::vector<size_t> start,
+                                       std::vector<bool> fixed = {}) {
+  std::vector<ParameterSearch::Dim> dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    ParameterSearch::Dim x;
+    for (size_t i = 0; i < sizes[d]; ++i) x.levels.push_back(static_cast<double>(i));
+    x.start = start[d];
+    x.fixed = d < fixed.size() && fixed[d];
+    dims.push_back(x);
+  }
+  return dims;
+}
+
+// Unimodal along every knob, best (1000) at `opt`.
+double bowl(const std::vector<size_t>& p, const std::vector<size_t>& opt) {
+  double s = 1000;
+  for (size_t d = 0; d < p.size(); ++d) {
+    double diff = static_cast<double>(p[d]) - static_cast<double>(opt[d]);
+    s -= (d + 1) * diff * diff;
+  }
+  return s;
+}
+
+std::vector<std::string> lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  for (std::string f; std::getline(ss, f, ',');) out.push_back(f);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("compass search converges to the best point and never measures a point twice") {
+  const std::vector<size_t> opt = {6, 1, 4, 2};
+  ParameterSearch s(grid({9, 9, 7, 6}, {2, 6, 1, 5}), 100);
+  std::set<std::vector<size_t>> seen;
+  while (!s.done()) {
+    REQUIRE(seen.insert(s.current()).second);
+    s.report(bowl(s.current(), opt));
+  }
+  CHECK(s.best() == opt);
+  CHECK(s.current() == opt);
+  CHECK(s.bestScore() == 1000);
+  CHECK(s.samples() < 100);  // converged, not out of budget
+  CHECK(s.samples() == static_cast<int>(seen.size()));
+}
+
+TEST_CASE("the search stops after its sample budget at the best point measured") {
+  const std::vector<size_t> opt = {8, 8, 0};
+  ParameterSearch s(grid({9, 9, 9}, {0, 0, 8}), 5);
+  double best = -1e9;
+  std::vector<size_t> bestPoint;
+  int reports = 0;
+  while (!s.done()) {
+    double score = bowl(s.current(), opt);
+    if (score > best) best = score, bestPoint = s.current();
+    s.report(score);
+    ++reports;
+  }
+  CHECK(reports == 5);
+  CHECK(s.best() == bestPoint);
+  CHECK(s.bestScore() == best);
+  CHECK(s.best() != opt);  // five samples are not enough to get there from the far corner
+  CHECK(s.current() == bestPoint);
+  CHECK(s.report(1e9));  // done: further scores change nothing
+  CHECK(s.best() == bestPoint);
+  CHECK(s.samples() == 5);
+}
+
+TEST_CASE("fixed knobs are never moved; all fixed means nothing to search") {
+  ParameterSearch s(grid({9, 9, 9}, {4, 3, 4}, {false, true, false}), 50);
+  while (!s.done()) {
+    CHECK(s.current()[1] == 3);
+    s.report(bowl(s.current(), {7, 8, 1}));
+  }
+  CHECK(s.best() == std::vector<size_t>{7, 3, 1});
+
+  ParameterSearch none(grid({9, 9}, {2, 3}, {true, true}), 50);
+  CHECK(none.done());
+  CHECK(none.current() == std::vector<size_t>{2, 3});
+}
+
+namespace {
+
+// Drives an Autotuner as the coordinator does: one allreduce of `bytes` per round; the round
+// takes bytes / throughput(params in effect) seconds, or `warmupSeconds` per round while the
+// warm-up rounds last (a fake, very fast start that must not count).
+struct Driver {
+  Autotuner tuner;
+  TuningParams now;
+  Clock::time_point t = Clock::now();
+  std::vector<TuningParams> applied;
+
+  Driver(const Config& c, int ranks) : tuner(c, ranks, nullptr) {
+    now = tuner.paramsAt(tuner.search().current(), true);
+  }
+  void round(double throughput, double bytes) {
+    if (tuner.hasProposal()) {
+      now = tuner.takeProposal();
+      applied.push_back(now);
+      tuner.applied(t);
+    }
+    Response r;
+    r.type = OpType::kAllreduce;
+    r.name = "grad";
+    r.dtype = DataType::kUInt8;
+    r.shape = {static_cast<int64_t>(bytes)};
+    t += std::chrono::nanoseconds(static_cast<int64_t>(bytes / throughput * 1e9));
+    tuner.observe({r}, t);
+  }
+};
+
+// Best at 8 MiB of fusion and 5 ms of cycle time (bytes per second).
+double throughputOf(const TuningParams& p) {
+  double mb = static_cast<double>(p.fusionThresholdBytes) / (1 << 20);
+  double fusion = std::abs(std::log2(mb + 1) - std::log2(9.0));
+  double cycle = std::abs(std::log10(p.cycleTimeMs) - std::log10(5.0));
+  double ring = std::abs(std::log2(static_cast<double>(p.allreduceRingMinBytes)) - 22);
+  return 1e9 / (1 + fusion + 2 * cycle + 0.5 * ring);
+}
+
+}  // namespace
+
+TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes the best") {
+  char path[] = "/tmp/kolo_autotune_test_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  Config c;
+  c.autotune.enabled = true;
+  c.autotune.logPath = path;
+  c.autotune.warmupSamples = 2;
+  c.autotune.stepsPerSample = 3;
+  c.autotune.maxSamples = 8;
+  c.autotune.hdMinSet = true;  // as if KOLO_ALLREDUCE_HD_MIN_BYTES were set
+  c.algorithms.allreduceCrossovers.hdMinBytes = 12345;
+  Driver drv(c, 2);
+  REQUIRE(drv.tuner.open().isOk());
+  REQUIRE(drv.tuner.active());
+
+  // One round starts the clock; each sample is 5 sub-samples of 3 steps (rounds).
+  const int perSample = Autotuner::kSubSamples * 3;
+  drv.round(1e9, 1000);
+  for (int i = 0; i < 2 * perSample; ++i) drv.round(1e15, 1000);  // warm-up: absurdly fast
+  CHECK(drv.tuner.scoredSamples() == 0);
+  CHECK_FALSE(drv.tuner.hasProposal());  // warm-up samples propose nothing
+  int rounds = 0;
+  while (drv.tuner.active() && rounds < 100 * perSample) {
+    drv.round(throughputOf(drv.now), 1000);
+    ++rounds;
+  }
+  REQUIRE_FALSE(drv.tuner.active());
+  CHECK(drv.tuner.scoredSamples() == 8);
+  drv.round(throughputOf(drv.now), 1000);  // the round that applies the fixed set
+  REQUIRE_FALSE(drv.applied.empty());
+  const TuningParams fixed = drv.applied.back();
+  CHECK_FALSE(fixed.active);
+  for (size_t i = 0; i + 1 < drv.applied.size(); ++i) CHECK(drv.applied[i].active);
+  for (const auto& p : drv.applied) CHECK(p.allreduceHdMinBytes == 12345);  // never tuned
+
+  // Fixed from now on: no proposal, no log line, whatever the rounds measure.
+  for (int i = 0; i < 10 * perSample; ++i) drv.round(1e15, 1000);
+  CHECK_FALSE(drv.tuner.hasProposal());
+  CHECK(drv.applied.back() == fixed);
+
+  auto log = lines(path);
+  std::remove(path);
+  REQUIRE(log.size() == 1 + 8 + 1);  // header, 8 samples, the best
+  CHECK(log[0] == Autotuner::kCsvHeader);
+  double best = 0;
+  std::set<std::string> points;
+  for (size_t i = 1; i < log.size(); ++i) {
+    auto f = split(log[i]);
+    REQUIRE(f.size() == 8);
+    CHECK(f[0] == "0");      // hierarchical_allreduce, as configured
+    CHECK(f[2] == "1");      // cache_enabled
+    CHECK(f[5] == "12345");  // the fixed crossover
+    const double score = std::stod(f[7]);
+    CHECK(score < 1e10);  // no warm-up score was kept
+    if (i + 1 < log.size()) {
+      points.insert(f[3] + "," + f[4] + "," + f[6]);
+      best = std::max(best, score);
+    } else {
+      CHECK(score == best);  // the last line is the best sample
+    }
+  }
+  CHECK(points.size() == 8);  // every sample measured a different point
+  // The fixed set is the best line's.
+  auto last = split(log.back());
+  CHECK(std::stod(last[3]) == fixed.cycleTimeMs);
+  CHECK(std::stod(last[4]) * (1 << 20) == static_cast<double>(fixed.fusionThresholdBytes));
+  // The first sample ran at the configured values (128 MiB, 1 ms).
+  auto first = split(log[1]);
+  CHECK(first[3] == "1");
+  CHECK(first[4] == "128");
+}
+
+TEST_CASE("with enough samples the autotuner finds the best fusion and cycle time") {
+  Config c;
+  c.autotune.enabled = true;
+  c.autotune.warmupSamples = 0;
+  c.autotune.stepsPerSample = 1;
+  c.autotune.maxSamples = 60;
+  c.autotune.hdMinSet = true;
+  c.autotune.ringMinSet = true;
+  c.algorithms.allreduceCrossovers.ringMinBytes = 4 << 20;
+  Driver drv(c, 2);
+  drv.round(1e9, 1000);
+  for (int i = 0; i < 5000 && drv.tuner.active(); ++i) drv.round(throughputOf(drv.now), 1000);
+  drv.round(throughputOf(drv.now), 1000);
+  REQUIRE_FALSE(drv.tuner.active());
+  CHECK(drv.tuner.scoredSamples() < 60);  // converged before the budget
+  CHECK(drv.applied.back().fusionThresholdBytes == 8 << 20);
+  CHECK(drv.applied.back().cycleTimeMs == 5);
+  CHECK(drv.applied.back().allreduceRingMinBytes == 4 << 20);
+}
+
+TEST_CASE("an explicitly set knob is fixed; nothing tunable means no tuning") {
+  std::map<std::string, std::string> env = {{"HOROVOD_AUTOTUNE", "1"},
+                                            {"KOLO_FUSION_THRESHOLD", "1048576"},
+                                            {"HOROVOD_CYCLE_TIME", "3"},
+                                            {"KOLO_AUTOTUNE_LOG", "/tmp/x.csv"},
+                                            {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES", "1"},
+                                            {"KOLO_AUTOTUNE_STEPS_PER_SAMPLE", "4"},
+                                            {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "7"},
+                                            {"KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.5"},
+                                            {"KOLO_ALLREDUCE_RING_MIN_BYTES", "2097152"}};
+  auto get = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  Config c;
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.autotune.enabled);
+  CHECK(c.autotune.logPath == "/tmp/x.csv");
+  CHECK(c.autotune.warmupSamples == 1);
+  CHECK(c.autotune.stepsPerSample == 4);
+  CHECK(c.autotune.maxSamples == 7);
+  CHECK(c.autotune.noise == 0.5);
+  CHECK(c.autotune.fusionThresholdSet);
+  CHECK(c.autotune.cycleTimeSet);
+  CHECK_FALSE(c.autotune.hdMinSet);
+  CHECK(c.autotune.ringMinSet);
+  CHECK(c.algorithms.allreduceCrossovers.ringMinBytes == 2097152);
+
+  Autotuner t(c, 2, nullptr);
+  const auto& start = t.search().current();
+  auto p = t.paramsAt(start, true);
+  CHECK(p.fusionThresholdBytes == 1048576);
+  CHECK(p.cycleTimeMs == 3);
+  CHECK(p.allreduceRingMinBytes == 2097152);
+  CHECK(p.allreduceHdMinBytes == static_cast<int64_t>(ops::effectiveCrossovers({}, 2).hdMinBytes));
+  CHECK(t.active());  // the halving-doubling crossover is still free
+
+  env["KOLO_ALLREDUCE_ALGORITHM"] = "ring";  // crossovers unused: fixed too
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  Autotuner none(c, 2, nullptr);
+  CHECK_FALSE(none.active());
+
+  env["KOLO_AUTOTUNE_STEPS_PER_SAMPLE"] = "0";
+  Status s = Config::fromEnvironment(&c, get);
+  CHECK(s.message().find("KOLO_AUTOTUNE_STEPS_PER_SAMPLE='0'") != std::string::npos);
+}
+
+TEST_CASE("the response list carries tuning parameters; the crossovers default to the table") {
+  ResponseList in;
+  in.responses.push_back(Response{});
+  in.hasTuning = true;
+  in.tuning = {8 << 20, 2.5, 65536, 8 << 20, true};
+  auto bytes = encode(in);
+  ResponseList out;
+  REQUIRE(decode(bytes.data(), bytes.size(), &out).isOk());
+  CHECK(out.hasTuning);
+  CHECK(out.tuning == in.tuning);
+  CHECK(out.responses.size() == 1);
+  bytes.pop_back();
+  CHECK(decode(bytes.data(), bytes.size(), &out).message().find("tuning active flag") !=
+        std::string::npos);
+  ResponseList plain;
+  auto b2 = encode(plain);
+  REQUIRE(decode(b2.data(), b2.size(), &out).isOk());
+  CHECK_FALSE(out.hasTuning);
+
+  auto table2 = ops::effectiveCrossovers({}, 2);
+  CHECK(table2.hdMinBytes == 512 * 1024);
+  CHECK(table2.ringMinBytes == 8 * 1024 * 1024);
+  CHECK(ops::effectiveCrossovers({}, 16).hdMinBytes == 64 * 1024);
+  auto mixed = ops::effectiveCrossovers({1000, 0}, 2);
+  CHECK(mixed.hdMinBytes == 1000);
+  CHECK(mixed.ringMinBytes == 8 * 1024 * 1024);
+}
