@@ -285,10 +285,16 @@ std::string Config::toString() const {
     << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)
     << "\nKOLO_ALLTOALL_ALGORITHM=" << ops::toString(algorithms.alltoall)
     << "\nKOLO_REDUCESCATTER_ALGORITHM=" << ops::toString(algorithms.reducescatter)
-    << "\nKOLO_SEGMENT_BYTES=" << algorithms.segmentBytes
-    << "\nKOLO_ALLREDUCE_HD_MIN_BYTES=" << algorithms.allreduceCrossovers.hdMinBytes
-    << "\nKOLO_ALLREDUCE_RING_MIN_BYTES=" << algorithms.allreduceCrossovers.ringMinBytes
-    << "\nKOLO_AUTOTUNE=" << autotune.enabled << "\nKOLO_AUTOTUNE_LOG=" << autotune.logPath
+    << "\nKOLO_SEGMENT_BYTES=" << algorithms.segmentBytes;
+  // Unset crossovers (0: the measured table) are left out: a printed config must parse again,
+  // and the variables accept only a byte count >= 1.
+  if (algorithms.allreduceCrossovers.hdMinBytes > 0) {
+    o << "\nKOLO_ALLREDUCE_HD_MIN_BYTES=" << algorithms.allreduceCrossovers.hdMinBytes;
+  }
+  if (algorithms.allreduceCrossovers.ringMinBytes > 0) {
+    o << "\nKOLO_ALLREDUCE_RING_MIN_BYTES=" << algorithms.allreduceCrossovers.ringMinBytes;
+  }
+  o << "\nKOLO_AUTOTUNE=" << autotune.enabled << "\nKOLO_AUTOTUNE_LOG=" << autotune.logPath
     << "\nKOLO_AUTOTUNE_WARMUP_SAMPLES=" << autotune.warmupSamples
     << "\nKOLO_AUTOTUNE_STEPS_PER_SAMPLE=" << autotune.stepsPerSample
     << "\nKOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=" << autotune.maxSamples

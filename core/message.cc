@@ -1,5 +1,7 @@
 #include "core/message.h"
 
+#include <cmath>
+
 #include <cstring>
 
 namespace kolo {
@@ -366,6 +368,13 @@ Status decode(const uint8_t* data, size_t n, ResponseList* out, int32_t fromRank
     list.tuning.allreduceHdMinBytes = rd.i64("tuning halving-doubling crossover");
     list.tuning.allreduceRingMinBytes = rd.i64("tuning ring crossover");
     list.tuning.active = rd.boolean("tuning active flag");
+    const TuningParams& t = list.tuning;
+    if (rd.ok() && (t.fusionThresholdBytes < 0 || !std::isfinite(t.cycleTimeMs) ||
+                    t.cycleTimeMs < 0 || t.allreduceHdMinBytes < 0 ||
+                    t.allreduceRingMinBytes < 0)) {
+      rd.fail("bad tuning parameters (a negative size or a cycle time that is not a finite, "
+              "non-negative number)");
+    }
   }
   rd.end();
   if (!rd.ok()) {

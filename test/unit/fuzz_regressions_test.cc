@@ -10,11 +10,14 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/config.h"
+#include "core/message.h"
 #include "core/store.h"
 
 using namespace kolo;
@@ -103,4 +106,39 @@ TEST_CASE("fuzz regression: store client, reply header announcing 4 GiB then EOF
     INFO("peak RSS grew by " << grewKiB << " KiB");
     CHECK(grewKiB < 512 * 1024);  // the old client touched 4 GiB here
   }
+}
+
+TEST_CASE("fuzz regression: a response list whose tuning cycle time is NaN is malformed") {
+  // fuzz_message found decode(encode(x)) != x: a NaN cycle time decoded and compared unequal.
+  // The corpus file responses_tuning_nan_cycle holds the input; here the same fields by hand.
+  ResponseList list;
+  list.hasTuning = true;
+  list.tuning.cycleTimeMs = std::numeric_limits<double>::quiet_NaN();
+  std::vector<uint8_t> bytes = encode(list);
+  ResponseList out;
+  Status s = decode(bytes.data(), bytes.size(), &out);
+  CHECK(s.code() == ErrorCode::kInternal);
+  CHECK(s.message().find("tuning") != std::string::npos);
+  list.tuning.cycleTimeMs = 2.0;
+  list.tuning.fusionThresholdBytes = -1;
+  bytes = encode(list);
+  CHECK_FALSE(decode(bytes.data(), bytes.size(), &out).isOk());
+  list.tuning.fusionThresholdBytes = 64 << 20;
+  bytes = encode(list);
+  REQUIRE(decode(bytes.data(), bytes.size(), &out).isOk());
+  CHECK(out.tuning == list.tuning);
+}
+
+TEST_CASE("fuzz regression: the printed default config parses again (unset crossovers)") {
+  // fuzz_config found KOLO_ALLREDUCE_HD_MIN_BYTES=0 printed for "unset", which does not parse.
+  Config c;
+  REQUIRE(Config::fromEnvironment(&c, [](const char*) -> const char* { return nullptr; }).isOk());
+  const std::string printed = c.toString();
+  CHECK(printed.find("KOLO_ALLREDUCE_HD_MIN_BYTES") == std::string::npos);
+  CHECK(printed.find("KOLO_ALLREDUCE_RING_MIN_BYTES") == std::string::npos);
+  Config set;
+  REQUIRE(Config::fromEnvironment(&set, [](const char* name) -> const char* {
+            return std::string(name) == "KOLO_ALLREDUCE_HD_MIN_BYTES" ? "65536" : nullptr;
+          }).isOk());
+  CHECK(set.toString().find("KOLO_ALLREDUCE_HD_MIN_BYTES=65536") != std::string::npos);
 }
