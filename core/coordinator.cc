@@ -17,6 +17,10 @@ constexpr size_t kFlagNothingNew = 0;  // 1: nothing this rank must negotiate in
 constexpr size_t kFlagIdle = 1;        // 1: nothing pending on this rank
 constexpr size_t kFlagCount = 2;
 
+// The control buffer: [flags][one byte per cache slot] (MIN), then, from the next 8-byte
+// boundary, the piggyback payload (core/piggyback.h).
+size_t payloadOffset(size_t cacheCapacity) { return (kFlagCount + cacheCapacity + 7) / 8 * 8; }
+
 bool isTransportFailure(ErrorCode c) {
   return c == ErrorCode::kPeerLost || c == ErrorCode::kTimeout || c == ErrorCode::kAborted ||
          c == ErrorCode::kIo;
@@ -192,13 +196,18 @@ void Coordinator::warnStalled(Clock::time_point now) {
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   const auto now = Clock::now();
   const auto announceAfter = seconds(d_.config.heartbeatSeconds);
-  // [flags][one byte per cache slot] (MIN), then from an 8-byte boundary the piggyback payload.
   const size_t viewBytes = kFlagCount + cache_.capacity();
-  const auto rule = d_.config.controlPiggybackBytes > 0 ? piggybackRule() : nullptr;
-  piggy_.plan(cache_, rule ? static_cast<size_t>(d_.config.controlPiggybackBytes) : 0, d_.size,
-              rule);
-  payloadAt_ = (viewBytes + 7) / 8 * 8;
-  view->assign(piggy_.payloadBytes() > 0 ? payloadAt_ + piggy_.payloadBytes() : viewBytes, 0);
+  // The layout is a function of the cache's entries (and of fixed configuration): planned again
+  // only in rounds where the cache changed, which are the same rounds on every rank.
+  if (!piggyPlanned_ || cache_.version() != piggyCacheVersion_) {
+    if (!piggyPlanned_ && d_.config.controlPiggybackBytes > 0) piggyRule_ = piggybackRule();
+    piggy_.plan(cache_, piggyRule_ ? static_cast<size_t>(d_.config.controlPiggybackBytes) : 0,
+                d_.size, piggyRule_);
+    piggyPlanned_ = true;
+    piggyCacheVersion_ = cache_.version();
+  }
+  const size_t payloadAt = payloadOffset(cache_.capacity());
+  view->assign(piggy_.payloadBytes() > 0 ? payloadAt + piggy_.payloadBytes() : viewBytes, 0);
   bool nothingNew = !shutdownRequested_;
   bool idle = !shutdownRequested_;
   bool joined = false;
@@ -211,7 +220,7 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     auto hit = e.request.groupSize > 0 ? ResponseCache::Lookup::kMiss : cache_.lookup(e.request, &bit);
     if (hit == ResponseCache::Lookup::kHit) {
       (*view)[kFlagCount + bit] = 1;
-      if (piggy_.carries(bit)) piggy_.fill(bit, e, cache_.response(bit), view->data() + payloadAt_);
+      if (piggy_.carries(bit)) piggy_.fill(bit, e, cache_.response(bit), view->data() + payloadAt);
     }
     if (!e.announced && (hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
       nothingNew = false;
@@ -250,7 +259,7 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   }
   // The same recursive doubling, with the piggyback's SUM regions beside the MIN bytes.
   std::vector<ops::ReduceRegion> regions{{0, viewBytes, DataType::kUInt8, ReduceOp::kMin}};
-  piggy_.regions(payloadAt_, &regions);
+  piggy_.regions(payloadAt, &regions);
   return ops::recursiveDoublingAllreduceRegions(*d_.global, view->data(), view->size(), regions);
 }
 
@@ -280,7 +289,7 @@ void Coordinator::deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& con
     d_.timeline->opStart(name, r.type);
     d_.timeline->activityStart(name, "CONTROL_PIGGYBACK_ALLREDUCE");
   }
-  piggy_.deliver(bit, control.data() + payloadAt_, r, *e);
+  piggy_.deliver(bit, control.data() + payloadOffset(cache_.capacity()), r, *e);
   if (d_.timeline) {
     d_.timeline->activityEnd(name);
     d_.timeline->opEnd(name, r.dtype, r.shape);

@@ -96,7 +96,8 @@ class Coordinator {
   void completeEntry(const OpKey& key, const Status& s);
   // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
   // the global transport is not shared memory (null rule: none may) and the data path would not
-  // be hierarchical. Valid for the round it is taken in.
+  // be hierarchical. Neither changes while the runtime lives (autotune moves only the fusion
+  // threshold, the cycle time and the crossovers), so it is taken once.
   std::function<bool(size_t)> piggybackRule();
   // Completes the carried op of cache slot `bit` from the reduced control buffer.
   void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);
@@ -112,8 +113,10 @@ class Coordinator {
   ResponseCache cache_;
   FusionBuffer fusion_;
   ops::HierarchyCache hierarchy_;  // host allreduces across hosts (ops/hierarchical.h)
-  Piggyback piggy_;                // this round's small cached allreduces in the control buffer
-  size_t payloadAt_ = 0;           // where piggy_'s payload starts in the control buffer
+  Piggyback piggy_;                // small cached allreduces in the control buffer
+  std::function<bool(size_t)> piggyRule_;  // piggybackRule(), taken once (null: no piggyback)
+  bool piggyPlanned_ = false;              // piggy_ holds a plan for...
+  uint64_t piggyCacheVersion_ = 0;         // ...this cache_.version()
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};

@@ -7,12 +7,6 @@
 namespace kolo {
 namespace {
 
-size_t elementsOf(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 bool eligible(const Response& r) {
   return r.kind == Response::Kind::kOk && r.type == OpType::kAllreduce && r.processSet == 0 &&
          r.device < 0 && r.joinedRanks.empty() && r.group < 0 &&
@@ -23,7 +17,7 @@ bool eligible(const Response& r) {
 
 void Piggyback::plan(const ResponseCache& cache, size_t budgetBytes, int ranks,
                      const std::function<bool(size_t)>& fits) {
-  offsetOf_.assign(cache.capacity(), kNone);
+  regionOf_.assign(cache.capacity(), kNone);
   regions_.clear();
   payloadBytes_ = 0;
   ranks_ = ranks;
@@ -35,7 +29,7 @@ void Piggyback::plan(const ResponseCache& cache, size_t budgetBytes, int ranks,
     const size_t bytes = count * sizeOf(r.dtype);
     const size_t at = (payloadBytes_ + 7) / 8 * 8;
     if (bytes == 0 || at + bytes > budgetBytes || !fits(bytes)) continue;
-    offsetOf_[bit] = at;
+    regionOf_[bit] = regions_.size();
     regions_.push_back(ops::ReduceRegion{at, count, r.dtype, ReduceOp::kSum});
     payloadBytes_ = at + bytes;
   }
@@ -43,10 +37,10 @@ void Piggyback::plan(const ResponseCache& cache, size_t budgetBytes, int ranks,
 
 void Piggyback::fill(uint32_t bit, const TensorEntry& e, const Response& cached,
                      uint8_t* payload) const {
-  const size_t count = elementsOf(cached.shape);
-  uint8_t* dst = payload + offsetOf_[bit];
-  std::memcpy(dst, e.input.data, count * sizeOf(cached.dtype));
-  ops::scaleInPlace(dst, count, cached.dtype, cached.prescale);
+  const ops::ReduceRegion& r = regions_[regionOf_[bit]];
+  uint8_t* dst = payload + r.offset;
+  std::memcpy(dst, e.input.data, r.count * sizeOf(r.dtype));
+  ops::scaleInPlace(dst, r.count, r.dtype, cached.prescale);
 }
 
 void Piggyback::regions(size_t base, std::vector<ops::ReduceRegion>* out) const {
@@ -58,10 +52,10 @@ void Piggyback::regions(size_t base, std::vector<ops::ReduceRegion>* out) const 
 
 void Piggyback::deliver(uint32_t bit, const uint8_t* payload, const Response& cached,
                         TensorEntry& e) const {
-  const size_t count = elementsOf(cached.shape);
+  const ops::ReduceRegion& r = regions_[regionOf_[bit]];
   void* dst = e.output.data != nullptr ? e.output.data : e.input.data;
-  std::memcpy(dst, payload + offsetOf_[bit], count * sizeOf(cached.dtype));
-  ops::scaleInPlace(dst, count, cached.dtype,
+  std::memcpy(dst, payload + r.offset, r.count * sizeOf(r.dtype));
+  ops::scaleInPlace(dst, r.count, r.dtype,
                     ops::averagedPostscale(cached.postscale, cached.reduceOp, ranks_));
 }
 

@@ -14,7 +14,7 @@
 // the response cache alone (identical on every rank: its slots are filled in lockstep) and of
 // configuration every rank shares. A slot is eligible when its cached response is an allreduce
 // in the global set, host memory, SUM or AVERAGE, no joined ranks, and the coordinator says the
-// size fits (Coordinator::piggybackFits: not over shared memory, whose round costs microseconds,
+// size fits (Coordinator::piggybackRule: not over shared memory, whose round costs microseconds,
 // and not where the hierarchical allreduce would run). Eligible slots are taken in slot order
 // until KOLO_CONTROL_PIGGYBACK_BYTES (default 4096, 0 = off) of payload are used; each region is
 // 8-byte aligned. Results are the same bits on every rank; the summation tree is recursive
@@ -40,12 +40,13 @@ namespace kolo {
 
 class Piggyback {
  public:
-  // Lays out this round's payload. `fits(bytes)`: whether a global allreduce of `bytes` may
-  // ride (the coordinator's rule). `ranks` = global size.
+  // Lays out the payload (the coordinator plans again whenever the cache's version moves).
+  // `fits(bytes)`: whether a global allreduce of `bytes` may ride (the coordinator's rule; null
+  // only with budgetBytes 0). `ranks` = global size.
   void plan(const ResponseCache& cache, size_t budgetBytes, int ranks,
             const std::function<bool(size_t)>& fits);
   size_t payloadBytes() const { return payloadBytes_; }
-  bool carries(uint32_t bit) const { return bit < offsetOf_.size() && offsetOf_[bit] != kNone; }
+  bool carries(uint32_t bit) const { return bit < regionOf_.size() && regionOf_[bit] != kNone; }
   // Copies entry e (a cache hit on `bit`, carried) into the payload, prescaled.
   void fill(uint32_t bit, const TensorEntry& e, const Response& cached, uint8_t* payload) const;
   // The payload's regions for the combined reduction, at byte `base` of the control buffer.
@@ -55,8 +56,8 @@ class Piggyback {
 
  private:
   static constexpr size_t kNone = ~size_t{0};
-  std::vector<size_t> offsetOf_;  // per cache bit: payload offset, or kNone
-  std::vector<ops::ReduceRegion> regions_;
+  std::vector<size_t> regionOf_;  // per cache bit: index into regions_, or kNone
+  std::vector<ops::ReduceRegion> regions_;  // payload offset, element count and dtype per slot
   size_t payloadBytes_ = 0;
   int ranks_ = 1;
 };

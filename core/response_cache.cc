@@ -59,6 +59,7 @@ ResponseCache::Lookup ResponseCache::lookup(const Request& localRequest, uint32_
 
 void ResponseCache::put(const Response& r, const Request& localRequest) {
   if (capacity_ == 0 || !isCacheable(r)) return;
+  ++version_;
   auto it = byKey_.find(keyOf(r));
   if (it != byKey_.end()) {
     Slot& slot = slots_[it->second];
@@ -103,6 +104,7 @@ void ResponseCache::touch(uint32_t bit) {
 void ResponseCache::erase(const OpKey& key) {
   auto it = byKey_.find(key);
   if (it == byKey_.end()) return;
+  ++version_;
   uint32_t bit = it->second;
   byKey_.erase(it);
   Slot& slot = slots_[bit];

@@ -53,6 +53,9 @@ class ResponseCache {
 
   size_t capacity() const { return capacity_; }
   size_t size() const { return byKey_.size(); }
+  // Changes with every put and erase (not with touch): whoever derives something from the
+  // entries (core/piggyback's layout) recomputes it only when this moved.
+  uint64_t version() const { return version_; }
   std::vector<uint32_t> bitsInUse() const;  // ascending
 
   static bool isCacheable(const Response& r);
@@ -66,6 +69,7 @@ class ResponseCache {
   };
 
   size_t capacity_;
+  uint64_t version_ = 0;
   std::vector<Slot> slots_;  // grows up to capacity_ as bits are first used
   std::unordered_map<OpKey, uint32_t, OpKeyHash> byKey_;
   std::list<uint32_t> lru_;   // front = most recently used

@@ -12,6 +12,13 @@ namespace kolo {
 
 constexpr int kCpuDevice = -1;
 
+// Elements of a tensor of this shape (an empty shape is a scalar: one element).
+inline size_t elementsOf(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
 struct TensorView {
   void* data = nullptr;
   DataType dtype = DataType::kFloat32;
@@ -19,11 +26,7 @@ struct TensorView {
   int device = kCpuDevice;     // -1 = host memory, >= 0 = CUDA device ordinal
   void* stream = nullptr;      // CUDA stream the producer used (GPU only), may be null
 
-  int64_t numElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numElements() const { return static_cast<int64_t>(elementsOf(shape)); }
   size_t byteSize() const { return static_cast<size_t>(numElements()) * sizeOf(dtype); }
   // Elements in one slice along the first dimension (product of shape[1:]).
   int64_t rowElements() const {

@@ -53,12 +53,6 @@ size_t rowBytes(const Response& r) {
   return row;
 }
 
-size_t elementsOf(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 // Allocates an op's output through its allocator, or in its handle.
 Status allocateOutput(TensorEntry& e, const std::vector<int64_t>& shape, size_t bytes,
                       void** out) {

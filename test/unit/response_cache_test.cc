@@ -218,3 +218,27 @@ TEST_CASE("two caches fed the same calls end with identical bits") {
     CHECK(found == bit);
   }
 }
+
+TEST_CASE("version moves with put and erase, not with touch or ignored calls") {
+  ResponseCache c(2);
+  const uint64_t v0 = c.version();
+  put(c, req("a"));
+  const uint64_t v1 = c.version();
+  CHECK(v1 != v0);
+  uint32_t bit = 0;
+  REQUIRE(c.lookup(req("a"), &bit) == Lookup::kHit);
+  c.touch(bit);
+  CHECK(c.version() == v1);
+  put(c, req("join", OpType::kJoin));  // not cacheable: ignored
+  CHECK(c.version() == v1);
+  c.erase(OpKey{0, "absent"});
+  CHECK(c.version() == v1);
+  put(c, req("a"));  // refresh in place
+  const uint64_t v2 = c.version();
+  CHECK(v2 != v1);
+  c.erase(OpKey{0, "a"});
+  CHECK(c.version() != v2);
+  ResponseCache off(0);
+  put(off, req("a"));
+  CHECK(off.version() == 0);
+}

@@ -29,12 +29,6 @@ namespace {
 
 constexpr size_t kSlotAlignBytes = 16;
 
-size_t elementsOf(const std::vector<int64_t>& shape) {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 size_t rowBytes(const Response& r) {
   size_t row = sizeOf(r.dtype);
   for (size_t i = 1; i < r.shape.size(); ++i) row *= static_cast<size_t>(r.shape[i]);
