@@ -13,9 +13,9 @@
 #include <memory>
 #include <string>
 
-#include "core/config.h"
-#include "core/status.h"
-#include "core/store.h"
+#include "base/config.h"
+#include "base/status.h"
+#include "rendezvous/store.h"
 #include "transport/transport.h"
 
 namespace kolo::bench {

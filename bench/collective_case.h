@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 #include "ops/collectives.h"
 #include "ops/hierarchical.h"
 #include "transport/transport.h"

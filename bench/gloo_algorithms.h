@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "bench/bench_job.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace kolo::bench {
 

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 namespace kolo::bench {
 namespace {

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace kolo::bench {
 

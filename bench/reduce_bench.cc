@@ -14,8 +14,8 @@
 #include <cstring>
 #include <vector>
 
-#include "core/types.h"
-#include "ops/reduce_cpu.h"
+#include "base/types.h"
+#include "kernels/reduce_cpu.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "bench/bench_util.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace kolo::bench {
 

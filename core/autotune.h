@@ -53,10 +53,10 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "core/message.h"
-#include "transport/transport.h"  // Clock
+#include "base/clock.h"
 
 namespace kolo {
 

@@ -34,9 +34,9 @@
 #include <thread>
 
 #include "core/autotune.h"
-#include "core/config.h"
+#include "base/config.h"
 #include "core/fusion_buffer.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/negotiator.h"
 #include "core/piggyback.h"
 #include "core/process_set.h"

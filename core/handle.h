@@ -14,8 +14,8 @@
 #include <mutex>
 #include <vector>
 
-#include "core/status.h"
-#include "transport/transport.h"
+#include "base/status.h"
+#include "base/clock.h"
 
 namespace kolo {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace kolo {
 namespace {

@@ -50,13 +50,14 @@
 #include <vector>
 
 #include "core/message.h"
+#include "base/clock.h"
 #include "core/process_set_members.h"
 
 namespace kolo {
 
 class Negotiator {
  public:
-  using Clock = std::chrono::steady_clock;
+  using Clock = kolo::Clock;
 
   // `sets` (not owned) must outlive the Negotiator; it holds at least set 0 (every rank).
   Negotiator(int worldSize, const ProcessSetMembers* sets);

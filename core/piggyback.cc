@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 namespace kolo {
 namespace {

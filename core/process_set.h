@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/process_set_members.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace kolo {

@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/coordinator.h"
 #include "core/handle.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/process_set.h"
-#include "core/store.h"
+#include "rendezvous/store.h"
 #include "core/tensor_queue.h"
 #include "core/topology.h"
 #include "ops/device_executor.h"

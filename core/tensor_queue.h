@@ -18,7 +18,7 @@
 
 #include "core/handle.h"
 #include "core/message.h"
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace kolo {
 

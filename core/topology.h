@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/store.h"
+#include "base/status.h"
+#include "rendezvous/store.h"
 
 namespace kolo {
 

@@ -42,7 +42,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "ops/ring_internal.h"
 
 namespace kolo::ops {

@@ -25,8 +25,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 #include "transport/transport.h"
 
 namespace kolo::ops {

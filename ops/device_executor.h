@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace kolo {
 struct Response;

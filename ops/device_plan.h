@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/store.h"
+#include "base/status.h"
+#include "rendezvous/store.h"
 #include "transport/transport.h"
 
 namespace kolo::ops {

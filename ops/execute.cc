@@ -22,7 +22,7 @@
 #include "ops/adasum.h"
 #include "ops/device_executor.h"
 #include "ops/hierarchical.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "timeline/timeline.h"
 
 namespace kolo::ops {

@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/status.h"
-#include "ops/reduce_cpu.h"
+#include "base/status.h"
+#include "kernels/reduce_cpu.h"
 #include "ops/ring_internal.h"
 #include "transport/transport.h"
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "core/process_set.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "ops/collectives.h"
 #include "ops/device_plan.h"
 #include "transport/transport.h"

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ops/collectives.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "ops/ring_internal.h"
 
 namespace kolo::ops {

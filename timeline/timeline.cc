@@ -26,13 +26,13 @@
 #include <unordered_map>
 #include <utility>
 
+#include "base/clock.h"
 #include "kolo/build_config.h"
 #include "timeline/json_writer.h"
 
 namespace kolo {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 constexpr auto kFlushInterval = std::chrono::milliseconds(100);  // max age of unwritten events
 constexpr size_t kFlushEvents = 1000;                            // or this many unwritten events

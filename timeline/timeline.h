@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 namespace kolo {
 

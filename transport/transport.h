@@ -22,13 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/clock.h"
+#include "base/status.h"
+#include "base/types.h"
 
 namespace kolo {
-
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
 
 struct P2POp {
   enum class Kind { kSend, kRecv };

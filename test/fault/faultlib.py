@@ -20,7 +20,7 @@ BUILD = os.environ.get("KOLO_FAULT_BUILD_DIR") or os.path.join(REPO, "build-faul
 WORKER = os.environ.get("KOLO_FAULT_WORKER") or os.path.join(
     BUILD, "test", "fault", "kolo_fault_worker")
 STORE_SERVER = os.environ.get("KOLO_STORE_SERVER") or os.path.join(
-    BUILD, "core", "kolo-store-server")
+    BUILD, "test", "support", "kolo-store-server")
 KOLORUN = os.environ.get("KOLO_KOLORUN") or os.path.join(REPO, "bindings", "launcher", "kolorun")
 MPIEXEC = os.environ.get("KOLO_MPIEXEC", "")
 

@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "test/fuzz/fuzz_util.h"
 
 namespace {

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 #include "test/fuzz/fuzz_util.h"
 
 namespace {

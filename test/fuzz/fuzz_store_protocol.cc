@@ -29,7 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
+#include "test/support/tcp_store_server.h"
 #include "test/fuzz/fuzz_util.h"
 
 namespace {

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "core/runtime.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "test/gpu/gpu_test_util.h"
 #include "transport/loopback/loopback_transport.h"
-#include "transport/nccl/cuda_kernels.h"
+#include "kernels/cuda_kernels.h"
 #include "transport/nccl/nccl_transport.h"
 
 using namespace kolo;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 namespace {
 

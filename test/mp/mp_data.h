@@ -15,8 +15,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/types.h"
-#include "ops/reduce_cpu.h"
+#include "base/types.h"
+#include "kernels/reduce_cpu.h"
 
 namespace kolo::mptest {
 

@@ -20,8 +20,8 @@
 #include <thread>
 #include <utility>
 
-#include "core/config.h"
-#include "core/store.h"
+#include "base/config.h"
+#include "rendezvous/store.h"
 #include "ops/collectives.h"
 #include "test/mp/mp_data.h"
 #include "transport/registry.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ops/adasum.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
 #include "test/unit/loopback_ranks.h"
 

@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "ops/collectives.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
 #include "test/mp/mp_data.h"
 #include "test/unit/loopback_ranks.h"

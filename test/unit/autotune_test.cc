@@ -15,7 +15,7 @@
 #include <set>
 #include <sstream>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/message.h"
 #include "ops/collectives.h"
 

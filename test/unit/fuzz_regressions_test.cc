@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/message.h"
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 using namespace kolo;
 using std::chrono::milliseconds;

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "transport/registry.h"
 
 using namespace kolo;

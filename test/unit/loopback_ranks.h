@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/loopback/loopback_transport.h"
 
 namespace kolo::testing {

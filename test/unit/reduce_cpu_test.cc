@@ -1,7 +1,7 @@
 // ops/reduce_cpu: every DataType x ReduceOp against a plain scalar reference written here, the
 // fp16/bf16 conversions against references that work in double with ldexp/nearbyint (not with
 // the implementation's bit tricks), NaN/inf propagation inside the vectorized bodies, and scaling.
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/types.h"
+#include "base/types.h"
 
 using namespace kolo;
 using namespace kolo::ops;

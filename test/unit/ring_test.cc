@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ops/collectives.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "transport/loopback/loopback_transport.h"
 #include "test/unit/loopback_ranks.h"
 

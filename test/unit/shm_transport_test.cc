@@ -17,7 +17,7 @@
 #include <numeric>
 #include <thread>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 #include "ops/collectives.h"
 #include "test/mp/mp_data.h"
 #include "transport/loopback/loopback_transport.h"

@@ -1,6 +1,7 @@
 // Store implementations: memory, file and TCP (client + TcpStoreServer) behave the same; TCP
 // failures surface as errors within bounded time; the server speaks the documented wire bytes.
-#include "core/store.h"
+#include "rendezvous/store.h"
+#include "test/support/tcp_store_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

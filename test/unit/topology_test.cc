@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;

@@ -2,9 +2,9 @@
 
 #include <map>
 
-#include "core/config.h"
-#include "core/status.h"
-#include "core/types.h"
+#include "base/config.h"
+#include "base/status.h"
+#include "base/types.h"
 
 using namespace kolo;
 

@@ -14,7 +14,7 @@
 
 #include <numeric>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 #include "transport/gloo/gloo_internal.h"
 
 namespace kolo::gloo_detail {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/store.h"
+#include "rendezvous/store.h"
 #include "transport/poll_support.h"
 #include "transport/transport.h"
 

@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
-#include "core/store.h"
+#include "base/status.h"
+#include "rendezvous/store.h"
 #include "transport/transport.h"
 
 namespace kolo {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <utility>
 
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 namespace kolo::mpi_detail {
 namespace {

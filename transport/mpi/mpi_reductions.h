@@ -21,8 +21,8 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 namespace kolo::mpi_detail {
 

@@ -25,7 +25,7 @@
 #include <chrono>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace kolo {

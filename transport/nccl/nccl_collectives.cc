@@ -20,8 +20,8 @@
 #include "core/handle.h"
 #include "ops/collectives.h"
 #include "ops/device_plan.h"
-#include "ops/reduce_cpu.h"
-#include "transport/nccl/cuda_kernels.h"
+#include "kernels/reduce_cpu.h"
+#include "kernels/cuda_kernels.h"
 #include "transport/nccl/nccl_executor_impl.h"
 
 namespace kolo {

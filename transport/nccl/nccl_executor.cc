@@ -13,7 +13,7 @@
 #include "ops/device_plan.h"
 #include "timeline/timeline.h"
 #include "transport/poll_support.h"
-#include "transport/nccl/cuda_kernels.h"
+#include "kernels/cuda_kernels.h"
 #include "transport/nccl/nccl_executor_impl.h"
 
 namespace kolo {

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "core/config.h"
-#include "core/status.h"
-#include "core/store.h"
+#include "base/config.h"
+#include "base/status.h"
+#include "rendezvous/store.h"
 #include "ops/device_executor.h"
 
 namespace kolo {

@@ -44,12 +44,12 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/process_set.h"
 #include "core/tensor_queue.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
-#include "transport/nccl/cuda_util.h"
+#include "kernels/cuda_util.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace kolo {

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/nccl/cuda_util.h"
+#include "kernels/cuda_util.h"
 #include "transport/transport.h"
 
 namespace kolo {

@@ -3,7 +3,7 @@
 // on the stream). Unequal blocks use NCCL groups (see nccl_transport.cc for why).
 #include <algorithm>
 
-#include "transport/nccl/cuda_kernels.h"
+#include "kernels/cuda_kernels.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace kolo {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "ops/collectives.h"
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 namespace kolo::shm {
 namespace {

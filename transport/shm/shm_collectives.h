@@ -40,8 +40,8 @@
 #include <chrono>
 #include <vector>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
 

@@ -28,7 +28,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/shm/shm_segment.h"
 #include "transport/transport.h"
 

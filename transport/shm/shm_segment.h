@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace kolo::shm {

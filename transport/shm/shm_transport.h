@@ -22,8 +22,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/config.h"
-#include "core/status.h"
+#include "base/config.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace kolo {

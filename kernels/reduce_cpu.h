@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace kolo::ops {
 

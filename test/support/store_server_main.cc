@@ -1,4 +1,4 @@
-// kolo-store-server: runs a TcpStoreServer (core/store.h) until told to stop.
+// kolo-store-server: runs a TcpStoreServer (rendezvous/store.h) until told to stop.
 //
 //   kolo-store-server [--host H] [--port P] [--ignore-stdin] [--max-seconds N]
 //
@@ -20,7 +20,8 @@
 #include <memory>
 #include <string>
 
-#include "core/store.h"
+#include "test/support/tcp_store_server.h"
+#include "rendezvous/store.h"
 
 namespace {
 

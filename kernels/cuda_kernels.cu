@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "transport/nccl/cuda_kernels.h"
+#include "kernels/cuda_kernels.h"
 
 namespace kolo::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // Store: the rendezvous key-value store ranks use to find each other (Gloo addresses, NCCL ids,
 // process-set keys). Three implementations: in-memory (thread ranks in one process), a file
-// store on a shared directory, and a TCP client of the server that kolorun (or a test helper,
-// or TcpStoreServer below) runs.
+// store on a shared directory, and a TCP client of the server that kolorun runs (tests also
+// use test/support/tcp_store_server.h).
 //
 // Thread safety: every method may be called from any thread. Blocking: get/wait block until the
 // keys exist or the timeout passes (kTimeout naming the missing key); never forever.
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace kolo {
 
@@ -49,15 +49,5 @@ Status makeTcpStore(const std::string& host, int port, std::chrono::milliseconds
                     std::shared_ptr<Store>* out);
 // A view that prefixes every key ("set3/" + key); shares the underlying store.
 std::shared_ptr<Store> makePrefixStore(std::shared_ptr<Store> base, const std::string& prefix);
-
-// The TCP server (tests and tools; kolorun has its own Python implementation of the protocol).
-// Serves on host:port (port 0 = pick a free one) from a background thread until destroyed.
-class TcpStoreServer {
- public:
-  virtual ~TcpStoreServer() = default;
-  virtual int port() const = 0;
-};
-Status startTcpStoreServer(const std::string& host, int port,
-                           std::unique_ptr<TcpStoreServer>* out);
 
 }  // namespace kolo

@@ -11,7 +11,7 @@
 
 #include <cstddef>
 
-#include "core/types.h"
+#include "base/types.h"
 
 namespace kolo::cuda {
 

@@ -28,8 +28,8 @@
 #include <random>
 #include <thread>
 
-#include "core/store.h"
-#include "core/store_wire.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_wire.h"
 
 namespace kolo {
 namespace {

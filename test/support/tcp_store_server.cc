@@ -1,5 +1,5 @@
-// TcpStoreServer: the store server for tests and tools (kolorun serves the same protocol from
-// Python). The wire protocol is documented in core/store.h, its constants are in store_wire.h.
+// TcpStoreServer: the store server for tests (kolorun serves the same protocol from
+// Python). The wire protocol is documented in rendezvous/store.h, its constants are in store_wire.h.
 //
 // One background thread runs a poll() loop over the listening socket, a self-pipe (the
 // destructor's wake-up) and every client. Input is buffered per client and parsed only when a
@@ -24,8 +24,9 @@
 #include <memory>
 #include <thread>
 
-#include "core/store.h"
-#include "core/store_wire.h"
+#include "test/support/tcp_store_server.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_wire.h"
 
 namespace kolo {
 namespace {

@@ -7,8 +7,8 @@
 #include <functional>
 #include <string>
 
-#include "core/status.h"
-#include "ops/collectives.h"
+#include "base/status.h"
+#include "base/algorithm.h"
 
 namespace kolo {
 

@@ -1,4 +1,4 @@
-#include "core/tensor.h"
+#include "base/tensor.h"
 
 namespace kolo {
 

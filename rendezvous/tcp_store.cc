@@ -21,8 +21,8 @@
 #include <mutex>
 #include <thread>
 
-#include "core/store.h"
-#include "core/store_wire.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_wire.h"
 
 namespace kolo {
 namespace {

@@ -26,7 +26,7 @@
 //    rather than silently leaving dst untouched (these functions cannot return a Status).
 //  - kBitAnd is defined for the integer types and bool; on floating-point types it ANDs the raw
 //    bit patterns, which is the only meaning that keeps the response-cache round dtype-agnostic.
-#include "ops/reduce_cpu.h"
+#include "kernels/reduce_cpu.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Private to the store implementations (store.cc, file_store.cc, tcp_store.cc,
-// tcp_store_server.cc): the TCP wire protocol's constants (documented in core/store.h), the
+// test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in rendezvous/store.h), the
 // little-endian codecs, the counter encoding every store shares, and deadline arithmetic.
 //
 // Counters: add() keeps a key's value as exactly 8 bytes, the little-endian two's complement
@@ -15,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
+
 namespace kolo {
 namespace store_wire {
 
-using Clock = std::chrono::steady_clock;
+using kolo::Clock;
 
 enum : uint8_t { kCmdSet = 1, kCmdGet = 2, kCmdAdd = 3, kCmdWait = 4, kCmdCheck = 5, kCmdDel = 6 };
 enum : uint8_t { kReplyOk = 0, kReplyTimeout = 1, kReplyError = 2 };

@@ -1,4 +1,4 @@
-#include "transport/nccl/cuda_util.h"
+#include "kernels/cuda_util.h"
 
 #include <algorithm>
 #include <iterator>

@@ -1,13 +1,13 @@
 // The in-process store and the prefix view. The file and TCP stores live in file_store.cc and
 // tcp_store.cc; what all of them share (counter encoding, deadlines) is in store_wire.h.
-#include "core/store.h"
+#include "rendezvous/store.h"
 
 #include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 #include <utility>
 
-#include "core/store_wire.h"
+#include "rendezvous/store_wire.h"
 
 namespace kolo {
 namespace {
