@@ -55,7 +55,7 @@
 
 #include "base/config.h"
 #include "base/log.h"
-#include "core/message.h"
+#include "ops/message.h"
 #include "base/clock.h"
 
 namespace kolo {

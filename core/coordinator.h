@@ -35,7 +35,7 @@
 
 #include "core/autotune.h"
 #include "base/config.h"
-#include "core/fusion_buffer.h"
+#include "ops/fusion_buffer.h"
 #include "base/log.h"
 #include "core/negotiator.h"
 #include "core/piggyback.h"

@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/message.h"
+#include "ops/message.h"
 
 namespace kolo {
 

@@ -49,7 +49,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/message.h"
+#include "ops/message.h"
 #include "base/clock.h"
 #include "core/process_set_members.h"
 

@@ -14,16 +14,10 @@
 
 #include "core/process_set_members.h"
 #include "base/status.h"
+#include "ops/process_set.h"
 #include "transport/transport.h"
 
 namespace kolo {
-
-struct ProcessSet {
-  int32_t id = 0;
-  std::vector<int32_t> ranks;  // global ranks, ascending
-  int32_t myIndex = -1;        // this rank's position in `ranks`, -1 if not a member
-  Transport* transport = nullptr;  // the set's transport on members (owned by the table)
-};
 
 class ProcessSetTable : public ProcessSetMembers {
  public:

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/message.h"
+#include "ops/message.h"
 
 namespace kolo {
 

@@ -15,7 +15,7 @@
 
 #include "base/config.h"
 #include "core/coordinator.h"
-#include "core/handle.h"
+#include "ops/handle.h"
 #include "base/log.h"
 #include "core/process_set.h"
 #include "rendezvous/store.h"

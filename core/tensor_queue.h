@@ -16,29 +16,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/handle.h"
-#include "core/message.h"
-#include "base/tensor.h"
+#include "ops/entry.h"
 
 namespace kolo {
-
-// Allocates an op's output once its shape is known (allgather, alltoall, reducescatter).
-// Returns nullptr to fail the op. Called on the coordinator thread.
-using OutputAllocator = std::function<void*(size_t bytes, const std::vector<int64_t>& shape)>;
-
-struct TensorEntry {
-  Request request;  // what this rank asks for (name, type, dtype, shape, op, ...)
-  TensorView input;
-  TensorView output;  // allreduce out of place; data == input.data (or null) means in place
-  OutputAllocator allocate;  // empty = the handle owns the output
-  std::shared_ptr<HandleState> handle;
-  // Device tensors: a cudaEvent_t recorded on the producer's stream at submission; the runtime
-  // waits on it before touching the tensor (ops/device_executor.h).
-  std::shared_ptr<void> readyEvent;
-  Clock::time_point enqueued;
-  bool announced = false;  // sent to the coordinator rank in a full round
-  bool timelineOpen = false;  // the timeline holds its NEGOTIATE_<OP> begin, not yet its end
-};
 
 class TensorQueue {
  public:

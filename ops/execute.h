@@ -13,10 +13,10 @@
 
 #include <vector>
 
-#include "core/fusion_buffer.h"
-#include "core/message.h"
-#include "core/process_set.h"
-#include "core/tensor_queue.h"
+#include "ops/fusion_buffer.h"
+#include "ops/message.h"
+#include "ops/process_set.h"
+#include "ops/entry.h"
 #include "ops/collectives.h"
 
 namespace kolo {

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "core/process_set.h"
+#include "ops/process_set.h"
 #include "base/status.h"
 #include "ops/collectives.h"
 #include "ops/device_plan.h"

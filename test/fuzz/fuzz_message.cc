@@ -13,7 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/message.h"
+#include "ops/message.h"
 #include "test/fuzz/fuzz_util.h"
 
 namespace {

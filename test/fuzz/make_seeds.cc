@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/message.h"
+#include "ops/message.h"
 
 namespace {
 

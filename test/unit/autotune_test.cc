@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "base/config.h"
-#include "core/message.h"
+#include "ops/message.h"
 #include "ops/collectives.h"
 
 using namespace kolo;

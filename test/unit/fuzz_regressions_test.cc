@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "base/config.h"
-#include "core/message.h"
+#include "ops/message.h"
 #include "rendezvous/store.h"
 
 using namespace kolo;

@@ -17,7 +17,7 @@
 // waited for before returning (or, with asynchronous completion, watched by poll()).
 #include <numeric>
 
-#include "core/handle.h"
+#include "ops/handle.h"
 #include "ops/collectives.h"
 #include "ops/device_plan.h"
 #include "kernels/reduce_cpu.h"

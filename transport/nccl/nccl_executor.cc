@@ -9,7 +9,7 @@
 #include <climits>
 #include <numeric>
 
-#include "core/handle.h"
+#include "ops/handle.h"
 #include "ops/device_plan.h"
 #include "timeline/timeline.h"
 #include "transport/poll_support.h"

@@ -45,8 +45,8 @@
 #include <vector>
 
 #include "base/config.h"
-#include "core/process_set.h"
-#include "core/tensor_queue.h"
+#include "ops/process_set.h"
+#include "ops/entry.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
 #include "kernels/cuda_util.h"

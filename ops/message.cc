@@ -1,4 +1,4 @@
-#include "core/message.h"
+#include "ops/message.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "core/handle.h"
+#include "ops/handle.h"
 
 namespace kolo {
 
