@@ -39,4 +39,20 @@ struct TensorView {
 // "[17, 3]"
 std::string shapeToString(const std::vector<int64_t>& shape);
 
+// [begin, end) elements of chunk `i` when `count` is cut into `parts` nearly-equal chunks (the
+// first count % parts chunks one element longer): the ring's segment math, also the shared-memory
+// collectives' split of work among ranks. Chunks may be empty; an `i` outside [0, parts) is empty.
+inline void chunkRange(size_t count, int parts, int i, size_t* begin, size_t* end) {
+  if (parts <= 0 || i < 0 || i >= parts) {
+    *begin = *end = 0;
+    return;
+  }
+  const size_t p = static_cast<size_t>(parts);
+  const size_t idx = static_cast<size_t>(i);
+  const size_t base = count / p;
+  const size_t extra = count % p;
+  *begin = idx * base + (idx < extra ? idx : extra);
+  *end = *begin + base + (idx < extra ? 1 : 0);
+}
+
 }  // namespace kolo

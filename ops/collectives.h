@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "base/types.h"
 #include "base/algorithm.h"
+#include "base/tensor.h"
 #include "transport/transport.h"
 
 namespace kolo::ops {
@@ -134,8 +135,6 @@ Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,
 
 // Reducescatter's split of dim0 rows: the first (rows % size) ranks get one extra row.
 std::vector<size_t> evenSplit(size_t rows, int size);
-// The ring's segment math: [begin, end) elements of chunk `i` when `count` is cut into `parts`
-// nearly-equal chunks (the first count % parts chunks one element longer). Chunks may be empty.
-void chunkRange(size_t count, int parts, int i, size_t* begin, size_t* end);
+// chunkRange (the ring's segment math) is in base/tensor.h: shared-memory collectives use it too.
 
 }  // namespace kolo::ops

@@ -25,6 +25,7 @@ constexpr uint32_t kTagAlltoall = 4;
 constexpr uint32_t kTagReducescatter = 5;
 constexpr uint32_t kTagAdasum = 6;
 constexpr uint32_t kTagGather = 7;
+// 8 is transport::kSetupTag (transport/transport.h: set-up exchanges inside transports).
 
 // Broadcasts below this size use the binomial tree (latency bound), larger ones the pipelined
 // chain (bandwidth bound). select.cc reports the name of the one that ran.

@@ -42,19 +42,6 @@ std::vector<size_t> evenSplit(size_t rows, int size) {
   return out;
 }
 
-void chunkRange(size_t count, int parts, int i, size_t* begin, size_t* end) {
-  if (parts <= 0 || i < 0 || i >= parts) {
-    *begin = *end = 0;
-    return;
-  }
-  const size_t p = static_cast<size_t>(parts);
-  const size_t idx = static_cast<size_t>(i);
-  const size_t base = count / p;
-  const size_t extra = count % p;
-  *begin = idx * base + std::min(idx, extra);
-  *end = *begin + base + (idx < extra ? 1 : 0);
-}
-
 namespace {
 
 constexpr size_t kMpiRingMinBytes = 64 * 1024;

@@ -1,5 +1,7 @@
 #include "transport/transport.h"
 
+#include <algorithm>
+
 namespace kolo {
 namespace {
 Status unsupported(const Transport& t, const char* what) {
@@ -32,6 +34,32 @@ Status Transport::exchange(const std::vector<P2POp>& ops) {
   std::unique_ptr<PendingOps> pending;
   KOLO_RETURN_IF_ERROR(post(ops, &pending));
   return pending->wait(deadlineFromNow());
+}
+
+Status setupBroadcast(Transport& t, void* data, size_t bytes, int root) {
+  std::vector<P2POp> ops;
+  if (t.rank() == root) {
+    for (int r = 0; r < t.size(); ++r) {
+      if (r != root) ops.push_back(sendOp(r, kSetupTag, data, bytes));
+    }
+  } else {
+    ops.push_back(recvOp(root, kSetupTag, data, bytes));
+  }
+  return t.exchange(ops);
+}
+
+Status setupMinInt32(Transport& t, int32_t* value) {
+  const int n = t.size();
+  if (t.rank() == 0) {
+    std::vector<int32_t> all(static_cast<size_t>(n), *value);
+    std::vector<P2POp> ops;
+    for (int r = 1; r < n; ++r) ops.push_back(recvOp(r, kSetupTag, &all[r], sizeof(int32_t)));
+    KOLO_RETURN_IF_ERROR(t.exchange(ops));
+    for (int32_t v : all) *value = std::min(*value, v);
+  } else {
+    KOLO_RETURN_IF_ERROR(t.exchange({sendOp(0, kSetupTag, value, sizeof(int32_t))}));
+  }
+  return setupBroadcast(t, value, sizeof(int32_t), 0);
 }
 
 }  // namespace kolo

@@ -126,4 +126,16 @@ class Transport {
   std::chrono::milliseconds timeout_{30000};
 };
 
+// ---- set-up exchanges ----------------------------------------------------------------------------
+// Small collectives a transport needs while it builds itself over another transport (the shared
+// memory segment's name and the agreement that every rank mapped it), made of point-to-point
+// only, so the transport floor never calls up into ops/. A star through `root`: n - 1 messages,
+// fine for set-up, not meant for data. Every rank of `t` calls them in the same order; each wait
+// uses t.deadlineFromNow(). Tag kSetupTag is reserved for them (ops' tags are 1-7).
+inline constexpr uint32_t kSetupTag = 8;
+// `bytes` of `data` from `root` to every rank.
+Status setupBroadcast(Transport& t, void* data, size_t bytes, int root);
+// Every rank ends with the minimum of all ranks' `*value`.
+Status setupMinInt32(Transport& t, int32_t* value);
+
 }  // namespace kolo

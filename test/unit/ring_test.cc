@@ -108,13 +108,13 @@ void checkAllreduceInt(int n, size_t count, ReduceOp op, size_t segmentBytes) {
 
 TEST_CASE("chunkRange and evenSplit math") {
   size_t b = 0, e = 0;
-  ops::chunkRange(10, 4, 0, &b, &e);
+  chunkRange(10, 4, 0, &b, &e);
   CHECK((b == 0 && e == 3));
-  ops::chunkRange(10, 4, 1, &b, &e);
+  chunkRange(10, 4, 1, &b, &e);
   CHECK((b == 3 && e == 6));
-  ops::chunkRange(10, 4, 3, &b, &e);
+  chunkRange(10, 4, 3, &b, &e);
   CHECK((b == 8 && e == 10));
-  ops::chunkRange(2, 5, 4, &b, &e);
+  chunkRange(2, 5, 4, &b, &e);
   CHECK(b == e);
   CHECK(ops::evenSplit(10, 4) == std::vector<size_t>({3, 3, 2, 2}));
   CHECK(ops::evenSplit(2, 3) == std::vector<size_t>({1, 1, 0}));
@@ -123,7 +123,7 @@ TEST_CASE("chunkRange and evenSplit math") {
     for (int parts = 1; parts <= 9; ++parts) {
       size_t expectBegin = 0;
       for (int i = 0; i < parts; ++i) {
-        ops::chunkRange(count, parts, i, &b, &e);
+        chunkRange(count, parts, i, &b, &e);
         CHECK(b == expectBegin);
         CHECK(e - b >= count / parts);
         CHECK(e - b <= count / parts + 1);

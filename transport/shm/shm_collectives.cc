@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "ops/collectives.h"
+#include "base/tensor.h"
 #include "kernels/reduce_cpu.h"
 
 namespace kolo::shm {
@@ -181,7 +181,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       size_t pb = 0, pe = 0;
-      ops::chunkRange(len, n, q, &pb, &pe);
+      chunkRange(len, n, q, &pb, &pe);
       const uint8_t* part = seg_->staging(q, b) + pb * elem;
       flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
         std::memcpy(outAt(s, within, elem), part + pos * elem, m * elem);
@@ -202,7 +202,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       size_t pb = 0, pe = 0;
-      ops::chunkRange(len, n, q, &pb, &pe);
+      chunkRange(len, n, q, &pb, &pe);
       uint8_t* part = slot + pb * elem;
       flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
         std::memcpy(part + pos * elem, inAt(s, within, elem), m * elem);
@@ -210,7 +210,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
     size_t pb = 0, pe = 0;
-    ops::chunkRange(len, n, me, &pb, &pe);
+    chunkRange(len, n, me, &pb, &pe);
     // This rank's part, piece by piece (a piece lies in one span): its own input is read where
     // the tensor is, the result goes to the part's position in its slot and to the tensor.
     flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {

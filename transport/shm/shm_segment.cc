@@ -25,7 +25,7 @@
 #include <cstring>
 #include <random>
 
-#include "ops/collectives.h"
+#include "transport/transport.h"
 
 namespace kolo::shm {
 
@@ -219,8 +219,7 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
                     layout.total);
     }
   }
-  ops::AlgorithmConfig algos;
-  Status told = ops::broadcast(base, algos, &a, sizeof(a), 0);
+  Status told = setupBroadcast(base, &a, sizeof(a), 0);
   if (!told.isOk()) {
     if (me == 0 && a.ok) shm_unlink(a.name);
     return told;
@@ -264,7 +263,7 @@ Status Segment::create(Transport& base, const SegmentOptions& options,
   }
   // The confirmation: the lowest rank that failed, or INT32_MAX.
   int32_t firstBad = err.empty() ? INT32_MAX : me;
-  Status confirmed = ops::allreduce(base, algos, &firstBad, 1, DataType::kInt32, ReduceOp::kMin);
+  Status confirmed = setupMinInt32(base, &firstBad);
   if (me == 0) shm_unlink(a.name);
   KOLO_RETURN_IF_ERROR(confirmed);
   if (firstBad != INT32_MAX) {
