@@ -387,16 +387,7 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
     if (e != nullptr) {
       req = e->request;
     } else {
-      req.type = r.type;
-      req.name = r.name;
-      req.dtype = r.dtype;
-      req.shape = r.shape;
-      req.reduceOp = r.reduceOp;
-      req.prescale = r.prescale;
-      req.postscale = r.postscale;
-      req.root = r.root;
-      req.device = r.device;
-      req.processSet = r.processSet;
+      req.spec() = r.spec();
     }
     cache_.put(r, req);
   }

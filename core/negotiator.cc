@@ -116,17 +116,8 @@ const Field kFields[] = {
 
 Response errorResponse(const Request& ref, ErrorCode code, std::string message) {
   Response r;
+  r.spec() = ref.spec();
   r.kind = Response::Kind::kError;
-  r.type = ref.type;
-  r.name = ref.name;
-  r.dtype = ref.dtype;
-  r.shape = ref.shape;
-  r.reduceOp = ref.reduceOp;
-  r.prescale = ref.prescale;
-  r.postscale = ref.postscale;
-  r.root = ref.root;
-  r.device = ref.device;
-  r.processSet = ref.processSet;
   r.errorCode = code;
   r.error = std::move(message);
   return r;

@@ -200,9 +200,8 @@ class Reader {
   std::string error_;
 };
 
-// The fields a Request and its Response share, in the same wire order in both messages.
-template <typename Op>
-void writeOpFields(Writer& w, const Op& r) {
+// The OpSpec a Request and its Response share, in the same wire order in both messages.
+void writeOpFields(Writer& w, const OpSpec& r) {
   w.i32(static_cast<int32_t>(r.type));
   w.str(r.name);
   w.i32(static_cast<int32_t>(r.dtype));
@@ -215,9 +214,8 @@ void writeOpFields(Writer& w, const Op& r) {
   w.i32(r.processSet);
 }
 
-template <typename Op>
-void readOpFields(Reader& rd, Op* op) {
-  Op& r = *op;
+void readOpFields(Reader& rd, OpSpec* op) {
+  OpSpec& r = *op;
   r.type = rd.opType();
   r.name = rd.str("name");
   r.dtype = rd.dataType();

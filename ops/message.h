@@ -52,17 +52,29 @@ struct OpKeyHash {
 // How messages and timeline rows show an op: "name" in the global set, "name@ps3" in set 3.
 std::string displayName(const OpKey& key);
 
-struct Request {
-  int32_t rank = 0;  // global rank of the sender
+// OpSpec: what one op is, the part a rank's Request and the agreed Response share (same fields,
+// same wire order in both messages). Request and Response embed it as their base, so a response
+// made from a request (or a cached request from a response) copies one OpSpec, not ten fields.
+struct OpSpec {
   OpType type = OpType::kAllreduce;
   std::string name;
   DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // Response: the first rank's shape (allgather/alltoall: dims 1..)
   ReduceOp reduceOp = ReduceOp::kSum;
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;     // broadcast: set rank of the root
-  int32_t device = -1;  // -1 CPU, >= 0 CUDA ordinal
+  int32_t device = -1;  // -1 CPU, >= 0 CUDA ordinal (Response: the lowest submitting rank's;
+                        // only its kind is agreed on)
   int32_t processSet = 0;
+
+  const OpSpec& spec() const { return *this; }
+  OpSpec& spec() { return *this; }
+};
+
+inline OpKey keyOf(const OpSpec& s) { return {s.processSet, s.name}; }
+
+struct Request : OpSpec {
+  int32_t rank = 0;  // global rank of the sender
   std::vector<int64_t> splits;  // alltoall: rows sent to each set rank (exactly set-size entries,
                                 // summing to shape[0]); kAddProcessSet: the rank list;
                                 // kRemoveProcessSet: {set id}
@@ -70,7 +82,6 @@ struct Request {
                                         // counter); groupSize = number of members
 };
 
-inline OpKey keyOf(const Request& r) { return {r.processSet, r.name}; }
 
 struct RequestList {
   int32_t rank = 0;
@@ -78,18 +89,9 @@ struct RequestList {
   std::vector<Request> requests;
 };
 
-struct Response {
+struct Response : OpSpec {
   enum class Kind : int32_t { kOk = 0, kError = 1 };
   Kind kind = Kind::kOk;
-  OpType type = OpType::kAllreduce;
-  std::string name;
-  DataType dtype = DataType::kFloat32;
-  std::vector<int64_t> shape;  // the first rank's shape (allgather/alltoall: dims 1.. matter)
-  ReduceOp reduceOp = ReduceOp::kSum;
-  double prescale = 1.0, postscale = 1.0;
-  int32_t root = 0;
-  int32_t device = -1;  // the lowest submitting rank's device; only its kind is agreed on
-  int32_t processSet = 0;
   std::vector<int64_t> rankDim0;     // allgather: dim 0 of every set rank, in set-rank order
   std::vector<int64_t> splitMatrix;  // alltoall: setSize x setSize, row = sender's splits
   std::vector<int32_t> joinedRanks;  // allreduce/barrier during a join: global ranks that did
@@ -103,7 +105,6 @@ struct Response {
   int32_t group = -1;
 };
 
-inline OpKey keyOf(const Response& r) { return {r.processSet, r.name}; }
 
 // The knobs the autotuner (core/autotune.h) moves. Rank 0 puts a new set in the response list
 // of a round; every rank applies it in that round, before executing the round's responses.
