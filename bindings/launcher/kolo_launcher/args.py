@@ -17,6 +17,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from . import __version__
 from .binding import BindingError, binding_options
 from .check_build import print_report
+from .elastic_args import ELASTIC_OPTIONS, ElasticOptions, elastic_options
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -97,9 +98,12 @@ core binding:
   C < L), -map-by slot -bind-to core with remote hosts (mpirun refuses a host with more
   ranks than cores: use --no-bind or --binding-args there).
 
-horovodrun flags kolorun refuses (exit status 2, with the reason): elastic training
-  (--min-np, --max-np, --slots-per-host, --elastic-timeout, --reset-limit,
-  --blacklist-cooldown-range, --host-discovery-script), --config-file, --jsrun.
+elastic training (Gloo mode; see the README's "Elastic training" and kolo.elastic):
+  --host-discovery-script, --min-np or --max-np make the job elastic: workers are started on
+  the hosts the script (or -H) lists, re-numbered at each rendezvous round when one dies or
+  new slots appear, and the job ends when the workers exit 0 (elastic_run.py).
+
+horovodrun flags kolorun refuses (exit status 2, with the reason): --config-file, --jsrun.
 
 exit status:
   0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
@@ -122,14 +126,14 @@ class UsageError(Exception):
 class Opt(NamedTuple):
     names: Tuple[str, ...]
     dest: str
-    kind: str  # "value" | "flag" | "append"
+    kind: str  # "value" | "flag" | "append" | "pair" (two words)
     metavar: Optional[str]
     group: str
     help: str
 
 
-G_PROC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE, G_COMPAT = (
-    "processes and hosts", "controller", "rendezvous and remote start", "environment",
+G_PROC, G_ELASTIC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE, G_COMPAT = (
+    "processes and hosts", "elastic training (Gloo mode)", "controller", "rendezvous and remote start", "environment",
     "output and information", "runtime tuning (each sets a KOLO_* variable in every rank)",
     "horovodrun flags accepted without effect (kolorun prints a note saying so)")
 
@@ -265,6 +269,10 @@ OPTIONS = [
 ]
 
 
+OPTIONS += [Opt(names, dest, kind, metavar, G_ELASTIC, text)
+            for names, dest, kind, metavar, text in ELASTIC_OPTIONS]
+
+
 def _ignored(names, kind, metavar, why):
     dest = "ignored_" + names[-1].lstrip("-").replace("-", "_")
     return Opt(names, dest, kind, metavar, G_COMPAT, why)
@@ -289,11 +297,6 @@ OPTIONS += [
 
 # horovodrun flags with no kolo equivalent: refused with the reason (exit status 2).
 UNSUPPORTED = {
-    "--min-np": "elastic training", "--max-np": "elastic training",
-    "--slots-per-host": "elastic training", "--slots": "elastic training",
-    "--elastic-timeout": "elastic training", "--reset-limit": "elastic training",
-    "--blacklist-cooldown-range": "elastic training",
-    "--host-discovery-script": "elastic training",
     "--config-file": "a YAML configuration file (use the flags or KOLO_* variables)",
     "--jsrun": "jsrun (LSF) mode (use --mpi or the default Gloo mode)",
 }
@@ -320,6 +323,7 @@ class LaunchOptions(NamedTuple):
     extra_env: Dict[str, str]  # -x variables, resolved
     command: List[str]
     notes: Tuple[str, ...] = ()  # what kolorun says before it starts (flags without effect)
+    elastic: Optional[ElasticOptions] = None  # set when the job is elastic (elastic_args.py)
     failure_grace: float = DEFAULT_FAILURE_GRACE  # seconds survivors get after a rank failed
     binding: str = "share"  # Gloo mode: binding.MODES
     binding_args: Optional[List[str]] = None  # MPI mode: replaces the placement when set
@@ -352,6 +356,8 @@ def build_parser():
             kwargs["metavar"] = opt.metavar
             if opt.kind == "append":
                 kwargs["action"] = "append"
+            if opt.kind == "pair":
+                kwargs["nargs"] = 2
         groups[opt.group].add_argument(*opt.names, **kwargs)
     parser.add_argument_group("command").add_argument(
         "command", nargs="*", metavar="COMMAND [ARGS...]",
@@ -375,7 +381,7 @@ def split_command(argv):
         if opt is None:
             raise UsageError("unrecognized option %r (the command comes after kolorun's "
                              "options; put '--' before it if it starts with '-')" % word)
-        i += 2 if opt.kind != "flag" and "=" not in word else 1
+        i += 1 if opt.kind == "flag" or "=" in word else (3 if opt.kind == "pair" else 2)
     return argv, []
 
 
@@ -507,8 +513,11 @@ def parse(argv, environ=None):
             hosts = None
     except HostListError as e:
         raise UsageError(str(e)) from None
+    elastic = elastic_options(ns, hosts, environ, UsageError)
     if ns.np is not None:
         np = _integer(ns.np, "-np", 1, 1 << 20)
+    elif elastic is not None:
+        np = elastic.min_np
     elif hosts is not None:
         np = sum(h.slots for h in hosts)
     else:
@@ -549,7 +558,7 @@ def parse(argv, environ=None):
         knob_env=knob_environment(ns, start_timeout),
         extra_env=_extra_environment(ns.env, environ), command=command,
         notes=_ignored_notes(ns), failure_grace=failure_grace, binding=binding,
-        binding_args=binding_args)
+        binding_args=binding_args, elastic=elastic)
 
 
 def _flag_or_env(text, flag, environ, names, default, low):

@@ -4,6 +4,7 @@ import os
 import sys
 
 from .args import UsageError, parse
+from .elastic_run import run_elastic
 from .gloo_run import run_gloo
 from .mpi_run import run_mpi
 from .output import Console
@@ -19,7 +20,8 @@ def main(argv=None, environ=None):
         opts = parse(argv, environ)
         if opts is None:  # --help / --version
             return 0
-        assign(opts.hosts, opts.np)  # placement errors are usage errors in both modes
+        if opts.elastic is None:
+            assign(opts.hosts, opts.np)  # placement errors are usage errors in both modes
     except (UsageError, TopologyError) as e:
         console.message("%s\n(see kolorun --help)" % e)
         return 2
@@ -28,6 +30,8 @@ def main(argv=None, environ=None):
     try:
         if opts.controller == "mpi":
             return run_mpi(opts, environ, console)
+        if opts.elastic is not None:
+            return run_elastic(opts, environ, console)
         return run_gloo(opts, environ, console)
     except KeyboardInterrupt:  # Ctrl-C before the ranks' signal handling was in place
         console.message("interrupted before the job started")

@@ -23,6 +23,7 @@ from kolo.numpy_ops import (allgather, allgather_async, allreduce, allreduce_,
 from kolo.process_sets import (ProcessSet, add_process_set, global_process_set,
                                remove_process_set)
 from kolo.runner import KoloRunner, run
+from kolo import elastic  # noqa: E402 - kolo.elastic: Horovod's elastic API (uses the above)
 
 __version__ = "0.1.0"
 
@@ -38,4 +39,5 @@ __all__ = [
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "barrier", "join", "poll", "synchronize", "run", "KoloRunner",
+    "elastic",
 ]

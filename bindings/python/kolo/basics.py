@@ -16,7 +16,8 @@ def init(comm=None, process_sets=None):
     `comm` is accepted for Horovod compatibility and must be None (kolo takes its world from
     kolorun / mpirun / the KOLO_* environment). `process_sets` is a list of ProcessSet objects
     to register at once (collective: same list on every rank), or "dynamic" (always allowed in
-    kolo). Calling init twice is a no-op; init after shutdown starts a new runtime.
+    kolo). Calling init twice is a no-op; init after shutdown starts a new runtime. Under
+    kolorun's elastic mode, init joins the driver's newest rendezvous round (kolo.elastic).
     """
     global _atexit_registered
     if comm is not None:
@@ -32,7 +33,12 @@ def init(comm=None, process_sets=None):
         raise ValueError("process_sets must be a list of ProcessSet or 'dynamic'; got %r"
                          % process_sets)
     was_initialized = is_initialized()
-    common.raise_for_call(_lib.lib.kolo_init(), "init")
+    from kolo.elastic import _worker as elastic_worker  # here: kolo.elastic imports kolo
+    if not was_initialized and elastic_worker.enabled():
+        # A worker of kolorun's elastic mode takes its rank and size from the newest round.
+        elastic_worker.init_in_round(_c_init, _lib.lib.kolo_shutdown)
+    else:
+        _c_init()
     if not was_initialized:
         common.names.reset()
     _ps._refresh_global()
@@ -44,6 +50,10 @@ def init(comm=None, process_sets=None):
         for ps in process_sets:
             if ps.process_set_id is None:
                 _ps.add_process_set(ps)
+
+
+def _c_init():
+    common.raise_for_call(_lib.lib.kolo_init(), "init")
 
 
 def shutdown():

@@ -32,6 +32,7 @@ from kolo.torch.mpi_ops import (allgather, allgather_async, allreduce, allreduce
 from kolo.torch.optimizer import DistributedOptimizer
 from kolo.torch.sync_batch_norm import SyncBatchNorm
 from kolo.torch.trainer import KoloModule, Trainer  # the Trainer adapter (trainer.py)
+from kolo.torch import elastic  # hvd.elastic: run, TorchState, ElasticSampler, ...
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -48,4 +49,5 @@ __all__ = [
     "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async", "join",
     "barrier", "poll", "synchronize", "DistributedOptimizer", "broadcast_parameters",
     "broadcast_optimizer_state", "broadcast_object", "allgather_object", "SyncBatchNorm",
+    "elastic",
 ]

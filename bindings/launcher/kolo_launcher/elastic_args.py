@@ -1,0 +1,130 @@
+"""kolorun's elastic flags (horovodrun's names) and their validation: ElasticOptions.
+
+A job is elastic when --host-discovery-script, --min-np or --max-np is given (as horovodrun).
+The hosts then come from the discovery script, re-run every few seconds, or from -H/--hostfile
+as a fixed list; -np is the default of --min-np. The other elastic flags without one of those
+three are a usage error, as is elastic mode with --mpi (MPI cannot re-initialize).
+"""
+
+import math
+import os
+from typing import NamedTuple, Optional, Tuple
+
+DEFAULT_ELASTIC_TIMEOUT = 600.0  # horovodrun's default
+DEFAULT_DISCOVERY_INTERVAL = 1.0
+
+# (names, dest, kind, metavar, help); args.py turns them into its Opt rows.
+ELASTIC_OPTIONS = [
+    (("--min-np", "--min-num-proc"), "min_np", "value", "N",
+     "elastic: the fewest workers training may continue with; below it the job waits up to "
+     "--elastic-timeout for new hosts, then fails (default: -np)"),
+    (("--max-np", "--max-num-proc"), "max_np", "value", "N",
+     "elastic: the most workers started, whatever the hosts offer (default: every slot)"),
+    (("--host-discovery-script",), "discovery_script", "value", "SCRIPT",
+     "elastic: an executable printing the available hosts, one 'host:slots' (or 'host', with "
+     "--slots-per-host slots) a line; kolorun runs it every second and starts workers on new "
+     "slots, stops those on hosts it no longer lists"),
+    (("--slots-per-host", "--slots"), "slots_per_host", "value", "N",
+     "elastic: slots of a host the discovery script lists without ':slots' (default 1)"),
+    (("--elastic-timeout",), "elastic_timeout", "value", "SECONDS",
+     "elastic: how long to wait for --min-np workers (at the start and after failures) before "
+     "the job fails (default: $KOLO_ELASTIC_TIMEOUT, $HOROVOD_ELASTIC_TIMEOUT, else 600)"),
+    (("--reset-limit",), "reset_limit", "value", "N",
+     "elastic: fail the job when the workers would be re-formed (a rendezvous round after the "
+     "first) more than N times (default: no limit)"),
+    (("--blacklist-cooldown-range",), "cooldown", "pair", ("MIN", "MAX"),
+     "elastic: MIN MAX: a host whose worker failed gets no new workers for MIN seconds, doubled "
+     "at each further failure up to MAX; without it, never again (its other workers go on)"),
+]
+
+
+class ElasticOptions(NamedTuple):
+    min_np: int
+    max_np: Optional[int]
+    discovery_script: Optional[str]
+    slots_per_host: int
+    elastic_timeout: float
+    reset_limit: Optional[int]
+    cooldown: Optional[Tuple[float, float]]
+    discovery_interval: float = DEFAULT_DISCOVERY_INTERVAL
+
+
+def _int(text, flag, lo, error):
+    if not str(text).isdigit() or int(text) < lo or int(text) > (1 << 20):
+        raise error("%s: expected an integer from %d to %d, got %r" % (flag, lo, 1 << 20, text))
+    return int(text)
+
+
+def _seconds(text, flag, lo, error):
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not (math.isfinite(v) and lo <= v <= 86400 * 30):
+        raise error("%s: expected a number of seconds from %g to %d, got %r"
+                    % (flag, lo, 86400 * 30, text))
+    return v
+
+
+def elastic_options(ns, hosts, environ, error):
+    """ElasticOptions when the command line asks for an elastic job, else None. Raises `error`
+    (args.UsageError) for a bad or contradictory value."""
+    elastic = (ns.discovery_script is not None or ns.min_np is not None
+               or ns.max_np is not None)
+    if not elastic:
+        for dest, flag in (("slots_per_host", "--slots-per-host"),
+                           ("elastic_timeout", "--elastic-timeout"),
+                           ("reset_limit", "--reset-limit"),
+                           ("cooldown", "--blacklist-cooldown-range")):
+            if getattr(ns, dest) is not None:
+                raise error("%s is for elastic jobs: give --host-discovery-script, --min-np or "
+                            "--max-np too" % flag)
+        return None
+    if ns.mpi:
+        raise error("elastic training needs Gloo mode (MPI cannot be initialized again in a "
+                    "process): drop --mpi")
+    script = ns.discovery_script
+    if script is not None:
+        if hosts is not None:
+            raise error("give the hosts either with --host-discovery-script or with -H/--hostfile, "
+                        "not both")
+        if not script.strip():
+            raise error("--host-discovery-script: empty")
+        first = script.split()[0]
+        if os.sep in first and not os.access(first, os.X_OK):
+            raise error("--host-discovery-script: %s is not an executable file" % first)
+    elif hosts is None:
+        raise error("an elastic job needs its hosts: --host-discovery-script, -H or --hostfile")
+    np = _int(ns.np, "-np", 1, error) if ns.np is not None else None
+    min_np = _int(ns.min_np, "--min-np", 1, error) if ns.min_np is not None else np
+    if min_np is None:
+        raise error("an elastic job needs -np or --min-np")
+    max_np = _int(ns.max_np, "--max-np", 1, error) if ns.max_np is not None else None
+    if max_np is not None and max_np < min_np:
+        raise error("--max-np %d is less than --min-np %d" % (max_np, min_np))
+    if np is not None and (np < min_np or (max_np is not None and np > max_np)):
+        raise error("-np %d is outside --min-np %d .. --max-np %s"
+                    % (np, min_np, max_np if max_np is not None else "unbounded"))
+    slots = _int(ns.slots_per_host, "--slots-per-host", 1, error) \
+        if ns.slots_per_host is not None else 1
+    timeout_text, flag = ns.elastic_timeout, "--elastic-timeout"
+    for name in ("KOLO_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"):
+        if timeout_text is None and name in environ:
+            timeout_text, flag = environ[name], name
+    timeout = (_seconds(timeout_text, flag, 0, error) if timeout_text is not None
+               else DEFAULT_ELASTIC_TIMEOUT)
+    limit = _int(ns.reset_limit, "--reset-limit", 0, error) if ns.reset_limit is not None else None
+    cooldown = None
+    if ns.cooldown is not None:
+        lo = _seconds(ns.cooldown[0], "--blacklist-cooldown-range", 0, error)
+        hi = _seconds(ns.cooldown[1], "--blacklist-cooldown-range", 0, error)
+        if hi < lo:
+            raise error("--blacklist-cooldown-range: MAX %g is less than MIN %g" % (hi, lo))
+        cooldown = (lo, hi)
+    interval = DEFAULT_DISCOVERY_INTERVAL
+    if environ.get("KOLO_ELASTIC_DISCOVERY_INTERVAL"):
+        interval = _seconds(environ["KOLO_ELASTIC_DISCOVERY_INTERVAL"],
+                            "KOLO_ELASTIC_DISCOVERY_INTERVAL", 0.05, error)
+    return ElasticOptions(min_np=min_np, max_np=max_np, discovery_script=script,
+                          slots_per_host=slots, elastic_timeout=timeout, reset_limit=limit,
+                          cooldown=cooldown, discovery_interval=interval)

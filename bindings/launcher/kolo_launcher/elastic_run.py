@@ -1,0 +1,402 @@
+"""Elastic mode: kolorun's driver when workers may leave and join (--host-discovery-script,
+--min-np, --max-np). Gloo mode only.
+
+The job is a set of workers, each a process with a fixed worker id (its output prefix
+"[id]"), that the driver re-forms in rendezvous rounds. Round N is published in kolorun's store:
+
+  elastic/round<N>/assign/<id>  JSON {rank, size, local_rank, local_size, cross_rank,
+                                cross_size, host} for each member
+  elastic/round                 N, set after every assignment of the round
+  elastic/want/<id>             set by a worker: the round it left and wants to leave (its
+                                runtime lost a peer, or its init failed)
+  elastic/abort                 set when the job fails: the reason; waiting workers raise it
+
+A worker (kolo.elastic, in Python) reads its assignment of the newest round, sets KOLO_RANK,
+KOLO_SIZE, ... and KOLO_RENDEZVOUS_ROUND=N and initializes: each round has its own keys in the
+store (round<N>/..., bootstrap/README.md), and a worker still at an older round is refused by
+the runtime, so stale workers never join a new round.
+
+The driver's loop, every 50 ms:
+  1. exits: a worker that exits 0 puts the job in "finishing" (no new workers, no new rounds
+     except on request; kolorun exits 0 once every worker has exited, unless one failed after
+     the first success); one that fails blacklists its host (discovery.HostHealth); one the
+     driver stopped is just gone;
+  2. discovery, every --discovery interval: hosts no longer listed (or with fewer slots) get
+     their workers stopped (SIGTERM), new slots on usable hosts get new workers, up to --max-np;
+  3. rounds: when the live workers differ from the current round's members, or a member asks
+     for a new round, and things were quiet for SETTLE_SECONDS, publish round N+1 with every
+     live worker: ranks host by host, hosts ordered by their oldest worker, the oldest worker
+     first, so rank 0 is a worker that holds the committed state (it broadcasts it in
+     State.sync). Fewer live workers than --min-np: wait for discovery up to
+     --elastic-timeout, then fail the job. More than --reset-limit rounds after the first:
+     fail the job.
+A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
+workers --failure-grace-seconds to exit, then stops them as Gloo mode does (gloo_run.py).
+Nothing waits forever: every wait here is bounded by the elastic timeout or a grace period.
+"""
+
+import json
+import os
+import signal
+import time
+
+from . import hosts as hostlib
+from .discovery import HostDiscovery, HostHealth
+from .gloo_run import POLL_SECONDS, Failure, GlooJob, LaunchError, _seconds, _span
+from .hosts import HostSlots
+from .output import OutputPump
+from .store_server import StoreServer
+from .topology import Slot, assign
+
+SETTLE_SECONDS = 0.3  # deaths of one host's workers, seen a few polls apart, form one round
+
+
+def _truthy(value):
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+class ElasticJob(GlooJob):
+    """Owned by kolorun's main thread."""
+
+    def __init__(self, opts, environ, console):  # pylint: disable=super-init-not-called
+        self.opts = opts
+        self.eopts = opts.elastic
+        self.environ = dict(environ)
+        self.console = console
+        self.workers = []  # every worker ever started (for the final stop)
+        self.live = {}  # id -> Worker still part of the job
+        self.server = None
+        self.pump = None
+        self._signals = []
+        self._old_handlers = {}
+        grace = self.environ.get("KOLO_LAUNCHER_KILL_GRACE_SECONDS", "")
+        try:
+            self.grace = max(0.1, float(grace)) if grace else 5.0
+        except ValueError:
+            self.grace = 5.0
+        self.template = self.environ.get("KOLO_LAUNCHER_REMOTE_SHELL") or None
+        self.force_remote = _truthy(self.environ.get("KOLO_LAUNCHER_FORCE_REMOTE", ""))
+        self._names, self._addrs = hostlib.local_names(), hostlib.local_addresses()
+        self.local = {}
+        self.cpus = {}  # elastic workers are not bound to cores (their number changes)
+        self.discovery = HostDiscovery(
+            self.eopts.discovery_script, None if self.eopts.discovery_script else opts.hosts,
+            self.eopts.slots_per_host)
+        self.health = HostHealth(self.eopts.cooldown)
+        self.next_id = 0
+        self.round = -1
+        self.members = set()
+        self.resets = 0
+        self.bind = None
+        self._reach = {}
+        self._discovery_error = None
+
+    # ---- hosts -----------------------------------------------------------------------------
+    def _is_local(self, host):
+        if host not in self.local:
+            self.local[host] = (not self.force_remote
+                                and hostlib.is_local(host, self._names, self._addrs))
+        return self.local[host]
+
+    def _reach_address(self, host):
+        """The address a worker on host uses to reach the store."""
+        if host in self._reach:
+            return self._reach[host]
+        iface = (self.opts.network_interface or "").split(",")[0]
+        if iface:
+            addr = self.bind
+        elif self._is_local(host):
+            addr = "127.0.0.1"
+        else:
+            addr = hostlib.route_address(host) or hostlib.first_external_ipv4()
+            if not addr:
+                raise LaunchError("cannot tell which address host %s should use to reach this "
+                                  "machine; name one with --network-interface" % host)
+        self._reach[host] = addr
+        return addr
+
+    def _bind_address(self, hosts):
+        iface = (self.opts.network_interface or "").split(",")[0]
+        if iface:
+            addr = hostlib.interface_ipv4(iface)
+            if not addr:
+                raise LaunchError("--network-interface %s: no such interface, or it has no IPv4 "
+                                  "address" % iface)
+            return addr
+        if hosts and all(self._is_local(h) for h, _ in hosts):
+            return "127.0.0.1"
+        return "0.0.0.0"
+
+    def _discover(self):
+        hosts, error = self.discovery.poll()
+        if error and error != self._discovery_error:
+            self.console.message(error + ("; keeping the last host list" if self.discovery.ok
+                                          else ""))
+        self._discovery_error = error
+        return hosts
+
+    # ---- the environment of a worker -------------------------------------------------------
+    def _rank_env(self, slot, addr):
+        env = GlooJob._rank_env(self, slot, addr)
+        env.update({
+            "KOLO_ELASTIC": "1", "HOROVOD_ELASTIC": "1",
+            "KOLO_ELASTIC_WORKER_ID": str(slot.rank),
+            # how long a worker waits for its next round (the driver aborts it sooner)
+            "KOLO_ELASTIC_TIMEOUT": _seconds(self.eopts.elastic_timeout + 30),
+        })
+        return env
+
+    def _start_worker(self, host):
+        wid = self.next_id
+        self.next_id += 1
+        # Provisional place: the worker takes its real one from its round's assignment.
+        slot = Slot(rank=wid, size=1, host=host, local_rank=0, local_size=1, cross_rank=0,
+                    cross_size=1)
+        self._is_local(host)
+        try:
+            w = self._make_worker(slot, self._reach_address(host))
+        except OSError as e:
+            return None, Failure("cannot create the output files of worker %d in %s: %s"
+                                 % (wid, self.opts.output_dir, e.strerror), 1)
+        self.workers.append(w)
+        try:
+            w.start()
+        except OSError as e:
+            return None, Failure("cannot start worker %d on host %s: %s: %s"
+                                 % (wid, host, w.argv[0], e.strerror),
+                                 127 if isinstance(e, FileNotFoundError) else 126)
+        finally:
+            for f in w.files:
+                f.close()
+        if w.proc.stdout is not None:
+            self.pump.add(w.proc.stdout, wid, to_err=False)
+            self.pump.add(w.proc.stderr, wid, to_err=True)
+        self.live[wid] = w
+        if self.opts.verbose:
+            self.console.message("started worker %d on host %s" % (wid, host))
+        return w, None
+
+    # ---- the job ---------------------------------------------------------------------------
+    def run(self):
+        self._install_signals()
+        try:
+            hosts = self._wait_for_hosts()
+            if isinstance(hosts, Failure):
+                self.console.message("job failed: " + hosts.reason)
+                return hosts.exit_status
+            self.bind = self._bind_address(hosts)
+            self.server = StoreServer(self.bind, 0).start()
+            try:
+                return self._run_started(hosts)
+            finally:
+                self.server.stop()
+        finally:
+            self._restore_signals()
+
+    def _usable_slots(self, hosts):
+        return sum(s for h, s in hosts if self.health.usable(h))
+
+    def _wait_for_hosts(self):
+        """The first host list with --min-np usable slots, or a Failure after the timeout."""
+        deadline = time.monotonic() + self.eopts.elastic_timeout
+        said = False
+        while True:
+            hosts = self._discover()
+            if self._usable_slots(hosts) >= self.eopts.min_np:
+                return hosts
+            if self._signals:
+                sig = self._signals[0]
+                return Failure("kolorun was stopped by %s" % signal.Signals(sig).name, 128 + sig)
+            if time.monotonic() >= deadline:
+                return Failure("the hosts offer %d slot%s, fewer than --min-np %d, after "
+                               "--elastic-timeout %s s" % (
+                                   self._usable_slots(hosts),
+                                   "" if self._usable_slots(hosts) == 1 else "s",
+                                   self.eopts.min_np, _seconds(self.eopts.elastic_timeout)), 1)
+            if not said:
+                self.console.message("waiting up to %s s for %d slots (the hosts offer %d)" % (
+                    _seconds(self.eopts.elastic_timeout), self.eopts.min_np,
+                    self._usable_slots(hosts)))
+                said = True
+            time.sleep(self.eopts.discovery_interval)
+
+    def _run_started(self, hosts):
+        self.pump = OutputPump(self.console)
+        self.pump.start()
+        if self.opts.verbose:
+            self.console.message("elastic job: rendezvous store on %s:%d; hosts %s" % (
+                self.bind, self.server.port, ",".join("%s:%d" % h for h in hosts)))
+        failure = self._drive(hosts)
+        stop_signal = signal.SIGTERM
+        if failure is not None and failure.signal is not None:
+            stop_signal = failure.signal
+            self.console.message("received %s; passing it to every worker"
+                                 % signal.Signals(failure.signal).name)
+        elif failure is not None and self.live:
+            # The workers waiting for a round read elastic/abort and exit by themselves.
+            deadline = time.monotonic() + min(self.opts.failure_grace, 10.0)
+            while (any(w.poll() is None for w in self.live.values()) and not self._signals
+                   and time.monotonic() < deadline):
+                time.sleep(POLL_SECONDS)
+        self._stop_all(stop_signal)
+        if not self.pump.finish(timeout=2.0):
+            self.console.message("a worker's output stayed open after it was stopped")
+        if failure is None:
+            return 0
+        self.console.message("job failed: " + failure.reason)
+        return failure.exit_status
+
+    def _abort(self, reason, status=1):
+        self.server.set("elastic/abort", reason.encode())
+        return Failure(reason, status)
+
+    def _drive(self, hosts):
+        e = self.eopts
+        cap = e.max_np if e.max_np is not None else float("inf")
+        finishing = False
+        late_failure = None
+        changed_at = None
+        short_since = None
+        next_discovery = time.monotonic() + e.discovery_interval
+        while True:
+            if self._signals:
+                sig = self._signals[0]
+                return Failure("kolorun was stopped by %s" % signal.Signals(sig).name,
+                               128 + sig, signal=sig)
+            now = time.monotonic()
+            # 1. exits
+            for wid, w in sorted(self.live.items()):
+                status = w.poll()
+                if status is None:
+                    continue
+                del self.live[wid]
+                if w.stop_requested:
+                    continue
+                if status.ok:
+                    if not finishing:
+                        self.console.message("worker %d (host %s) finished; the job ends when "
+                                             "every worker has" % (wid, w.host))
+                    finishing = True
+                    continue
+                period = self.health.record_failure(w.host)
+                text = "worker %d (host %s) %s" % (wid, w.host, status.describe(w.remote))
+                self.console.message("%s; host %s gets no new worker %s" % (
+                    text, w.host, "in this job" if period == float("inf")
+                    else "for %s s" % _seconds(period)))
+                if finishing and late_failure is None:
+                    late_failure = Failure(text, status.shell_code(), worker=w)
+            # 2. discovery and new workers
+            if now >= next_discovery:
+                hosts = self._discover()
+                next_discovery = now + e.discovery_interval
+                self._retire(hosts)
+            if not finishing:
+                for host, slots in hosts:
+                    on_host = sum(1 for w in self.live.values() if w.host == host)
+                    while (on_host < slots and len(self.live) < cap
+                           and self.health.usable(host)):
+                        _, failure = self._start_worker(host)
+                        if failure is not None:
+                            return self._abort(failure.reason, failure.exit_status)
+                        on_host += 1
+            if finishing and not self.live:
+                return late_failure
+            # 3. rounds
+            live = set(self.live)
+            wanted = self._round_wanted(live)
+            if (live != self.members and not finishing) or wanted:
+                if changed_at is None:
+                    changed_at = now
+                if len(live) < e.min_np:
+                    if short_since is None:
+                        short_since = now
+                        self.console.message(
+                            "%d worker%s left, fewer than --min-np %d: waiting up to %s s "
+                            "(--elastic-timeout) for hosts" % (
+                                len(live), "" if len(live) == 1 else "s", e.min_np,
+                                _seconds(e.elastic_timeout)))
+                    if now - short_since >= e.elastic_timeout:
+                        return self._abort(
+                            "only %d worker%s, fewer than --min-np %d, and no host came within "
+                            "--elastic-timeout %s s" % (
+                                len(live), "" if len(live) == 1 else "s", e.min_np,
+                                _seconds(e.elastic_timeout)))
+                elif self.round < 0 or now - changed_at >= SETTLE_SECONDS:
+                    short_since = None
+                    if (self.round >= 0 and e.reset_limit is not None
+                            and self.resets >= e.reset_limit):
+                        return self._abort(
+                            "the workers would be re-formed a %d%s time, past --reset-limit %d"
+                            % (self.resets + 1, _nth(self.resets + 1), e.reset_limit))
+                    self._publish(sorted(live))
+                    changed_at = None
+            else:
+                changed_at = None
+                short_since = None
+            time.sleep(POLL_SECONDS)
+
+    def _retire(self, hosts):
+        """Stops the workers on hosts the discovery no longer lists, and the newest ones of a
+        host that lists fewer slots than it runs."""
+        slots = dict(hosts)
+        by_host = {}
+        for wid, w in sorted(self.live.items()):
+            by_host.setdefault(w.host, []).append(w)
+        for host, ws in by_host.items():
+            keep = slots.get(host, 0)
+            for w in ws[keep:]:
+                self.console.message("host %s %s: stopping worker %d" % (
+                    host, "is gone" if keep == 0 else "has %d slot%s now" % (
+                        keep, "" if keep == 1 else "s"), w.rank))
+                w.request_stop(signal.SIGTERM)
+                del self.live[w.rank]
+
+    def _round_wanted(self, live):
+        for wid in live:
+            value = self.server.get_nowait("elastic/want/%d" % wid)
+            if value is None:
+                continue
+            try:
+                if int(value) >= self.round:
+                    return True
+            except ValueError:
+                continue
+        return False
+
+    def _publish(self, ids):
+        n = self.round + 1
+        order = []  # hosts by their oldest worker
+        on_host = {}
+        for wid in ids:
+            host = self.live[wid].host
+            if host not in on_host:
+                order.append(host)
+                on_host[host] = []
+            on_host[host].append(wid)
+        slots = assign([HostSlots(h, len(on_host[h])) for h in order], len(ids))
+        ranked = [wid for h in order for wid in on_host[h]]
+        for wid, slot in zip(ranked, slots):
+            place = {"rank": slot.rank, "size": slot.size, "local_rank": slot.local_rank,
+                     "local_size": slot.local_size, "cross_rank": slot.cross_rank,
+                     "cross_size": slot.cross_size, "host": slot.host}
+            self.server.set("elastic/round%d/assign/%d" % (n, wid), json.dumps(place).encode())
+        self.server.set("elastic/round", str(n).encode())
+        if self.round >= 0:
+            self.resets += 1
+        self.round = n
+        self.members = set(ids)
+        self.console.message("elastic round %d: %d worker%s (%s), rank 0 is worker %d" % (
+            n, len(ids), "" if len(ids) == 1 else "s",
+            ", ".join("%s: %s" % (h, _span(on_host[h])) for h in order), ranked[0]))
+
+
+def _nth(n):
+    return "th" if 10 <= n % 100 < 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+
+
+def run_elastic(opts, environ, console):
+    try:
+        return ElasticJob(opts, environ, console).run()
+    except LaunchError as e:
+        console.message(str(e))
+        return 1

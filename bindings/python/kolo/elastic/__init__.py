@@ -1,0 +1,89 @@
+"""kolo.elastic: Horovod's elastic training API (horovod.common.elastic), framework-free.
+
+    import kolo
+    kolo.init()
+    state = kolo.elastic.ObjectState(epoch=0, weights=w)
+
+    @kolo.elastic.run
+    def train(state):
+        for state.epoch in range(state.epoch, epochs):
+            ...                     # collectives; a lost peer raises KoloInternalError
+            state.commit()          # saves, and raises HostsUpdatedInterrupt on new hosts
+
+    train(state)
+
+Under `kolorun --host-discovery-script S` (or --min-np/--max-np) each worker takes its rank and
+size from kolorun's newest rendezvous round (kolo.init does so by itself). @run catches a lost
+peer (KoloInternalError: restore the last commit) and HostsUpdatedInterrupt (the commit is kept),
+shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks,
+syncs the state from the new rank 0 and calls the function again. kolo.torch.elastic adds
+TorchState and ElasticSampler.
+"""
+
+import functools
+import sys
+
+from kolo import basics, common
+from kolo.elastic import _worker
+from kolo.elastic._worker import ElasticJobError
+from kolo.elastic.state import HostsUpdatedInterrupt, ObjectState, State, broadcast_object
+
+__all__ = ["run", "State", "ObjectState", "HostsUpdatedInterrupt", "ElasticJobError",
+           "broadcast_object",
+           "is_elastic", "current_round"]
+
+
+def is_elastic():
+    """Whether this process runs as a worker of kolorun's elastic mode."""
+    return _worker.enabled()
+
+
+def current_round():
+    """The rendezvous round this worker runs in (-1 outside elastic mode or before init)."""
+    return _worker.current_round()
+
+
+def _reset():
+    """Leaves the current round and initializes in the next one (new rank and size)."""
+    try:
+        basics.shutdown()
+    except Exception:  # noqa: BLE001 - an aborted runtime may report its cause again here
+        pass
+    _worker.request_round()
+    basics.init()
+
+
+def run(func):
+    """Decorator for the training function `func(state, *args, **kwargs)` (Horovod's
+    hvd.elastic.run): syncs the state, runs func, and on a lost peer (KoloInternalError:
+    restore the last commit) or HostsUpdatedInterrupt resets and runs it again. Outside kolorun's
+    elastic mode a KoloInternalError propagates after the restore (no driver to re-form the
+    workers). Returns func's result."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        reset_required = False
+        while True:
+            try:
+                if reset_required:
+                    _reset()
+                    state.on_reset()
+                    reset_required = False
+                state.sync()
+                return func(state, *args, **kwargs)
+            except HostsUpdatedInterrupt:
+                reset_required = True
+            except _worker.ElasticJobError:
+                raise
+            except common.KoloInternalError as e:
+                if isinstance(e, common.NotInitializedError) and not _worker.enabled():
+                    raise
+                state.restore()
+                if not _worker.enabled():
+                    raise
+                print("kolo elastic: worker %s (round %d): %s; restored the last commit, "
+                      "re-forming the workers" % (_worker.worker_id(), _worker.current_round(),
+                                                  e), file=sys.stderr, flush=True)
+                reset_required = True
+
+    return wrapper

@@ -1,0 +1,197 @@
+"""The worker's side of kolorun's elastic driver (bindings/launcher/kolo_launcher/elastic_run.py).
+
+kolorun starts each elastic worker with KOLO_ELASTIC_WORKER_ID, the store's address
+(KOLO_RENDEZVOUS_ADDR/_PORT) and KOLO_ELASTIC_TIMEOUT. The driver publishes rendezvous rounds in
+its store (elastic/round, elastic/round<N>/assign/<id>); a worker joins the newest round that
+assigns it a place: it sets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*, KOLO_HOSTNAME and
+KOLO_RENDEZVOUS_ROUND=N in its environment and initializes the runtime, which reads them again
+at each init (a round has its own store keys; a stale round is refused, bootstrap/README.md).
+A worker that leaves a round (its runtime lost a peer, its init failed) says so in
+elastic/want/<id>, and the driver forms a new round.
+
+Module state (the worker's id, its round, one store connection) is per process: a worker is
+one process. Not thread-safe: the training thread calls it (init, commit, reset). Every wait is
+bounded: joining a round by KOLO_ELASTIC_TIMEOUT (the driver aborts sooner, with a reason in
+elastic/abort that the worker raises), each store request by a socket timeout.
+"""
+
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+from kolo import common
+
+_CMD_SET, _CMD_GET, _CMD_CHECK = 1, 2, 5
+_STATUS_OK = 0
+POLL_SECONDS = 0.05
+DEFAULT_TIMEOUT = 600.0
+
+_state = {"round": -1, "conn": None}
+
+
+class ElasticJobError(common.KoloInternalError):
+    """The worker cannot go on: kolorun aborted the job (the reason is the message), no round
+    came in time, or kolorun's store is gone. @run lets it propagate."""
+
+
+def enabled():
+    """Whether this process is a worker of kolorun's elastic mode."""
+    return bool(os.environ.get("KOLO_ELASTIC_WORKER_ID"))
+
+
+def worker_id():
+    return os.environ.get("KOLO_ELASTIC_WORKER_ID", "")
+
+
+def current_round():
+    """The round this worker last initialized in (-1 before the first)."""
+    return _state["round"]
+
+
+class _Conn:
+    """A minimal blocking client of the store protocol (core/store.h): SET, GET, CHECK."""
+
+    def __init__(self, host, port):
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _call(self, cmd, key, value=b""):
+        key = key.encode()
+        self.sock.sendall(struct.pack("<BI", cmd, len(key)) + key +
+                          struct.pack("<Q", len(value)) + value)
+        head = self._recv(9)
+        status, n = struct.unpack("<BQ", head)
+        return status, self._recv(n)
+
+    def _recv(self, n):
+        chunks = []
+        while n > 0:
+            chunk = self.sock.recv(min(n, 1 << 20))
+            if not chunk:
+                raise OSError("the store closed the connection")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def get(self, key):
+        """The value, or None when the key is not set (never waits)."""
+        status, data = self._call(_CMD_GET, key, struct.pack("<I", 0))
+        return data if status == _STATUS_OK else None
+
+    def set(self, key, value):
+        status, data = self._call(_CMD_SET, key, value)
+        if status != _STATUS_OK:
+            raise OSError(data.decode("utf-8", "replace"))
+
+
+def _conn():
+    if _state["conn"] is None:
+        addr = os.environ.get("KOLO_RENDEZVOUS_ADDR")
+        port = os.environ.get("KOLO_RENDEZVOUS_PORT")
+        if not addr or not port:
+            raise ElasticJobError(
+                "elastic worker %s: KOLO_RENDEZVOUS_ADDR/_PORT are not set (start elastic jobs "
+                "with kolorun --host-discovery-script/--min-np)" % worker_id())
+        _state["conn"] = _Conn(addr, port)
+    return _state["conn"]
+
+
+def _request(fn):
+    """Runs fn(conn), reconnecting once after a broken connection."""
+    try:
+        return fn(_conn())
+    except OSError:
+        _state["conn"] = None
+        try:
+            return fn(_conn())
+        except OSError as e:
+            raise ElasticJobError("elastic worker %s: cannot reach kolorun's store: %s"
+                                           % (worker_id(), e))
+
+
+def newest_round():
+    """The newest round the driver published (-1: none yet)."""
+    value = _request(lambda c: c.get("elastic/round"))
+    return int(value) if value else -1
+
+
+def request_round():
+    """Tells the driver this worker left its round and needs a new one."""
+    left = str(_state["round"]).encode()
+    _request(lambda c: c.set("elastic/want/%s" % worker_id(), left))
+
+
+def _timeout():
+    try:
+        return float(os.environ.get("KOLO_ELASTIC_TIMEOUT", DEFAULT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def join(min_round):
+    """Waits for the newest round >= min_round that gives this worker a place, puts that place in
+    the environment and returns (round, place). Raises KoloInternalError with the driver's reason
+    when the job was aborted, or after KOLO_ELASTIC_TIMEOUT."""
+    deadline = time.monotonic() + _timeout()
+    while True:
+        def look(c):
+            abort = c.get("elastic/abort")
+            if abort is not None:
+                return abort, None, None
+            value = c.get("elastic/round")
+            n = int(value) if value else -1
+            if n < min_round:
+                return None, n, None
+            return None, n, c.get("elastic/round%d/assign/%s" % (n, worker_id()))
+        abort, n, place = _request(look)
+        if abort is not None:
+            raise ElasticJobError("elastic job aborted by kolorun: %s"
+                                           % abort.decode("utf-8", "replace"))
+        if place is not None:
+            place = json.loads(place.decode())
+            _export(n, place)
+            return n, place
+        if time.monotonic() >= deadline:
+            raise ElasticJobError(
+                "elastic worker %s: no rendezvous round after round %d within %g s "
+                "(KOLO_ELASTIC_TIMEOUT)" % (worker_id(), min_round - 1, _timeout()))
+        time.sleep(POLL_SECONDS)
+
+
+def _export(n, place):
+    env = {"RANK": place["rank"], "SIZE": place["size"], "LOCAL_RANK": place["local_rank"],
+           "LOCAL_SIZE": place["local_size"], "CROSS_RANK": place["cross_rank"],
+           "CROSS_SIZE": place["cross_size"], "HOSTNAME": place["host"]}
+    for k, v in env.items():
+        os.environ["KOLO_" + k] = str(v)
+        os.environ["HOROVOD_" + k] = str(v)
+    os.environ["KOLO_RENDEZVOUS_ROUND"] = str(n)
+
+
+def init_in_round(c_init, c_shutdown):
+    """The elastic init: join the newest round after the current one and initialize in it; an
+    init that fails (a member died during the rendezvous, the round went stale) asks for a new
+    round and tries again, until KOLO_ELASTIC_TIMEOUT."""
+    deadline = time.monotonic() + _timeout()
+    while True:
+        n, _place = join(_state["round"] + 1)
+        try:
+            c_init()
+            _state["round"] = n
+            return n
+        except common.KoloInternalError as e:
+            _state["round"] = n
+            try:
+                c_shutdown()
+            except Exception:  # noqa: BLE001 - the runtime is already gone; nothing to add
+                pass
+            if time.monotonic() >= deadline:
+                raise ElasticJobError("elastic worker %s: no round could be joined within %g s "
+                                      "(KOLO_ELASTIC_TIMEOUT); last: %s" % (worker_id(),
+                                                                            _timeout(), e))
+            print("kolo elastic: worker %s could not join round %d (%s); asking for a new round"
+                  % (worker_id(), n, e), file=sys.stderr, flush=True)
+            request_round()

@@ -1,0 +1,133 @@
+"""A worker for the elastic tests (test_elastic*.py): trains a small linear regression with
+kolo.torch.elastic (TorchState, ElasticSampler, DistributedOptimizer) under kolorun's elastic
+mode, and prints one "RESULT {json}" line at the end: rank, size, round, worker id, the final
+parameters (exact floats), the loss over the whole dataset before and after, the sizes seen.
+
+Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun sees a real death):
+  --die ROUND:RANK:STEP      the rank RANK of round ROUND dies before global step STEP
+  --die-in-sync ROUND:RANK   the rank RANK of round ROUND dies inside State.sync (after the
+                             model's broadcast, before the optimizer's)
+  --die-in-sync-any-round R  every worker joining at round >= R as a new worker dies in sync
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import kolo.torch as hvd
+
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--samples", type=int, default=192)
+p.add_argument("--batch", type=int, default=8)
+p.add_argument("--commit-every", type=int, default=2)
+p.add_argument("--step-sleep", type=float, default=0.0)
+p.add_argument("--die", action="append", default=[])
+p.add_argument("--die-in-sync", action="append", default=[])
+p.add_argument("--die-new-in-sync", type=int, default=-1)
+args = p.parse_args()
+
+hvd.init()
+WID = os.environ.get("KOLO_ELASTIC_WORKER_ID", "?")
+FIRST_ROUND = hvd.elastic.current_round()
+
+
+def die_now(why):
+    print("worker %s dies: %s" % (WID, why), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def faults(kind):
+    out = []
+    for spec in getattr(args, kind):
+        out.append(tuple(int(x) for x in spec.split(":")))
+    return out
+
+
+torch.manual_seed(1234)  # the same data and initial model everywhere
+X = torch.randn(args.samples, 8)
+W_TRUE = torch.randn(8, 1)
+Y = X @ W_TRUE + 0.5
+dataset = torch.utils.data.TensorDataset(X, Y)
+model = torch.nn.Linear(8, 1)
+torch.manual_seed(100 + hvd.rank())  # different on purpose: sync must make them equal
+with torch.no_grad():
+    for prm in model.parameters():
+        prm.add_(torch.randn_like(prm))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.5)
+opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
+
+
+def full_loss():
+    with torch.no_grad():
+        return float(torch.nn.functional.mse_loss(model(X), Y))
+
+
+class State(hvd.elastic.TorchState):
+    def sync(self):
+        r = hvd.elastic.current_round()
+        self._handlers["model"].sync()
+        for rnd, rank in faults("die_in_sync"):
+            if r == rnd and hvd.rank() == rank:
+                die_now("in sync of round %d as rank %d" % (r, rank))
+        if 0 <= args.die_new_in_sync <= r and FIRST_ROUND == r and r > 0:
+            die_now("new worker in sync of round %d" % r)
+        super().sync()
+
+
+state = State(model=model, optimizer=opt, sampler=sampler, epoch=0, batch=0, step=0,
+              loss0=full_loss(), sizes=[])
+
+
+def on_reset():
+    print("worker %s: reset: round %d, rank %d of %d" % (
+        WID, hvd.elastic.current_round(), hvd.rank(), hvd.size()), flush=True)
+
+
+state.register_reset_callbacks([on_reset])
+
+
+@hvd.elastic.run
+def train(state):
+    if not state.sizes or state.sizes[-1] != hvd.size():
+        state.sizes.append(hvd.size())
+    while state.epoch < args.epochs:
+        batches = (len(state.sampler) + args.batch - 1) // args.batch
+        for b in range(state.batch, batches):
+            for rnd, rank, step in faults("die"):
+                if (hvd.elastic.current_round() == rnd and hvd.rank() == rank
+                        and state.step == step):
+                    die_now("round %d rank %d step %d" % (rnd, rank, step))
+            idx = state.sampler.get_indices(b, args.batch)
+            xb, yb = X[idx], Y[idx]
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            opt.step()
+            state.sampler.record_batch(b, args.batch)
+            state.step += 1
+            state.batch = b + 1
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+            if state.step % args.commit_every == 0:
+                state.commit()
+        state.epoch += 1
+        state.batch = 0
+        state.sampler.set_epoch(state.epoch)
+        state.commit()
+    return full_loss()
+
+
+loss = train(state)
+params = [float(v) for prm in model.parameters() for v in prm.detach().flatten()]
+print("RESULT " + json.dumps({
+    "rank": hvd.rank(), "size": hvd.size(), "round": hvd.elastic.current_round(),
+    "wid": WID, "params": params, "loss0": state.loss0, "loss": loss,
+    "steps": state.step, "sizes": state.sizes}), flush=True)
+hvd.shutdown()
