@@ -36,6 +36,8 @@ class ElasticJobError(common.KoloInternalError):
     """The worker cannot go on: kolorun aborted the job (the reason is the message), no round
     came in time, or kolorun's store is gone. @run lets it propagate."""
 
+    __module__ = "kolo.elastic"  # how tracebacks name it: kolo.elastic.ElasticJobError
+
 
 def enabled():
     """Whether this process is a worker of kolorun's elastic mode."""

@@ -116,6 +116,9 @@ def train(state):
             if args.step_sleep:
                 time.sleep(args.step_sleep)
             if state.step % args.commit_every == 0:
+                if hvd.rank() == 0:
+                    print("PROGRESS round %d size %d step %d" % (
+                        hvd.elastic.current_round(), hvd.size(), state.step), flush=True)
                 state.commit()
         state.epoch += 1
         state.batch = 0

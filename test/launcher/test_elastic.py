@@ -1,0 +1,218 @@
+"""Elastic training end to end on this machine (issue 14's scenarios 0-6): kolorun's elastic
+driver with a discovery script, workers training with kolo.torch.elastic (elastic_worker.py)
+on the libkolo.so of the build (KOLO_LIBRARY, set by CTest). Each worker that "dies" SIGKILLs
+itself at a chosen round, rank and step, so kolorun sees a real death. Every job is bounded by
+a subprocess timeout; each takes a few seconds.
+
+The checks: kolorun's exit status and messages, the sizes the training ran on, the loss going
+down, and the final parameters bitwise equal on every rank of the last round."""
+
+import os
+import subprocess
+import threading
+
+import pytest
+
+from conftest import HERE, KOLORUN, PY, REPO, base_env
+
+WORKER = os.path.join(HERE, "elastic_worker.py")
+LIB = os.environ.get("KOLO_LIBRARY", "")
+TORCH_PY = "/usr/bin/python3"
+
+pytestmark = pytest.mark.skipif(not LIB or not os.path.exists(LIB),
+                                reason="KOLO_LIBRARY is not set (run it through CTest)")
+
+
+def elastic_env():
+    return base_env(KOLO_LIBRARY=LIB, PYTHONPATH=os.path.join(REPO, "bindings", "python"),
+                    KOLO_ELASTIC_DISCOVERY_INTERVAL="0.2", KOLO_LAUNCHER_KILL_GRACE_SECONDS="2",
+                    KOLO_LAUNCHER_FAILURE_GRACE_SECONDS="10")
+
+
+class Hosts:
+    """A discovery script printing the content of a file the test rewrites."""
+
+    def __init__(self, tmp_path, text):
+        self.file = tmp_path / "hosts"
+        self.file.write_text(text + "\n")
+        self.script = tmp_path / "discover.sh"
+        self.script.write_text("#!/bin/sh\ncat %s\n" % self.file)
+        self.script.chmod(0o755)
+
+    def set(self, text):
+        tmp = str(self.file) + ".new"
+        with open(tmp, "w") as f:
+            f.write(text + "\n")
+        os.replace(tmp, str(self.file))
+
+    def later(self, seconds, text):
+        t = threading.Timer(seconds, self.set, args=(text,))
+        t.daemon = True
+        t.start()
+        return t
+
+
+def run(flags, worker_args, timeout=120):
+    argv = [PY, KOLORUN] + flags + ["--start-timeout", "30", TORCH_PY, WORKER] + worker_args
+    r = subprocess.run(argv, env=elastic_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout)
+    return r
+
+
+def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150):
+    """Runs the job and rewrites the host list once per entry of `changes`, each time after
+    rank 0 reported 4 more steps in a newer round than the previous change (its PROGRESS
+    lines), so the changes land while the job trains whatever the machine's speed."""
+    argv = [PY, KOLORUN] + flags + ["--start-timeout", "30", TORCH_PY, WORKER] + worker_args
+    proc = subprocess.Popen(argv, env=elastic_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    err = []
+    t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    t.start()
+    out = []
+    pending = list(changes)
+    seen_round, base_step = -1, 0
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if pending and "]<stdout>:PROGRESS " in line:
+                words = line.split("PROGRESS ", 1)[1].split()
+                rnd, step = int(words[1]), int(words[5])
+                if rnd > seen_round and step >= base_step + 4:
+                    hosts.set(pending.pop(0))
+                    # the next change waits for a round formed after this one
+                    seen_round, base_step = rnd, step
+        proc.wait()
+    finally:
+        killer.cancel()
+    t.join(5)
+    return subprocess.CompletedProcess(argv, proc.returncode, "".join(out), "".join(err))
+
+
+def results(r):
+    import json
+    out = {}
+    for line in r.stdout.splitlines():
+        if "]<stdout>:RESULT " in line:
+            res = json.loads(line.split("]<stdout>:RESULT ", 1)[1])
+            out[res["rank"]] = res
+    return out
+
+
+def check_trained(r, size):
+    """The job succeeded on `size` ranks in its last round, learned, and agrees bitwise."""
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = results(r)
+    assert sorted(res) == list(range(size)), (sorted(res), r.stdout[-3000:])
+    params = [res[k]["params"] for k in sorted(res)]
+    assert all(p == params[0] for p in params), params
+    rounds = {res[k]["round"] for k in res}
+    assert len(rounds) == 1, rounds
+    for k in res:
+        assert res[k]["size"] == size
+        assert res[k]["loss"] < res[k]["loss0"] / 20, res[k]
+    return res
+
+
+def test_scenario0_one_machine_worker_killed_job_goes_on(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run(["-np", "3", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+             str(hosts.script)], ["--die", "0:1:5"])
+    res = check_trained(r, 2)
+    assert "elastic round 1: 2 workers (localhost: 0,2)" in r.stderr, r.stderr
+    assert "worker 1 (host localhost) was killed by signal 9" in r.stderr
+    assert res[0]["sizes"] == [3, 2]
+    assert sorted(res[k]["wid"] for k in res) == ["0", "2"]
+
+
+def test_scenario1_one_of_four_killed_mid_epoch_resumes_on_three(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:4")
+    r = run(["-np", "4", "--min-np", "2", "--host-discovery-script", str(hosts.script)],
+            ["--die", "0:2:7", "--commit-every", "3"])
+    res = check_trained(r, 3)
+    assert res[0]["sizes"] == [4, 3]
+    # the commit before the death was at step 6; the restored state resumes from it
+    assert "restored the last commit" in r.stderr
+
+
+def test_scenario2_discovery_adds_a_slot_new_worker_joins(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:2")
+    r = run_changing_hosts(["-np", "2", "--min-np", "2", "--max-np", "3",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--epochs", "6", "--step-sleep", "0.02"], hosts, ["localhost:3"])
+    res = check_trained(r, 3)
+    assert "elastic round 1: 3 workers (localhost: 0-2)" in r.stderr, r.stderr
+    assert res[0]["sizes"] == [2, 3]
+    assert sorted(res[k]["wid"] for k in res) == ["0", "1", "2"]
+    assert res[0]["wid"] == "0"  # the oldest worker stays rank 0 and sends the state
+
+
+def test_scenario3_rank0_killed_survivors_elect_a_new_rank0(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:4")
+    r = run(["-np", "4", "--min-np", "2", "--host-discovery-script", str(hosts.script)],
+            ["--die", "0:0:5"])
+    res = check_trained(r, 3)
+    assert res[0]["wid"] == "1", res[0]
+    assert "rank 0 is worker 1" in r.stderr
+
+
+def test_scenario4_below_min_np_then_a_host_returns(tmp_path):
+    # The only host is cooled down for 1-2 s after the death; 2 survivors < min-np 3 wait, the
+    # host comes back within --elastic-timeout and a new worker joins them; no deadlock.
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run(["-np", "3", "--min-np", "3", "--host-discovery-script", str(hosts.script),
+             "--elastic-timeout", "30", "--blacklist-cooldown-range", "1", "2"],
+            ["--die", "0:2:4"])
+    res = check_trained(r, 3)
+    assert "fewer than --min-np 3: waiting up to 30 s" in r.stderr, r.stderr
+    assert sorted(res[k]["wid"] for k in res) == ["0", "1", "3"]
+
+
+def test_scenario4_below_min_np_nothing_returns_fails_clearly(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run(["-np", "3", "--min-np", "3", "--host-discovery-script", str(hosts.script),
+             "--elastic-timeout", "3"], ["--die", "0:2:4", "--epochs", "50"], timeout=60)
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert ("job failed: only 2 workers, fewer than --min-np 3, and no host came within "
+            "--elastic-timeout 3 s") in r.stderr, r.stderr[-3000:]
+    # the survivors raise the driver's reason (ElasticJobError) instead of waiting forever
+    assert "elastic job aborted by kolorun: only 2 workers" in r.stderr, r.stderr[-3000:]
+    assert "RESULT" not in r.stdout
+
+
+def test_scenario5_failure_during_state_sync_recovers(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:4")
+    r = run(["-np", "4", "--min-np", "2", "--host-discovery-script", str(hosts.script)],
+            ["--die", "0:3:4", "--die-in-sync", "1:1"])
+    check_trained(r, 2)
+    assert "dies: in sync of round 1 as rank 1" in r.stdout
+    assert "elastic round 2: 2 workers" in r.stderr, r.stderr
+
+
+def test_scenario5_repeated_failures_reach_the_reset_limit(tmp_path):
+    # Every replacement dies in its first sync; the host is blacklisted with a growing
+    # cool-down each time, and the job ends at --reset-limit with a clear message.
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run(["-np", "3", "--min-np", "2", "--host-discovery-script", str(hosts.script),
+             "--blacklist-cooldown-range", "0.3", "0.6", "--reset-limit", "3"],
+            ["--die", "0:2:3", "--die-new-in-sync", "1", "--epochs", "200",
+             "--step-sleep", "0.01"], timeout=90)
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "job failed: the workers would be re-formed a 4th time, past --reset-limit 3" \
+        in r.stderr, r.stderr[-3000:]
+    assert "host localhost gets no new worker for 0.3 s" in r.stderr
+    assert "host localhost gets no new worker for 0.6 s" in r.stderr
+
+
+def test_scenario6_shrink_and_grow_several_times(tmp_path):
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run_changing_hosts(["-np", "3", "--min-np", "2", "--max-np", "4",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--epochs", "12", "--step-sleep", "0.02"], hosts,
+                           ["localhost:2", "localhost:4", "localhost:2", "localhost:3"])
+    res = check_trained(r, 3)
+    sizes = res[0]["sizes"]
+    assert sizes[:5] == [3, 2, 4, 2, 3], sizes
+    assert "host localhost has 2 slots now: stopping worker" in r.stderr
