@@ -1,0 +1,173 @@
+"""kolorun's elastic parts without a kolo runtime: the flags, the discovery script's output, the
+blacklist's cool-down, and the driver with stand-in workers (standard-library Python that read
+their round's assignment from kolorun's store, as kolo.elastic does)."""
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from conftest import PY, base_env, kolorun
+from kolo_launcher.args import UsageError, parse
+from kolo_launcher.discovery import HostHealth, parse_discovery_output
+from kolo_launcher.hosts import HostListError
+
+
+def opts(*argv):
+    return parse(list(argv) + ["prog"], {})
+
+
+def test_elastic_flags_parse_with_horovodrun_names():
+    o = opts("-np", "3", "--min-np", "2", "--max-np", "4", "--host-discovery-script", "/bin/true",
+             "--slots-per-host", "2", "--elastic-timeout", "30", "--reset-limit", "5",
+             "--blacklist-cooldown-range", "10", "100")
+    e = o.elastic
+    assert (e.min_np, e.max_np, e.slots_per_host, e.elastic_timeout, e.reset_limit,
+            e.cooldown) == (2, 4, 2, 30.0, 5, (10.0, 100.0))
+    assert e.discovery_script == "/bin/true"
+    assert o.command == ["prog"]
+    assert opts("-np", "2").elastic is None
+    # min-np defaults to -np, max-np to unbounded, -H as a fixed host list
+    e = opts("-np", "2", "--max-np", "3", "-H", "localhost:3").elastic
+    assert (e.min_np, e.max_np, e.discovery_script, e.cooldown) == (2, 3, None, None)
+    assert parse(["--min-np", "2", "-H", "a:2", "p"], {"KOLO_ELASTIC_TIMEOUT": "7"}) \
+        .elastic.elastic_timeout == 7.0
+
+
+@pytest.mark.parametrize("argv,text", [
+    (["-np", "2", "--reset-limit", "3"], "--reset-limit is for elastic jobs"),
+    (["-np", "2", "--min-np", "3", "-H", "a:4"], "-np 2 is outside --min-np 3"),
+    (["--min-np", "3", "--max-np", "2", "-H", "a:4"], "--max-np 2 is less than --min-np 3"),
+    (["--min-np", "2", "--mpi", "-H", "a:4"], "elastic training needs Gloo mode"),
+    (["--min-np", "2"], "needs its hosts"),
+    (["--host-discovery-script", "/bin/true", "-H", "a:2", "-np", "2"], "not both"),
+    (["--host-discovery-script", "/bin/true"], "needs -np or --min-np"),
+    (["--min-np", "2", "-H", "a:2", "--blacklist-cooldown-range", "5", "1"], "less than MIN"),
+    (["--min-np", "x", "-H", "a:2"], "--min-np: expected an integer"),
+    (["--min-np", "2", "-H", "a:2", "--elastic-timeout", "-1"], "--elastic-timeout"),
+])
+def test_elastic_flag_errors(argv, text):
+    with pytest.raises(UsageError) as e:
+        parse(argv + ["prog"], {})
+    assert text in str(e.value)
+
+
+def test_discovery_output():
+    out = "a:2\n# comment\n\nb\n[fe80::1]:3\na:5\nc:4  # trailing\n"
+    assert parse_discovery_output(out, 2) == [("a", 2), ("b", 2), ("fe80::1", 3), ("c", 4)]
+    with pytest.raises(HostListError) as e:
+        parse_discovery_output("a:2\nbad host\n", 1)
+    assert "discovery script line 2" in str(e.value)
+
+
+def test_blacklist_cooldown_doubles_up_to_max():
+    now = [100.0]
+    h = HostHealth((10.0, 25.0), clock=lambda: now[0])
+    assert h.usable("a")
+    assert h.record_failure("a") == 10.0
+    assert not h.usable("a") and h.usable("b")
+    now[0] += 10.0
+    assert h.usable("a")
+    assert h.record_failure("a") == 20.0
+    assert h.record_failure("a") == 25.0  # capped at MAX
+    assert h.blacklisted() == ["a"]
+    forever = HostHealth(None, clock=lambda: now[0])
+    assert forever.record_failure("a") == float("inf")
+    now[0] += 1e9
+    assert not forever.usable("a")
+
+
+STANDIN = textwrap.dedent("""\
+    import json, os, sys, time
+    sys.path.insert(0, %r)
+    from kolo_launcher.store_client import StoreClient
+    c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
+    wid = os.environ["KOLO_ELASTIC_WORKER_ID"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if c.check("elastic/round"):
+            n = int(c.get("elastic/round", 1))
+            key = "elastic/round%%d/assign/%%s" %% (n, wid)
+            if c.check(key):
+                print("PLACE " + json.dumps([n, wid, json.loads(c.get(key, 1))]), flush=True)
+                sys.exit(int(sys.argv[1]) if wid == "0" else 0)
+        time.sleep(0.05)
+    sys.exit(3)
+""")
+
+
+def standin(tmp_path):
+    path = tmp_path / "standin.py"
+    path.write_text(STANDIN % os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                           os.pardir, os.pardir, "bindings", "launcher"))
+    return str(path)
+
+
+def places(stdout):
+    out = []
+    for line in stdout.splitlines():
+        if "]<stdout>:PLACE " in line:
+            out.append(json.loads(line.split("PLACE ", 1)[1]))
+    return out
+
+
+def test_driver_assigns_ranks_host_by_host_and_exits_0(tmp_path):
+    r = kolorun(["--min-np", "3", "-H", "localhost:3", PY, standin(tmp_path), "0"])
+    assert r.returncode == 0, r.stderr
+    got = sorted((p[2]["rank"], p[1], p[2]["size"], p[2]["local_rank"]) for p in places(r.stdout))
+    assert got == [(0, "0", 3, 0), (1, "1", 3, 1), (2, "2", 3, 2)]
+    assert "elastic round 0: 3 workers (localhost: 0-2), rank 0 is worker 0" in r.stderr
+
+
+def test_driver_waits_for_min_np_slots_then_fails(tmp_path):
+    script = tmp_path / "none.sh"
+    script.write_text("#!/bin/sh\necho localhost:1\n")
+    script.chmod(0o755)
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    r = kolorun(["--min-np", "2", "--host-discovery-script", str(script), "--elastic-timeout",
+                 "1", PY, standin(tmp_path), "0"], env=env)
+    assert r.returncode == 1
+    assert "job failed: the hosts offer 1 slot, fewer than --min-np 2, after --elastic-timeout " \
+           "1 s" in r.stderr
+
+
+def test_driver_failed_script_keeps_last_list_and_says_so(tmp_path):
+    script = tmp_path / "flaky.sh"
+    flag = tmp_path / "ran"
+    script.write_text("#!/bin/sh\nif [ -e %s ]; then echo broken >&2; exit 3; fi\n"
+                      "touch %s\necho localhost:2\n" % (flag, flag))
+    script.chmod(0o755)
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time; time.sleep(1.0)\n")
+    r = kolorun(["--min-np", "2", "--host-discovery-script", str(script), PY, str(slow)],
+                env=env)
+    assert r.returncode == 0, r.stderr
+    assert "host discovery script exited with status 3: broken; keeping the last host list" \
+        in r.stderr
+
+
+def test_driver_worker_failure_after_success_fails_the_job(tmp_path):
+    # worker 0 exits 0 (the job is finishing); worker 1 fails afterwards: its status wins.
+    prog = tmp_path / "p.py"
+    prog.write_text("import os, sys, time\nw = os.environ['KOLO_ELASTIC_WORKER_ID']\n"
+                    "time.sleep(0.2 if w == '0' else 1.5)\nsys.exit(0 if w == '0' else 5)\n")
+    r = kolorun(["--min-np", "2", "-H", "localhost:2", PY, str(prog)])
+    assert r.returncode == 5, r.stderr
+    assert "worker 0 (host localhost) finished" in r.stderr
+    assert "job failed: worker 1 (host localhost) exited with status 5" in r.stderr
+
+
+def test_elastic_worker_environment(tmp_path):
+    prog = tmp_path / "env.py"
+    prog.write_text("import os\nprint('ENV', os.environ['KOLO_ELASTIC'], "
+                    "os.environ['KOLO_ELASTIC_WORKER_ID'], os.environ['HOROVOD_ELASTIC'])\n")
+    r = kolorun(["--min-np", "1", "-H", "localhost:1", PY, str(prog)])
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:ENV 1 0 1" in r.stdout
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__]))
