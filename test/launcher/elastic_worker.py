@@ -7,7 +7,7 @@ Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun see
   --die ROUND:RANK:STEP      the rank RANK of round ROUND dies before global step STEP
   --die-in-sync ROUND:RANK   the rank RANK of round ROUND dies inside State.sync (after the
                              model's broadcast, before the optimizer's)
-  --die-in-sync-any-round R  every worker joining at round >= R as a new worker dies in sync
+  --die-new-in-sync R        every worker joining at round >= R as a new worker dies in sync
 """
 
 import argparse
@@ -30,6 +30,9 @@ p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--die", action="append", default=[])
 p.add_argument("--die-in-sync", action="append", default=[])
 p.add_argument("--die-new-in-sync", type=int, default=-1)
+p.add_argument("--until-sizes", default="",
+               help="train past --epochs (at most 40 more) until the sizes seen begin with "
+                    "this list, e.g. 2,3: the test changes the hosts while the job trains")
 args = p.parse_args()
 
 hvd.init()
@@ -97,7 +100,14 @@ state.register_reset_callbacks([on_reset])
 def train(state):
     if not state.sizes or state.sizes[-1] != hvd.size():
         state.sizes.append(hvd.size())
-    while state.epoch < args.epochs:
+    want = [int(x) for x in args.until_sizes.split(",")] if args.until_sizes else []
+
+    def more():
+        if state.epoch < args.epochs:
+            return True
+        return state.epoch < args.epochs + 40 and state.sizes[:len(want)] != want
+
+    while more():
         batches = (len(state.sampler) + args.batch - 1) // args.batch
         for b in range(state.batch, batches):
             for rnd, rank, step in faults("die"):

@@ -141,7 +141,8 @@ def test_scenario2_discovery_adds_a_slot_new_worker_joins(tmp_path):
     hosts = Hosts(tmp_path, "localhost:2")
     r = run_changing_hosts(["-np", "2", "--min-np", "2", "--max-np", "3",
                             "--host-discovery-script", str(hosts.script)],
-                           ["--epochs", "6", "--step-sleep", "0.02"], hosts, ["localhost:3"])
+                           ["--epochs", "2", "--until-sizes", "2,3", "--step-sleep", "0.02"],
+                           hosts, ["localhost:3"])
     res = check_trained(r, 3)
     assert "elastic round 1: 3 workers (localhost: 0-2)" in r.stderr, r.stderr
     assert res[0]["sizes"] == [2, 3]
@@ -210,7 +211,8 @@ def test_scenario6_shrink_and_grow_several_times(tmp_path):
     hosts = Hosts(tmp_path, "localhost:3")
     r = run_changing_hosts(["-np", "3", "--min-np", "2", "--max-np", "4",
                             "--host-discovery-script", str(hosts.script)],
-                           ["--epochs", "12", "--step-sleep", "0.02"], hosts,
+                           ["--epochs", "2", "--until-sizes", "3,2,4,2,3", "--step-sleep",
+                            "0.02"], hosts,
                            ["localhost:2", "localhost:4", "localhost:2", "localhost:3"])
     res = check_trained(r, 3)
     sizes = res[0]["sizes"]

@@ -7,6 +7,7 @@ The job is a set of workers, each a process with a fixed worker id (its output p
   elastic/round<N>/assign/<id>  JSON {rank, size, local_rank, local_size, cross_rank,
                                 cross_size, host} for each member
   elastic/round                 N, set after every assignment of the round
+  elastic/ready/<id>            set by a new worker waiting for its first round
   elastic/want/<id>             set by a worker: the round it left and wants to leave (its
                                 runtime lost a peer, or its init failed)
   elastic/abort                 set when the job fails: the reason; waiting workers raise it
@@ -23,7 +24,7 @@ The driver's loop, every 50 ms:
      driver stopped is just gone;
   2. discovery, every --discovery interval: hosts no longer listed (or with fewer slots) get
      their workers stopped (SIGTERM), new slots on usable hosts get new workers, up to --max-np;
-  3. rounds: when the live workers differ from the current round's members, or a member asks
+  3. rounds: when the live workers (a new one once it is ready) differ from the current round's members, or a member asks
      for a new round, and things were quiet for SETTLE_SECONDS, publish round N+1 with every
      live worker: ranks host by host, hosts ordered by their oldest worker, the oldest worker
      first, so rank 0 is a worker that holds the committed state (it broadcasts it in
@@ -86,6 +87,7 @@ class ElasticJob(GlooJob):
         self.next_id = 0
         self.round = -1
         self.members = set()
+        self.ever = set()  # every worker that was a member of some round
         self.resets = 0
         self.bind = None
         self._reach = {}
@@ -299,10 +301,18 @@ class ElasticJob(GlooJob):
                         if failure is not None:
                             return self._abort(failure.reason, failure.exit_status)
                         on_host += 1
-            if finishing and not self.live:
-                return late_failure
-            # 3. rounds
-            live = set(self.live)
+            if finishing:
+                for wid, w in sorted(self.live.items()):
+                    if wid not in self.ever:  # started for a round that will not come
+                        w.request_stop(signal.SIGTERM)
+                        del self.live[wid]
+                if not self.live:
+                    return late_failure
+            # 3. rounds: a new worker counts once it waits for its first round (it set
+            # elastic/ready/<id>), so the others never wait for its start-up in a rendezvous
+            live = {wid for wid in self.live
+                    if self.round < 0 or wid in self.ever or self.server.has(
+                        "elastic/ready/%d" % wid)}
             wanted = self._round_wanted(live)
             if (live != self.members and not finishing) or wanted:
                 if changed_at is None:
@@ -385,6 +395,7 @@ class ElasticJob(GlooJob):
             self.resets += 1
         self.round = n
         self.members = set(ids)
+        self.ever.update(ids)
         self.console.message("elastic round %d: %d worker%s (%s), rank 0 is worker %d" % (
             n, len(ids), "" if len(ids) == 1 else "s",
             ", ".join("%s: %s" % (h, _span(on_host[h])) for h in order), ranked[0]))

@@ -138,6 +138,10 @@ def join(min_round):
     the environment and returns (round, place). Raises KoloInternalError with the driver's reason
     when the job was aborted, or after KOLO_ELASTIC_TIMEOUT."""
     deadline = time.monotonic() + _timeout()
+    if _state["round"] < 0 and not _state.get("ready"):
+        # A new worker: the driver adds it to a round only now that it is started up.
+        _request(lambda c: c.set("elastic/ready/%s" % worker_id(), b"1"))
+        _state["ready"] = True
     while True:
         def look(c):
             abort = c.get("elastic/abort")
