@@ -59,12 +59,13 @@ def run(flags, worker_args, timeout=120):
     return r
 
 
-def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150):
+def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150, prefix=None, env=None):
     """Runs the job and rewrites the host list once per entry of `changes`, each time after
     rank 0 reported 4 more steps in a newer round than the previous change (its PROGRESS
     lines), so the changes land while the job trains whatever the machine's speed."""
-    argv = [PY, KOLORUN] + flags + ["--start-timeout", "30", TORCH_PY, WORKER] + worker_args
-    proc = subprocess.Popen(argv, env=elastic_env(), stdout=subprocess.PIPE,
+    argv = ((prefix or [PY, KOLORUN]) + flags + ["--start-timeout", "30", TORCH_PY, WORKER]
+            + worker_args)
+    proc = subprocess.Popen(argv, env=env or elastic_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     err = []
     t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
