@@ -1,7 +1,7 @@
 """kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
-reach the ranks with horovodrun's values, --check-build prints horovodrun's block, and the flags
-kolo cannot honour are refused (elastic) or accepted with a note (hierarchical allgather and
-friends); the autotune flags set the KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
+reach the ranks with horovodrun's values, --check-build prints horovodrun's block, the elastic
+flags start an elastic job, and the flags kolo cannot honour are refused (--config-file, --jsrun)
+or accepted with a note (hierarchical allgather and friends); the autotune flags set the KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
 
 import ctypes
 import json
@@ -65,11 +65,7 @@ def test_start_timeout_falls_back_to_horovod_variable():
         parse("-np", "1", "c", env={"HOROVOD_START_TIMEOUT": "later"})
 
 
-@pytest.mark.parametrize("flag,value", [
-    ("--min-np", "1"), ("--max-np", "4"), ("--slots-per-host", "2"), ("--slots", "2"),
-    ("--elastic-timeout", "60"), ("--reset-limit", "3"), ("--blacklist-cooldown-range", "1"),
-    ("--host-discovery-script", "d.sh"), ("--config-file", "c.yaml"), ("--jsrun", None),
-])
+@pytest.mark.parametrize("flag,value", [("--config-file", "c.yaml"), ("--jsrun", None)])
 def test_unsupported_horovodrun_flags_are_refused_with_the_reason(flag, value):
     argv = ["-np", "2", flag] + ([value] if value else []) + ["c"]
     with pytest.raises(args.UsageError, match=re.escape(flag) + ": .* not supported"):
@@ -77,8 +73,16 @@ def test_unsupported_horovodrun_flags_are_refused_with_the_reason(flag, value):
 
 
 def test_unsupported_flag_exit_status():
-    r = kolorun(["-np", "2", "--min-np", "1", "true"])
-    assert r.returncode == 2 and "--min-np: elastic training is not supported" in r.stderr
+    r = kolorun(["-np", "2", "--config-file", "c.yaml", "true"])
+    assert r.returncode == 2 and "--config-file: a YAML configuration file" in r.stderr
+
+
+def test_elastic_flags_are_accepted():
+    # horovodrun's elastic flags start an elastic job (test_elastic*.py)
+    o = parse("-np", "2", "--min-np", "1", "--max-np", "4", "--slots-per-host", "2",
+              "--elastic-timeout", "60", "--reset-limit", "3", "--blacklist-cooldown-range", "1",
+              "2", "--host-discovery-script", "d.sh", "c")
+    assert o.elastic.min_np == 1 and o.elastic.cooldown == (1.0, 2.0) and o.command == ["c"]
 
 
 @pytest.mark.parametrize("argv", [

@@ -11,6 +11,14 @@ import kolo.torch as hvd
 from kolo.common import KoloInternalError
 
 
+def test_horovod_elastic_names():
+    for name in ("run", "State", "ObjectState", "TorchState", "ElasticSampler",
+                 "HostsUpdatedInterrupt"):
+        assert hasattr(hvd.elastic, name), name
+    for name in ("run", "State", "ObjectState", "HostsUpdatedInterrupt"):
+        assert hasattr(kolo.elastic, name), name
+
+
 @pytest.fixture
 def one_rank():
     hvd.init()

@@ -13,8 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
 
-# horovod/torch/__init__.py (0.28) exports, less `elastic` (kolo has no elastic mode; see
-# bindings/python/README.md).
+# horovod/torch/__init__.py (0.28) exports, less `elastic` (kolo.torch.elastic, checked by
+# test_elastic.py).
 HOROVOD_TORCH_NAMES = """
 Compression allgather_object broadcast_object broadcast_optimizer_state broadcast_parameters
 allreduce allreduce_async allreduce_ allreduce_async_ grouped_allreduce grouped_allreduce_async
