@@ -1,7 +1,8 @@
 """kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
 reach the ranks with horovodrun's values, --check-build prints horovodrun's block, the elastic
 flags start an elastic job, and the flags kolo cannot honour are refused (--config-file, --jsrun)
-or accepted with a note (hierarchical allgather and friends); the autotune flags set the KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
+or accepted with a note (hierarchical allgather and friends); the autotune flags set the
+KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
 
 import ctypes
 import json

@@ -133,7 +133,8 @@ class Opt(NamedTuple):
 
 
 G_PROC, G_ELASTIC, G_MODE, G_NET, G_ENV, G_OUT, G_TUNE, G_COMPAT = (
-    "processes and hosts", "elastic training (Gloo mode)", "controller", "rendezvous and remote start", "environment",
+    "processes and hosts", "elastic training (Gloo mode)", "controller",
+    "rendezvous and remote start", "environment",
     "output and information", "runtime tuning (each sets a KOLO_* variable in every rank)",
     "horovodrun flags accepted without effect (kolorun prints a note saying so)")
 
