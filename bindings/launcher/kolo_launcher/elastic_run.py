@@ -22,15 +22,16 @@ The driver's loop, every 50 ms:
      except on request; kolorun exits 0 once every worker has exited, unless one failed after
      the first success); one that fails blacklists its host (discovery.HostHealth); one the
      driver stopped is just gone;
-  2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): hosts no longer listed (or with fewer slots) get
-     their workers stopped (SIGTERM), new slots on usable hosts get new workers, up to --max-np;
+  2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the workers of hosts no
+     longer listed (or listing fewer slots) are stopped (SIGTERM); new slots on usable hosts
+     get new workers, up to --max-np;
   3. rounds: when the live workers (a new one once it is ready) differ from the current
      round's members, or a member asks for a new round, and things were quiet for
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
-     ordered by their oldest worker, the oldest worker first, so rank 0 is a worker that holds the committed state (it broadcasts it in
-     State.sync). Fewer live workers than --min-np: wait for discovery up to
-     --elastic-timeout, then fail the job. More than --reset-limit rounds after the first:
-     fail the job.
+     ordered by their oldest worker, the oldest worker first, so rank 0 is a worker that holds
+     the committed state (it broadcasts it in State.sync). Fewer live workers than --min-np:
+     wait for discovery up to --elastic-timeout, then fail the job. More than --reset-limit
+     rounds after the first: fail the job.
 A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
 workers --failure-grace-seconds to exit, then stops them as Gloo mode does (gloo_run.py).
 Nothing waits forever: every wait here is bounded by the elastic timeout or a grace period.
