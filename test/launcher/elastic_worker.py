@@ -33,7 +33,25 @@ p.add_argument("--die-new-in-sync", type=int, default=-1)
 p.add_argument("--until-sizes", default="",
                help="train past --epochs (at most 40 more) until the sizes seen begin with "
                     "this list, e.g. 2,3: the test changes the hosts while the job trains")
+p.add_argument("--die-after-join", default="",
+               help="ROUND:RANK: that rank of that round dies after joining it, before its "
+                    "init: the others wait in the round's rendezvous for a rank that never comes")
 args = p.parse_args()
+
+if args.die_after_join:
+    from kolo.elastic import _worker
+    _join = _worker.join
+    _die_round, _die_rank = (int(x) for x in args.die_after_join.split(":"))
+
+    def join(min_round):
+        n, place = _join(min_round)
+        if n == _die_round and place["rank"] == _die_rank:
+            print("worker %s dies after joining round %d as rank %d" % (
+                os.environ.get("KOLO_ELASTIC_WORKER_ID"), n, _die_rank), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return n, place
+
+    _worker.join = join
 
 hvd.init()
 WID = os.environ.get("KOLO_ELASTIC_WORKER_ID", "?")

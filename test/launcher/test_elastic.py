@@ -193,6 +193,25 @@ def test_scenario5_failure_during_state_sync_recovers(tmp_path):
     assert "elastic round 2: 2 workers" in r.stderr, r.stderr
 
 
+def test_scenario5_death_during_the_rendezvous_does_not_wait_for_the_start_timeout(tmp_path):
+    # Rank 1 of round 1 dies after joining it, before its init: the others wait in round 1's
+    # rendezvous for it. kolorun forms round 2 and refuses round 1's missing keys, so they
+    # leave at once (not after --start-timeout 60) and finish on 2 ranks.
+    import time
+    hosts = Hosts(tmp_path, "localhost:4")
+    argv = [PY, KOLORUN, "-np", "4", "--min-np", "2", "--host-discovery-script",
+            str(hosts.script), "--start-timeout", "60", TORCH_PY, WORKER, "--die", "0:3:4",
+            "--die-after-join", "1:1"]
+    start = time.monotonic()
+    r = subprocess.run(argv, env=elastic_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    elapsed = time.monotonic() - start
+    check_trained(r, 2)
+    assert "dies after joining round 1 as rank 1" in r.stdout
+    assert "rendezvous round 1 was abandoned" in r.stderr, r.stderr[-3000:]
+    assert elapsed < 45, elapsed
+
+
 def test_scenario5_repeated_failures_reach_the_reset_limit(tmp_path):
     # Every replacement dies in its first sync; the host is blacklisted with a growing
     # cool-down each time, and the job ends at --reset-limit with a clear message.

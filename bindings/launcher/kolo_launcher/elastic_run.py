@@ -39,6 +39,7 @@ Nothing waits forever: every wait here is bounded by the elastic timeout or a gr
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -175,6 +176,7 @@ class ElasticJob(GlooJob):
             self.pump.add(w.proc.stdout, wid, to_err=False)
             self.pump.add(w.proc.stderr, wid, to_err=True)
         self.live[wid] = w
+        w.started_at = time.monotonic()
         if self.opts.verbose:
             self.console.message("started worker %d on host %s" % (wid, host))
         return w, None
@@ -315,6 +317,11 @@ class ElasticJob(GlooJob):
                     if self.round < 0 or wid in self.ever or self.server.has(
                         "elastic/ready/%d" % wid)}
             wanted = self._round_wanted(live)
+            starting = [w for wid, w in self.live.items() if wid not in live]
+            if (not wanted and self.members <= live and starting
+                    and now - max(w.started_at for w in starting) < self.opts.start_timeout):
+                # Only new workers to add, and more are starting up: add them all in one round.
+                live = set(self.members)
             if (live != self.members and not finishing) or wanted:
                 if changed_at is None:
                     changed_at = now
@@ -392,6 +399,8 @@ class ElasticJob(GlooJob):
                      "cross_size": slot.cross_size, "host": slot.host}
             self.server.set("elastic/round%d/assign/%d" % (n, wid), json.dumps(place).encode())
         self.server.set("elastic/round", str(n).encode())
+        if n > 0:
+            self.server.refuse_missing(_stale_round_rule(n))
         if self.round >= 0:
             self.resets += 1
         self.round = n
@@ -400,6 +409,27 @@ class ElasticJob(GlooJob):
         self.console.message("elastic round %d: %d worker%s (%s), rank 0 is worker %d" % (
             n, len(ids), "" if len(ids) == 1 else "s",
             ", ".join("%s: %s" % (h, _span(on_host[h])) for h in order), ranked[0]))
+
+
+def _stale_round_rule(newest):
+    """A rule for StoreServer.refuse_missing: keys of the runtime's rendezvous rounds older than
+    `newest` (round 0 has no prefix, round k > 0 the prefix "round<k>/", bootstrap/README.md);
+    the driver's own keys (elastic/) and the round record (kolo/) stay usable."""
+    text = ("rendezvous round %%d was abandoned: kolorun's elastic driver formed round %d "
+            "(a member left); this rank will join the newest round" % newest)
+
+    def rule(key):
+        k = key.decode("utf-8", "replace")
+        if k.startswith("elastic/") or k.startswith("kolo/"):
+            return None
+        m = _ROUND_KEY.match(k)
+        r = int(m.group(1)) if m else 0
+        return text % r if r < newest else None
+
+    return rule
+
+
+_ROUND_KEY = re.compile(r"round([0-9]+)/")
 
 
 def _nth(n):

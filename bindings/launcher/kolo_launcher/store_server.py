@@ -71,6 +71,7 @@ class StoreServer:
     def __init__(self, host="0.0.0.0", port=0):
         self._data = {}
         self._cond = threading.Condition()
+        self._refuse = None  # key -> error text or None: GET/WAIT of such a missing key fails
         self._stopping = False
         self._conns = set()
         self._threads = []
@@ -112,6 +113,15 @@ class StoreServer:
     def set(self, key, value):
         with self._cond:
             self._data[_key_bytes(key)] = bytes(value)
+            self._cond.notify_all()
+
+    def refuse_missing(self, rule):
+        """From now on a GET/WAIT of a missing key for which rule(key: bytes) returns a text
+        fails at once with that text (STATUS_ERROR), also one already waiting. Elastic mode
+        uses it for the keys of abandoned rendezvous rounds, so ranks still waiting in such a
+        round learn it at once instead of at their start timeout. None removes the rule."""
+        with self._cond:
+            self._refuse = rule
             self._cond.notify_all()
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -239,6 +249,9 @@ class StoreServer:
                 left = deadline - time.monotonic()
                 if self._stopping:
                     raise _Closed()
+                refused = self._refuse(key) if self._refuse is not None else None
+                if refused:
+                    return _error(refused)
                 if timeout_ms == 0:
                     return encode_reply(STATUS_TIMEOUT,
                                         ("key '%s' is not set" % _show(key)).encode())

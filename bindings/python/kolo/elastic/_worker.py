@@ -188,7 +188,11 @@ def init_in_round(c_init, c_shutdown):
             c_init()
             _state["round"] = n
             return n
-        except common.KoloInternalError as e:
+        except (common.KoloInternalError, ValueError) as e:
+            # ValueError: the store refused a key of this round, which the driver abandoned
+            # (its error reaches Python as INVALID_ARGUMENT); other ValueErrors are the user's.
+            if not isinstance(e, common.KoloInternalError) and "was abandoned" not in str(e):
+                raise
             _state["round"] = n
             try:
                 c_shutdown()
