@@ -187,6 +187,8 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(
       env.getInt("RENDEZVOUS_PORT", 1, 65535, &c.rendezvousPort, {"HOROVOD_GLOO_RENDEZVOUS_PORT"}));
   env.getString("RENDEZVOUS_DIR", &c.rendezvousDir);
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("RENDEZVOUS_ROUND", int64_t{0}, int64_t{1} << 40, &c.rendezvousRound));
   env.getString("GLOO_IFACE", &c.glooIface);
   KOLO_RETURN_IF_ERROR(env.getDouble("START_TIMEOUT", 1, 86400, &c.startTimeoutSeconds));
   std::string shm = "auto";
@@ -270,8 +272,9 @@ std::string Config::toString() const {
     << "\nKOLO_CROSS_SIZE=" << crossSize << "\nKOLO_HOSTNAME=" << hostname
     << "\nKOLO_RENDEZVOUS_ADDR=" << rendezvousAddr << "\nKOLO_RENDEZVOUS_PORT=" << rendezvousPort
     << "\nKOLO_RENDEZVOUS_DIR=" << rendezvousDir << "\nKOLO_GLOO_IFACE=" << glooIface
-    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm)
-    << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
+    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm);
+  if (rendezvousRound >= 0) o << "\nKOLO_RENDEZVOUS_ROUND=" << rendezvousRound;  // unset: not printed
+  o << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity
     << "\nKOLO_CONTROL_PIGGYBACK_BYTES=" << controlPiggybackBytes << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck

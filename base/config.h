@@ -29,6 +29,9 @@ struct Config {
   std::string rendezvousAddr;                      // KOLO_RENDEZVOUS_ADDR (TCP store)
   int rendezvousPort = 0;                          // KOLO_RENDEZVOUS_PORT
   std::string rendezvousDir;                       // KOLO_RENDEZVOUS_DIR (file store)
+  int64_t rendezvousRound = -1;  // KOLO_RENDEZVOUS_ROUND: this init's rendezvous round, which
+                                 //   keeps its store keys apart from other rounds' (-1 = the
+                                 //   number of earlier inits in this process; bootstrap/)
   std::string glooIface;                           // KOLO_GLOO_IFACE (network interface)
   double startTimeoutSeconds = 120;                // KOLO_START_TIMEOUT
   ShmMode shm = ShmMode::kAuto;                    // KOLO_SHM=auto|on|off

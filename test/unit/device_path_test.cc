@@ -9,7 +9,7 @@
 #include "ops/device_plan.h"
 #include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 

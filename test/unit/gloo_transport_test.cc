@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kernels/reduce_cpu.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;

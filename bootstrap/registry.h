@@ -1,7 +1,8 @@
-// The transport registry: which transports this build contains, where this process was launched
-// from, and the one factory that turns a Config into a connected Transport. The only file of
-// kolo that looks at KOLO_HAVE_* (registry.cc), so the rest of the engine compiles the same way
-// with or without MPI and Gloo.
+// The transport registry (part of bootstrap/): which transports this build contains, where this
+// process was launched from, and the one factory that turns a Config into a connected Transport
+// (and the one that makes the device executor). The only file of kolo that looks at
+// KOLO_HAVE_* (registry.cc), so the rest of the engine compiles the same way with or without
+// MPI and Gloo. It sits above transport/ and ops/ because it names their implementations.
 //
 // Thread safety: every function is safe to call from any thread (they read the environment
 // through `getenv`, which is ::getenv unless a test passes its own).
@@ -47,7 +48,8 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 // Creates and connects the transport resolveTransportKind(cfg) names, as rank `rank` of `size`
 // (-1: take cfg.rank / cfg.size), and sets its timeout to cfg.timeoutSeconds. Collective: every
 // rank calls it, and waits at most cfg.startTimeoutSeconds for the others. MPI takes rank and
-// size from MPI itself (a disagreement with the given ones is kInvalidArgument). Gloo needs
+// size from MPI itself (a disagreement with the given ones is kInvalidArgument: MPI's world
+// cannot change within a process, MPI_Finalize being final). Gloo needs
 // `store`; it listens on cfg.glooIface when set, else on 127.0.0.1 when every rank is known to
 // run on this host (localSize == size, or no local size and a loopback or absent
 // KOLO_RENDEZVOUS_ADDR), else on cfg.hostname (or this host's name). Errors: kUnsupported for a

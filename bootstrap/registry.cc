@@ -1,6 +1,6 @@
 // The transport registry. The #if blocks below are the only build-configuration switches of the
 // engine; everything else asks transportBuilt() or goes through createTransport().
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 #include <unistd.h>
 
@@ -213,7 +213,10 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
         return Status(ErrorCode::kInvalidArgument,
                       "rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           " was requested but MPI says rank " + std::to_string(t->rank()) + " of " +
-                          std::to_string(t->size()));
+                          std::to_string(t->size()) +
+                          " (MPI's world cannot change within a process: MPI cannot be "
+                          "initialized again after MPI_Finalize; use KOLO_CONTROLLER=gloo to "
+                          "re-init with another rank or size)");
       }
       break;
 #else
