@@ -21,7 +21,7 @@
 #include "transport/gloo/gloo_transport.h"
 #endif
 #if KOLO_HAVE_NCCL
-#include "transport/nccl/nccl_executor.h"
+#include "ops/device/nccl_executor.h"
 #endif
 #include "ops/device_executor.h"
 

@@ -22,7 +22,7 @@
 #include "ops/device_plan.h"
 #include "kernels/reduce_cpu.h"
 #include "kernels/cuda_kernels.h"
-#include "transport/nccl/nccl_executor_impl.h"
+#include "ops/device/nccl_executor_impl.h"
 
 namespace kolo {
 namespace {

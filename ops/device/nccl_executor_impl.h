@@ -1,5 +1,5 @@
 // NcclExecutor: runs batches of CUDA tensors (ops::DeviceExecutor over NCCL). Internal to
-// transport/nccl; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
+// ops/device; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
 //
 // Design:
 //  - One CUDA device per rank: the first device tensor submitted fixes it (a later tensor on

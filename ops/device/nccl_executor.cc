@@ -1,7 +1,7 @@
 // NcclExecutor: submission checks, device choice, lazy communicator setup per process set, and
 // the plumbing every batch shares (design in nccl_executor_impl.h; data paths in
 // nccl_collectives.cc).
-#include "transport/nccl/nccl_executor.h"
+#include "ops/device/nccl_executor.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include "timeline/timeline.h"
 #include "transport/poll_support.h"
 #include "kernels/cuda_kernels.h"
-#include "transport/nccl/nccl_executor_impl.h"
+#include "ops/device/nccl_executor_impl.h"
 
 namespace kolo {
 namespace {
