@@ -1,105 +1,115 @@
-// The device data paths of NcclExecutor (design in nccl_executor_impl.h). They mirror
-// ops/execute.cc step for step, so a tensor gives the same result on either path:
-//  - allreduce: a single tensor runs in its output buffer (input copied there first when out of
-//    place); a fused batch goes through the device fusion buffer, each tensor's slot starting
-//    on a 16-byte boundary so the batched copy kernel moves 16-byte words. prescale before,
-//    postscale (times 1/n for AVERAGE) after; a joined rank's slots are zeros.
-//  - hierarchical allreduce on L local ranks: the buffer is padded to a multiple of L; NCCL
-//    reduce-scatter in place leaves this rank's reduced shard at offset localIndex * shard;
-//    with several hosts the shard goes to pinned host memory, is allreduced over the cross CPU
-//    transport (ring or native, as configured), and comes back; NCCL allgather in place fills
-//    the other shards. Bytes on NCCL: 2 (L-1)/L of the buffer, across hosts 2 (H-1)/H of a
-//    shard -- 1/L of what a flat allreduce would send between hosts.
+// The device backend of the batch plan (design in nccl_executor_impl.h). ops/batch_plan.cc lays
+// each batch out -- slots, copies, a joined rank's zero slots, outputs, scale factors, splits --
+// exactly as for the host backend (ops/execute.cc), so a tensor gives the same result on either
+// path; this file carries the plan out with CUDA kernels and NCCL on the communicator's stream:
+//  - allreduce: slots start on 16-byte boundaries so the batched copy kernel moves 16-byte words
+//    (PlanOptions::slotAlignBytes). A single tensor runs in its output buffer; a fused batch
+//    goes through the device fusion buffer. prescale before, postscale (times 1/n for AVERAGE)
+//    after; a joined rank's slots are zeroed with cudaMemsetAsync.
+//  - hierarchical allreduce on L local ranks: the plan pads the buffer to a multiple of L
+//    (PlanOptions::padParts); NCCL reduce-scatter in place leaves this rank's reduced shard at
+//    offset localIndex * shard; with several hosts the shard goes to pinned host memory, is
+//    allreduced over the cross CPU transport (ring or native, as configured), and comes back;
+//    NCCL allgather in place fills the other shards. Bytes on NCCL: 2 (L-1)/L of the buffer,
+//    across hosts 2 (H-1)/H of a shard -- 1/L of what a flat allreduce would send between hosts.
 //  - allgather / alltoall: outputs are allocated through the entry's allocator (it must return
 //    device memory) or owned by the handle (cudaMalloc, freed with the handle).
 //  - reducescatter: the input is read-only, so a staged copy is prescaled and reduced.
 // Every path ends in finish(): one completion event for the batch, handed to each handle and
 // waited for before returning (or, with asynchronous completion, watched by poll()).
-#include <numeric>
-
-#include "ops/handle.h"
-#include "ops/collectives.h"
-#include "ops/device_plan.h"
-#include "kernels/reduce_cpu.h"
 #include "kernels/cuda_kernels.h"
+#include "ops/batch_plan.h"
+#include "ops/collectives.h"
 #include "ops/device/nccl_executor_impl.h"
+#include "ops/device_plan.h"
+#include "ops/handle.h"
 
 namespace kolo {
 namespace {
 
 constexpr size_t kSlotAlignBytes = 16;
 
-size_t rowBytes(const Response& r) {
-  size_t row = sizeOf(r.dtype);
-  for (size_t i = 1; i < r.shape.size(); ++i) row *= static_cast<size_t>(r.shape[i]);
-  return row;
+// The plan's copies as copy-kernel descriptors: inputs into the working buffer, and the working
+// buffer out to the outputs.
+std::vector<cuda::CopyDesc> copiesIn(const ops::BatchPlan& p, const std::vector<TensorEntry*>& es,
+                                     char* buf) {
+  std::vector<cuda::CopyDesc> d;
+  for (const ops::PlanCopy& c : p.copyIn) {
+    d.push_back({static_cast<const char*>(es[c.tensor]->input.data) + c.tensorOffset,
+                 buf + c.bufferOffset, c.bytes});
+  }
+  return d;
 }
 
-void* outputOf(const TensorEntry& e) {
-  return e.output.data != nullptr ? e.output.data : e.input.data;
+std::vector<cuda::CopyDesc> copiesOut(const ops::BatchPlan& p, const std::vector<void*>& outputs,
+                                      char* buf) {
+  std::vector<cuda::CopyDesc> d;
+  for (const ops::PlanCopy& c : p.copyOut) {
+    d.push_back(
+        {buf + c.bufferOffset, static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, c.bytes});
+  }
+  return d;
 }
 
 }  // namespace
 
+Status NcclExecutor::plan(const ops::ExecContext& ctx, const Batch& rs, const Entries& es,
+                          const ops::PlanOptions& options, ops::BatchPlan* out) {
+  return ops::planBatch(rs, es, static_cast<int>(ctx.set->ranks.size()), ctx.set->myIndex, options,
+                        out);
+}
+
+Status NcclExecutor::ownedOutputs(const ops::BatchPlan& p, const Entries& es, int device,
+                                  std::vector<void*>* outputs) {
+  return ops::allocateOutputs(
+      p, es,
+      [device](HandleState& h, size_t bytes, void** out) {
+        std::shared_ptr<void> mem;
+        KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
+        *out = mem.get();
+        h.ownedDeviceOutput = std::move(mem);
+        return Status::ok();
+      },
+      outputs);
+}
+
 Status NcclExecutor::runAllreduce(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                                   const Entries& es) {
   const Response& first = *rs[0];
-  const DataType dtype = first.dtype;
-  const size_t elem = sizeOf(dtype);
-  const int n = static_cast<int>(ctx.set->ranks.size());
-  const double post = ops::averagedPostscale(first.postscale, first.reduceOp, n);
-  const bool hier = st.hierarchical && !cuda::needsKernelReduction(dtype);
+  const bool hier = st.hierarchical && !cuda::needsKernelReduction(first.dtype);
   NcclTransport& t = hier ? *st.local : *st.all;
-  const cudaStream_t stream = t.stream();
-
-  std::vector<size_t> counts(rs.size()), slots;
-  for (size_t i = 0; i < rs.size(); ++i) counts[i] = elementsOf(rs[i]->shape);
-  const size_t total = ops::alignedSlots(counts, elem, kSlotAlignBytes, &slots);
-  const size_t padded = hier ? ops::paddedCount(total, t.size()) : total;
-  const bool direct = rs.size() == 1 && es[0] != nullptr && padded == total;
+  ops::PlanOptions options;
+  options.slotAlignBytes = kSlotAlignBytes;
+  options.padParts = hier ? t.size() : 1;
+  ops::BatchPlan p;
+  KOLO_RETURN_IF_ERROR(plan(ctx, rs, es, options, &p));
+  std::vector<void*> outputs;
+  KOLO_RETURN_IF_ERROR(ops::allocateOutputs(p, es, nullptr, &outputs));
 
   KOLO_RETURN_IF_ERROR(waitReady(t, es));
-  char* buf = nullptr;
-  if (direct) {
-    const TensorEntry& e = *es[0];
-    buf = static_cast<char*>(outputOf(e));
-    KOLO_RETURN_IF_ERROR(copies(t, {{e.input.data, buf, total * elem}}));
-  } else {
-    void* p = nullptr;
-    Status s = fusionBuffer(padded * elem, &p);
-    if (!s.isOk()) return s;
-    buf = static_cast<char*>(p);
-    std::vector<cuda::CopyDesc> in;
-    for (size_t i = 0; i < rs.size(); ++i) {
-      char* slot = buf + slots[i] * elem;
-      if (es[i] != nullptr) {
-        in.push_back({es[i]->input.data, slot, counts[i] * elem});
-      } else if (counts[i] > 0) {  // a joined rank contributes zeros
-        s = cuda::check(cudaMemsetAsync(slot, 0, counts[i] * elem, stream), "cudaMemsetAsync",
-                        t.device());
-        if (!s.isOk()) {
-          t.abort(s);
-          return s;
-        }
+  char* buf = static_cast<char*>(outputs[0]);
+  if (p.fused) {
+    void* mem = nullptr;
+    KOLO_RETURN_IF_ERROR(fusionBuffer(p.bufferBytes, &mem));
+    buf = static_cast<char*>(mem);
+    for (const ops::PlanCopy& z : p.zeroFill) {  // a joined rank contributes zeros
+      Status s = cuda::check(cudaMemsetAsync(buf + z.bufferOffset, 0, z.bytes, t.stream()),
+                             "cudaMemsetAsync", t.device());
+      if (!s.isOk()) {
+        t.abort(s);
+        return s;
       }
     }
-    KOLO_RETURN_IF_ERROR(copies(t, in));
   }
-  KOLO_RETURN_IF_ERROR(scale(t, buf, total, dtype, first.prescale));
+  KOLO_RETURN_IF_ERROR(copies(t, copiesIn(p, es, buf)));
+  KOLO_RETURN_IF_ERROR(scale(t, buf, p.count, p.dtype, p.prescale));
   if (hier) {
-    KOLO_RETURN_IF_ERROR(runHierarchical(ctx, st, buf, padded, dtype, first.reduceOp));
+    KOLO_RETURN_IF_ERROR(runHierarchical(ctx, st, buf, p.paddedCount, p.dtype, p.op));
   } else {
-    KOLO_RETURN_IF_ERROR(t.enqueueAllreduce(buf, buf, total, dtype, first.reduceOp));
+    KOLO_RETURN_IF_ERROR(t.enqueueAllreduce(buf, buf, p.count, p.dtype, p.op));
   }
-  KOLO_RETURN_IF_ERROR(scale(t, buf, total, dtype, post));
-  if (!direct) {
-    std::vector<cuda::CopyDesc> out;
-    for (size_t i = 0; i < rs.size(); ++i) {
-      if (es[i] != nullptr)
-        out.push_back({buf + slots[i] * elem, outputOf(*es[i]), counts[i] * elem});
-    }
-    KOLO_RETURN_IF_ERROR(copies(t, out));
-  }
+  KOLO_RETURN_IF_ERROR(scale(t, buf, p.count, p.dtype, p.postscale));
+  if (p.fused) KOLO_RETURN_IF_ERROR(copies(t, copiesOut(p, outputs, buf)));
   return finish(t, es);
 }
 
@@ -141,113 +151,62 @@ Status NcclExecutor::runHierarchical(const ops::ExecContext& ctx, SetState& st, 
 Status NcclExecutor::runAllgather(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                                   const Entries& es) {
   NcclTransport& t = *st.all;
-  const int n = static_cast<int>(ctx.set->ranks.size());
-  const int me = ctx.set->myIndex;
-  // Rank k's block holds every tensor's rows from k, tensor after tensor (as on the host).
-  std::vector<size_t> blockBytes(static_cast<size_t>(n), 0);
-  for (const Response* r : rs) {
-    for (int k = 0; k < n; ++k) blockBytes[k] += static_cast<size_t>(r->rankDim0[k]) * rowBytes(*r);
-  }
-  std::vector<void*> outputs(rs.size());
-  for (size_t i = 0; i < rs.size(); ++i) {
-    std::vector<int64_t> shape = rs[i]->shape;
-    if (shape.empty()) shape.push_back(1);
-    shape[0] = std::accumulate(rs[i]->rankDim0.begin(), rs[i]->rankDim0.end(), int64_t{0});
-    KOLO_RETURN_IF_ERROR(allocateOutput(
-        *es[i], t.device(), shape, static_cast<size_t>(shape[0]) * rowBytes(*rs[i]), &outputs[i]));
-  }
+  ops::BatchPlan p;
+  KOLO_RETURN_IF_ERROR(plan(ctx, rs, es, {}, &p));
+  std::vector<void*> outputs;
+  KOLO_RETURN_IF_ERROR(ownedOutputs(p, es, t.device(), &outputs));
   KOLO_RETURN_IF_ERROR(waitReady(t, es));
-  if (rs.size() == 1) {
+  if (!p.fused) {
     KOLO_RETURN_IF_ERROR(
-        t.enqueueAllgatherv(es[0]->input.data, blockBytes[me], outputs[0], blockBytes));
+        t.enqueueAllgatherv(es[0]->input.data, p.blockBytes[p.me], outputs[0], p.blockBytes));
     return finish(t, es);
   }
-  const size_t total = std::accumulate(blockBytes.begin(), blockBytes.end(), size_t{0});
-  void* p = nullptr;
-  KOLO_RETURN_IF_ERROR(fusionBuffer(total, &p));
-  char* buf = static_cast<char*>(p);
-  std::vector<size_t> blockOffset(static_cast<size_t>(n), 0);
-  for (int k = 1; k < n; ++k) blockOffset[k] = blockOffset[k - 1] + blockBytes[k - 1];
-  std::vector<cuda::CopyDesc> in;
-  size_t off = blockOffset[me];
-  for (size_t i = 0; i < rs.size(); ++i) {
-    const size_t bytes = static_cast<size_t>(rs[i]->rankDim0[me]) * rowBytes(*rs[i]);
-    in.push_back({es[i]->input.data, buf + off, bytes});
-    off += bytes;
-  }
-  KOLO_RETURN_IF_ERROR(copies(t, in));
-  KOLO_RETURN_IF_ERROR(t.enqueueAllgatherv(buf + blockOffset[me], blockBytes[me], buf, blockBytes));
-  std::vector<cuda::CopyDesc> out;
-  std::vector<size_t> cursor = blockOffset;
-  for (size_t i = 0; i < rs.size(); ++i) {
-    char* dst = static_cast<char*>(outputs[i]);
-    for (int k = 0; k < n; ++k) {
-      const size_t bytes = static_cast<size_t>(rs[i]->rankDim0[k]) * rowBytes(*rs[i]);
-      out.push_back({buf + cursor[k], dst, bytes});
-      dst += bytes;
-      cursor[k] += bytes;
-    }
-  }
-  KOLO_RETURN_IF_ERROR(copies(t, out));
+  void* mem = nullptr;
+  KOLO_RETURN_IF_ERROR(fusionBuffer(p.bufferBytes, &mem));
+  char* buf = static_cast<char*>(mem);
+  KOLO_RETURN_IF_ERROR(copies(t, copiesIn(p, es, buf)));
+  KOLO_RETURN_IF_ERROR(
+      t.enqueueAllgatherv(buf + p.blockOffset[p.me], p.blockBytes[p.me], buf, p.blockBytes));
+  KOLO_RETURN_IF_ERROR(copies(t, copiesOut(p, outputs, buf)));
   return finish(t, es);
 }
 
-Status NcclExecutor::runBroadcast(SetState& st, const Response& r, TensorEntry& e) {
+Status NcclExecutor::runBroadcast(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
+                                  TensorEntry& e) {
   NcclTransport& t = *st.all;
+  ops::BatchPlan p;
+  KOLO_RETURN_IF_ERROR(plan(ctx, Batch{rs[0]}, {&e}, {}, &p));  // one tensor
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));
-  KOLO_RETURN_IF_ERROR(t.enqueueBroadcast(e.input.data, e.input.byteSize(), r.root));
+  KOLO_RETURN_IF_ERROR(t.enqueueBroadcast(e.input.data, p.collectiveBytes, p.root));
   return finish(t, {&e});
 }
 
-Status NcclExecutor::runAlltoall(const ops::ExecContext& ctx, SetState& st, const Response& r,
+Status NcclExecutor::runAlltoall(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                                  TensorEntry& e) {
   NcclTransport& t = *st.all;
-  const int n = static_cast<int>(ctx.set->ranks.size());
-  const int me = ctx.set->myIndex;
-  const size_t row = rowBytes(r);
-  std::vector<size_t> sendBytes(static_cast<size_t>(n)), recvBytes(static_cast<size_t>(n));
-  std::vector<int32_t> received(static_cast<size_t>(n));
-  int64_t rows = 0;
-  for (int k = 0; k < n; ++k) {
-    sendBytes[k] = static_cast<size_t>(r.splitMatrix[me * n + k]) * row;
-    received[k] = static_cast<int32_t>(r.splitMatrix[k * n + me]);
-    recvBytes[k] = static_cast<size_t>(received[k]) * row;
-    rows += received[k];
-  }
-  std::vector<int64_t> shape = e.request.shape;
-  shape[0] = rows;
-  void* out = nullptr;
-  KOLO_RETURN_IF_ERROR(allocateOutput(e, t.device(), shape, static_cast<size_t>(rows) * row, &out));
-  e.handle->receivedSplits = received;
+  ops::BatchPlan p;
+  KOLO_RETURN_IF_ERROR(plan(ctx, Batch{rs[0]}, {&e}, {}, &p));  // one tensor
+  std::vector<void*> outputs;
+  KOLO_RETURN_IF_ERROR(ownedOutputs(p, {&e}, t.device(), &outputs));
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));
-  KOLO_RETURN_IF_ERROR(t.enqueueAlltoallv(e.input.data, sendBytes, out, recvBytes));
+  KOLO_RETURN_IF_ERROR(t.enqueueAlltoallv(e.input.data, p.sendBytes, outputs[0], p.recvBytes));
   return finish(t, {&e});
 }
 
-Status NcclExecutor::runReducescatter(const ops::ExecContext& ctx, SetState& st, const Response& r,
+Status NcclExecutor::runReducescatter(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                                       TensorEntry& e) {
   NcclTransport& t = *st.all;
-  const int n = static_cast<int>(ctx.set->ranks.size());
-  const int me = ctx.set->myIndex;
-  const size_t elem = sizeOf(r.dtype);
-  const size_t rowElems = rowBytes(r) / elem;
-  const size_t dim0 = r.shape.empty() ? 1 : static_cast<size_t>(r.shape[0]);
-  const std::vector<size_t> rows = ops::evenSplit(dim0, n);
-  std::vector<size_t> counts(static_cast<size_t>(n));
-  for (int k = 0; k < n; ++k) counts[k] = rows[k] * rowElems;
-  const size_t total = dim0 * rowElems;
-  std::vector<int64_t> shape = r.shape.empty() ? std::vector<int64_t>{1} : r.shape;
-  shape[0] = static_cast<int64_t>(rows[me]);
-  void* out = nullptr;
-  KOLO_RETURN_IF_ERROR(allocateOutput(e, t.device(), shape, counts[me] * elem, &out));
+  ops::BatchPlan p;
+  KOLO_RETURN_IF_ERROR(plan(ctx, Batch{rs[0]}, {&e}, {}, &p));  // one tensor
+  std::vector<void*> outputs;
+  KOLO_RETURN_IF_ERROR(ownedOutputs(p, {&e}, t.device(), &outputs));
   void* staged = nullptr;
-  KOLO_RETURN_IF_ERROR(fusionBuffer(total * elem, &staged));
+  KOLO_RETURN_IF_ERROR(fusionBuffer(p.bufferBytes, &staged));
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));
-  KOLO_RETURN_IF_ERROR(copies(t, {{e.input.data, staged, total * elem}}));
-  KOLO_RETURN_IF_ERROR(scale(t, staged, total, r.dtype, r.prescale));
-  KOLO_RETURN_IF_ERROR(t.enqueueReducescatter(staged, out, counts, r.dtype, r.reduceOp));
-  const double post = ops::averagedPostscale(r.postscale, r.reduceOp, n);
-  KOLO_RETURN_IF_ERROR(scale(t, out, counts[me], r.dtype, post));
+  KOLO_RETURN_IF_ERROR(copies(t, copiesIn(p, {&e}, static_cast<char*>(staged))));
+  KOLO_RETURN_IF_ERROR(scale(t, staged, p.count, p.dtype, p.prescale));
+  KOLO_RETURN_IF_ERROR(t.enqueueReducescatter(staged, outputs[0], p.rankCounts, p.dtype, p.op));
+  KOLO_RETURN_IF_ERROR(scale(t, outputs[0], p.rankCounts[p.me], p.dtype, p.postscale));
   return finish(t, {&e});
 }
 

@@ -368,28 +368,6 @@ Status NcclExecutor::stagingBuffer(size_t bytes, void** out) {
   return staging_.reserve(bytes, out);
 }
 
-Status NcclExecutor::allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape,
-                                    size_t bytes, void** out) {
-  HandleState& h = *e.handle;
-  h.outputShape = shape;
-  if (e.allocate) {
-    *out = e.allocate(bytes, shape);
-    if (*out == nullptr && bytes > 0) {
-      return Status(ErrorCode::kInvalidArgument, std::string(toString(e.request.type)) + " '" +
-                                                     e.request.name +
-                                                     "': the output allocator returned NULL for " +
-                                                     std::to_string(bytes) + " bytes");
-    }
-  } else {
-    std::shared_ptr<void> mem;
-    KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
-    *out = mem.get();
-    h.ownedDeviceOutput = std::move(mem);
-  }
-  h.outputData = *out;
-  return Status::ok();
-}
-
 Status NcclExecutor::copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs) {
   Status s = cuda::check(cuda::batchedCopy(descs.data(), descs.size(), t.stream()),
                          "batched copy kernel", t.device());
@@ -430,15 +408,15 @@ Status NcclExecutor::execute(const ops::ExecContext& ctx, const Batch& rs, const
     }
     case OpType::kBroadcast: {
       Activity a(ctx.timeline, rs, "NCCL_BROADCAST");
-      return runBroadcast(*st, first, *es[0]);
+      return runBroadcast(ctx, *st, rs, *es[0]);
     }
     case OpType::kAlltoall: {
       Activity a(ctx.timeline, rs, "NCCL_ALLTOALL");
-      return runAlltoall(ctx, *st, first, *es[0]);
+      return runAlltoall(ctx, *st, rs, *es[0]);
     }
     case OpType::kReducescatter: {
       Activity a(ctx.timeline, rs, "NCCL_REDUCESCATTER");
-      return runReducescatter(ctx, *st, first, *es[0]);
+      return runReducescatter(ctx, *st, rs, *es[0]);
     }
     default:
       return Status(ErrorCode::kInternal,

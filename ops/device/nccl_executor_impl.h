@@ -47,9 +47,11 @@
 #include "base/config.h"
 #include "ops/process_set.h"
 #include "ops/entry.h"
+#include "ops/batch_plan.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
 #include "kernels/cuda_util.h"
+#include "rendezvous/store.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace kolo {
@@ -97,21 +99,25 @@ class NcclExecutor final : public ops::DeviceExecutor {
   // fusion_.reserve / staging_.reserve, draining first when the buffer must grow.
   Status fusionBuffer(size_t bytes, void** out);
   Status stagingBuffer(size_t bytes, void** out);
-  Status allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape, size_t bytes,
-                        void** out);
+  // The batch's plan (ops/batch_plan.h) and its outputs; handle-owned outputs are cudaMalloc'ed
+  // on `device` (HandleState::ownedDeviceOutput).
+  Status plan(const ops::ExecContext& ctx, const Batch& rs, const Entries& es,
+              const ops::PlanOptions& options, ops::BatchPlan* out);
+  Status ownedOutputs(const ops::BatchPlan& p, const Entries& es, int device,
+                      std::vector<void*>* outputs);
   Status copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs);
   Status scale(NcclTransport& t, void* data, size_t count, DataType dtype, double factor);
 
-  // Data paths (nccl_collectives.cc).
+  // Data paths (nccl_collectives.cc): each plans its batch and carries the plan out.
   Status runAllreduce(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                       const Entries& es);
   Status runHierarchical(const ops::ExecContext& ctx, SetState& st, char* buf, size_t padded,
                          DataType dtype, ReduceOp op);
   Status runAllgather(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                       const Entries& es);
-  Status runBroadcast(SetState& st, const Response& r, TensorEntry& e);
-  Status runAlltoall(const ops::ExecContext& ctx, SetState& st, const Response& r, TensorEntry& e);
-  Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Response& r,
+  Status runBroadcast(const ops::ExecContext& ctx, SetState& st, const Batch& rs, TensorEntry& e);
+  Status runAlltoall(const ops::ExecContext& ctx, SetState& st, const Batch& rs, TensorEntry& e);
+  Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                           TensorEntry& e);
 
   const Config cfg_;
