@@ -26,8 +26,6 @@ std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-std::string deviceName(int device) { return "cuda:" + std::to_string(device); }
-
 // The timeline step of a batch, begun for every tensor of it and ended when it goes away.
 class Activity {
  public:
@@ -50,19 +48,6 @@ class Activity {
 
 }  // namespace
 
-bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
-
-Status cudaStreamWaitFor(void* event, int device, void* stream) {
-  KOLO_REQUIRE(device >= 0, kInternal, "a completion event without its device");
-  cuda::DeviceGuard g(device);  // a null stream means the default stream of the current device
-  KOLO_RETURN_IF_ERROR(g.status());
-  cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                      static_cast<cudaEvent_t>(event), 0);
-  if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
-  return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
-                     device);
-}
-
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
                           std::unique_ptr<ops::DeviceExecutor>* out) {
   *out = std::make_unique<NcclExecutor>(cfg, std::move(store));
@@ -70,7 +55,7 @@ Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
 }
 
 NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store)
-    : cfg_(cfg), store_(std::move(store)), host_(cfg.hostname) {
+    : CudaDeviceBase(cfg), store_(std::move(store)), host_(cfg.hostname) {
   if (host_.empty()) {
     char name[HOST_NAME_MAX + 1] = {0};
     host_ = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
@@ -95,92 +80,8 @@ NcclExecutor::~NcclExecutor() {
   sets_.clear();
 }
 
-// ---- submission ------------------------------------------------------------------------------
-
-Status NcclExecutor::checkPointer(const TensorView& t, const char* what) const {
-  if (t.data == nullptr) return Status::ok();  // zero elements: nothing is read or written
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  const bool device =
-      e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
-  if (!device) {
-    return Status(ErrorCode::kInvalidArgument,
-                  std::string(what) + " says " + deviceName(t.device) +
-                      " but its data pointer is not CUDA device memory (a host tensor must use "
-                      "device -1)");
-  }
-  if (attr.type == cudaMemoryTypeDevice && attr.device != t.device) {
-    return Status(ErrorCode::kInvalidArgument, std::string(what) + " says " + deviceName(t.device) +
-                                                   " but its memory is on " +
-                                                   deviceName(attr.device));
-  }
-  return Status::ok();
-}
-
-Status NcclExecutor::prepare(const TensorView& t, const TensorView* output,
-                             std::shared_ptr<void>* readyEvent) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
-      return Status(ErrorCode::kUnsupported,
-                    "the tensor is on " + deviceName(t.device) +
-                        " but no CUDA device is visible to this process (" + noDeviceWhy_ + ")");
-    }
-    if (t.device >= deviceCount_) {
-      return Status(ErrorCode::kInvalidArgument,
-                    deviceName(t.device) + " does not exist: " + std::to_string(deviceCount_) +
-                        " CUDA device(s) are visible to this process");
-    }
-    if (device_ < 0) device_ = t.device;
-    if (device_ != t.device) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "the tensor is on " + deviceName(t.device) + " but this rank uses " +
-                        deviceName(device_) +
-                        " (kolo drives one CUDA device per rank: run one process per device)");
-    }
-  }
-  KOLO_RETURN_IF_ERROR(checkPointer(t, "the tensor"));
-  if (output != nullptr && output->data != nullptr && output->data != t.data) {
-    KOLO_REQUIRE(output->device == t.device, kInvalidArgument,
-                 "the output tensor is on " + deviceName(output->device) + ", the input on " +
-                     deviceName(t.device));
-    KOLO_RETURN_IF_ERROR(checkPointer(*output, "the output tensor"));
-  }
-  KOLO_RETURN_IF_ERROR(cuda::makeEvent(t.device, readyEvent));
-  cuda::DeviceGuard g(t.device);
-  KOLO_RETURN_IF_ERROR(g.status());
-  cudaError_t e = cudaEventRecord(cuda::eventOf(*readyEvent), static_cast<cudaStream_t>(t.stream));
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    readyEvent->reset();
-    return Status(ErrorCode::kInvalidArgument,
-                  "cannot record the ready event on the tensor's stream (is it a stream of " +
-                      deviceName(t.device) + "?): " + cudaGetErrorString(e));
-  }
-  return Status::ok();
-}
-
 // ---- setup
 // ---------------------------------------------------------------------------------------
-
-Status NcclExecutor::executionDevice(int* device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (device_ < 0) {
-    // Only a rank that never submitted a device tensor gets here (it joined): pick its
-    // launcher-given local device and keep it, so later submissions must agree.
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
-      return Status(
-          ErrorCode::kUnsupported,
-          "a device op reached this rank but no CUDA device is visible (" + noDeviceWhy_ + ")");
-    }
-    device_ = std::max(0, cfg_.localRank) % deviceCount_;
-  }
-  *device = device_;
-  return Status::ok();
-}
 
 Status NcclExecutor::stateFor(const ProcessSet& set, int device, SetState** out) {
   auto it = sets_.find(set.id);

@@ -48,6 +48,7 @@
 #include "ops/process_set.h"
 #include "ops/entry.h"
 #include "ops/batch_plan.h"
+#include "ops/device/cuda_device.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
 #include "kernels/cuda_util.h"
@@ -56,13 +57,11 @@
 
 namespace kolo {
 
-class NcclExecutor final : public ops::DeviceExecutor {
+class NcclExecutor final : public CudaDeviceBase {
  public:
   NcclExecutor(const Config& cfg, std::shared_ptr<Store> store);
   ~NcclExecutor() override;
 
-  Status prepare(const TensorView& t, const TensorView* output,
-                 std::shared_ptr<void>* readyEvent) override;
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
                  const std::vector<TensorEntry*>& entries) override;
   Status poll() override;
@@ -84,8 +83,6 @@ class NcclExecutor final : public ops::DeviceExecutor {
     Deadline deadline;
   };
 
-  Status checkPointer(const TensorView& t, const char* what) const;
-  Status executionDevice(int* device);
   Status stateFor(const ProcessSet& set, int device, SetState** out);
   Status setUp(const ProcessSet& set, int device, SetState* st);
   Status makeComm(const ProcessSet& set, int device, const std::vector<int>& members,
@@ -120,14 +117,8 @@ class NcclExecutor final : public ops::DeviceExecutor {
   Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                           TensorEntry& e);
 
-  const Config cfg_;
   const std::shared_ptr<Store> store_;
   std::string host_;
-
-  mutable std::mutex mu_;  // guards the device fields (prepare() runs on user threads)
-  int deviceCount_ = -1;   // -1: not looked at yet
-  std::string noDeviceWhy_;
-  int device_ = -1;  // this rank's device, fixed by the first device tensor
 
   // Coordinator thread only.
   std::map<int32_t, SetState> sets_;
