@@ -233,7 +233,6 @@ Status runReducescatter(const ExecContext& ctx, const BatchPlan& p, TensorEntry&
 Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
                const std::vector<TensorEntry*>& entries) {
   if (responses.empty()) return Status::ok();
-  Steps steps(ctx.timeline, responses);
   const Response& first = *responses[0];
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i] == nullptr && first.type != OpType::kAllreduce) {
@@ -247,6 +246,13 @@ Status execute(const ExecContext& ctx, const std::vector<const Response*>& respo
     }
     return ctx.device->execute(ctx, responses, entries);
   }
+  return executeOnHost(ctx, responses, entries);
+}
+
+Status executeOnHost(const ExecContext& ctx, const std::vector<const Response*>& responses,
+                     const std::vector<TensorEntry*>& entries) {
+  if (responses.empty()) return Status::ok();
+  Steps steps(ctx.timeline, responses);
   BatchPlan plan;
   KOLO_RETURN_IF_ERROR(planBatch(responses, entries, static_cast<int>(ctx.set->ranks.size()),
                                  ctx.set->myIndex, PlanOptions{}, &plan));

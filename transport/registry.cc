@@ -21,6 +21,7 @@
 #include "transport/gloo/gloo_transport.h"
 #endif
 #if KOLO_HAVE_NCCL
+#include "ops/device/host_staged_executor.h"
 #include "ops/device/nccl_executor.h"
 #endif
 #include "ops/device_executor.h"
@@ -282,6 +283,8 @@ Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out) {
   out->reset();
 #if KOLO_HAVE_NCCL
+  // KOLO_GPU_OPERATIONS=host: staged through pinned host memory over the CPU transport.
+  if (cfg.gpuOperations == GpuOperations::kHost) return createHostStagedExecutor(cfg, out);
   return createNcclExecutor(cfg, std::move(store), out);
 #else
   (void)cfg;

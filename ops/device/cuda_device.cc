@@ -15,8 +15,8 @@ Status cudaStreamWaitFor(void* event, int device, void* stream) {
   KOLO_REQUIRE(device >= 0, kInternal, "a completion event without its device");
   cuda::DeviceGuard g(device);  // a null stream means the default stream of the current device
   KOLO_RETURN_IF_ERROR(g.status());
-  cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                      static_cast<cudaEvent_t>(event), 0);
+  cudaError_t e =
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0);
   if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
   return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
                      device);
@@ -44,7 +44,7 @@ Status CudaDeviceBase::checkPointer(const TensorView& t, const char* what) const
 }
 
 Status CudaDeviceBase::prepare(const TensorView& t, const TensorView* output,
-                             std::shared_ptr<void>* readyEvent) {
+                               std::shared_ptr<void>* readyEvent) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
