@@ -26,6 +26,15 @@ const char* toString(ShmMode m) {
   return "unknown";
 }
 
+const char* toString(GpuOperations g) {
+  switch (g) {
+    case GpuOperations::kAuto: return "auto";
+    case GpuOperations::kNccl: return "nccl";
+    case GpuOperations::kHost: return "host";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Looks up KOLO_<name>, then each fallback (HOROVOD_<name> first).
@@ -222,6 +231,12 @@ Status Config::fromEnvironment(Config* out,
     c.algorithms.hierarchicalAllreduce =
         c.hierarchicalAllreduce ? ops::Hierarchical::kOn : ops::Hierarchical::kOff;
   }
+  std::string gpuOps = "auto";
+  KOLO_RETURN_IF_ERROR(
+      env.getChoice("GPU_OPERATIONS", {"auto", "nccl", "host", "mpi", "gloo"}, &gpuOps));
+  c.gpuOperations = gpuOps == "nccl"   ? GpuOperations::kNccl
+                    : gpuOps == "auto" ? GpuOperations::kAuto
+                                       : GpuOperations::kHost;
   KOLO_RETURN_IF_ERROR(env.getBool("ASYNC_COMPLETION", &c.asyncCompletion,
                                    {"HOROVOD_ENABLE_ASYNC_COMPLETION"}));
 
@@ -283,6 +298,7 @@ std::string Config::toString() const {
     << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
     << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << ops::toString(algorithms.hierarchicalAllreduce)
     << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
+    << "\nKOLO_GPU_OPERATIONS=" << kolo::toString(gpuOperations)
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
     << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)
     << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)

@@ -58,16 +58,17 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank, int size,
                        std::unique_ptr<Transport>* out);
 
-// ---- the device path (CUDA tensors over NCCL) ------------------------------------------------
-// Whether this build contains it (KOLO_HAVE_NCCL, which implies CUDA).
+// ---- the device path (CUDA tensors: over NCCL, or staged through host memory) -----------------
+// Whether this build contains it (KOLO_HAVE_CUDA; NCCL builds also have the NCCL executor).
 bool deviceTransportBuilt();
 // Whether it can run here: built, and a CUDA device is visible; *why (optional) says why not.
 // Queries the CUDA driver (cheap, creates no context).
 bool deviceTransportAvailable(std::string* why = nullptr);
-// Creates the executor that runs batches of CUDA tensors (NCCL communicators per process set,
-// made lazily; no CUDA call before the first device tensor). Sets *out to null in a build
-// without NCCL. `store` (may be null) carries NCCL unique ids; without it they travel over the
-// process set's CPU transport.
+// Creates the executor that runs batches of CUDA tensors (no CUDA call before the first device
+// tensor): over NCCL (communicators per process set, made lazily) unless cfg.gpuOperations is
+// kHost or the build has no NCCL, else the host-staged one. Sets *out to null in a build without
+// CUDA; kUnsupported for KOLO_GPU_OPERATIONS=nccl without NCCL. `store` (may be null) carries
+// NCCL unique ids; without it they travel over the process set's CPU transport.
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out);
 // Makes `stream` (a cudaStream_t; null = the default stream of `device`) wait, on the device,
