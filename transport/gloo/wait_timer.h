@@ -9,9 +9,9 @@
 //
 // Ownership: one per transport, shared with the transports split from it; its thread starts
 // at the first arm() and is joined by the destructor. Thread safety: every method may be
-// called from any thread. The thread wakes at the earliest expiry or every kTick while
-// anything was armed in the last kLinger, and sleeps untimed after that, so a busy job never
-// needs to wake it for an arm() and an idle one does not keep it ticking.
+// called from any thread. The thread wakes at the earliest expiry or every kTick (the batches'
+// slice) while anything was armed in the last kLinger, and sleeps untimed after that, so a
+// busy job never needs to wake it for an arm() and an idle one does not keep it ticking.
 #pragma once
 
 #include <gloo/transport/unbound_buffer.h>
@@ -29,8 +29,8 @@ namespace kolo::gloo_detail {
 
 class WaitTimer {
  public:
-  static constexpr std::chrono::milliseconds kTick{20};
-  static constexpr std::chrono::milliseconds kLinger{1000};
+  static constexpr std::chrono::milliseconds kTick{1};
+  static constexpr std::chrono::milliseconds kLinger{200};
 
   WaitTimer() = default;
   ~WaitTimer();
