@@ -63,11 +63,12 @@ void WaitTimer::run() {
         ++i;
       }
     }
-    if (armed_.empty() && now - lastArm_ >= kLinger) {
-      wake_ = Clock::time_point::max();
+    // Ticking only right after arms: one long wait (a single op until its deadline) or none
+    // at all lets the thread sleep until the expiry, or until the next arm() wakes it.
+    wake_ = now - lastArm_ < kLinger ? std::min(earliest, now + kTick) : earliest;
+    if (wake_ == Clock::time_point::max()) {
       cv_.wait(lock);
     } else {
-      wake_ = std::min(earliest, now + kTick);
       cv_.wait_until(lock, wake_);
     }
   }

@@ -9,9 +9,9 @@
 //
 // Ownership: one per transport, shared with the transports split from it; its thread starts
 // at the first arm() and is joined by the destructor. Thread safety: every method may be
-// called from any thread. The thread wakes at the earliest expiry or every kTick (the batches'
-// slice) while anything was armed in the last kLinger, and sleeps untimed after that, so a
-// busy job never needs to wake it for an arm() and an idle one does not keep it ticking.
+// called from any thread. The thread wakes at the earliest expiry, and also every kTick (the
+// batches' slice) while anything was armed in the last kLinger: a busy job never needs to wake
+// it for an arm(), and a quiet one (or one long wait) does not keep it ticking.
 #pragma once
 
 #include <gloo/transport/unbound_buffer.h>
