@@ -331,6 +331,14 @@ TEST_CASE("gloo: a wait that reaches its deadline leaves the batch and the conne
     return g[r]->allreduce(r == 0 ? v.data() : w.data(), 2, DataType::kInt32, ReduceOp::kSum);
   }));
   CHECK(v == std::vector<int32_t>{4, 6});
+  // A batch that completed meanwhile is done even for a deadline already past.
+  REQUIRE(g[1]->post({recvOp(0, 9, &in, sizeof in)}, &recv).isOk());
+  out = 99;
+  REQUIRE(g[0]->post({sendOp(1, 9, &out, sizeof out)}, &send).isOk());
+  std::this_thread::sleep_for(200ms);
+  CHECK(recv->wait(Clock::now() - 1ms).isOk());
+  CHECK(in == 99);
+  CHECK(send->wait(Clock::now() + 5s).isOk());
 }
 
 TEST_CASE("gloo: native collectives over every dtype") {

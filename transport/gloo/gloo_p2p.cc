@@ -94,7 +94,13 @@ class GlooPending final : public PendingOps {
       KOLO_RETURN_IF_ERROR(usable());
       if (open_ == 0) return Status::ok();
       const Clock::time_point now = Clock::now();
-      if (now >= deadline) return timedOut(deadline);
+      if (now >= deadline) {
+        // A last look at every open op (a wait called with a deadline already past, or ops
+        // that completed while another one's wait ran out).
+        bool done = false;
+        KOLO_RETURN_IF_ERROR(test(&done));
+        return done ? Status::ok() : timedOut(deadline);
+      }
       while (entries_[next % entries_.size()].done) ++next;
       Entry& e = entries_[next % entries_.size()];
       const Clock::time_point expiry = open_ > 1 ? std::min(deadline, now + kSlice) : deadline;
