@@ -26,6 +26,15 @@ const char* toString(ShmMode m) {
   return "unknown";
 }
 
+const char* toString(GpuOperations g) {
+  switch (g) {
+    case GpuOperations::kAuto: return "auto";
+    case GpuOperations::kNccl: return "nccl";
+    case GpuOperations::kHost: return "host";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Looks up KOLO_<name>, then each fallback (HOROVOD_<name> first).
@@ -187,6 +196,8 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(
       env.getInt("RENDEZVOUS_PORT", 1, 65535, &c.rendezvousPort, {"HOROVOD_GLOO_RENDEZVOUS_PORT"}));
   env.getString("RENDEZVOUS_DIR", &c.rendezvousDir);
+  KOLO_RETURN_IF_ERROR(
+      env.getInt("RENDEZVOUS_ROUND", int64_t{0}, int64_t{1} << 40, &c.rendezvousRound));
   env.getString("GLOO_IFACE", &c.glooIface);
   KOLO_RETURN_IF_ERROR(env.getDouble("START_TIMEOUT", 1, 86400, &c.startTimeoutSeconds));
   std::string shm = "auto";
@@ -220,6 +231,12 @@ Status Config::fromEnvironment(Config* out,
     c.algorithms.hierarchicalAllreduce =
         c.hierarchicalAllreduce ? ops::Hierarchical::kOn : ops::Hierarchical::kOff;
   }
+  std::string gpuOps = "auto";
+  KOLO_RETURN_IF_ERROR(
+      env.getChoice("GPU_OPERATIONS", {"auto", "nccl", "host", "mpi", "gloo"}, &gpuOps));
+  c.gpuOperations = gpuOps == "nccl"   ? GpuOperations::kNccl
+                    : gpuOps == "auto" ? GpuOperations::kAuto
+                                       : GpuOperations::kHost;
   KOLO_RETURN_IF_ERROR(env.getBool("ASYNC_COMPLETION", &c.asyncCompletion,
                                    {"HOROVOD_ENABLE_ASYNC_COMPLETION"}));
 
@@ -270,8 +287,9 @@ std::string Config::toString() const {
     << "\nKOLO_CROSS_SIZE=" << crossSize << "\nKOLO_HOSTNAME=" << hostname
     << "\nKOLO_RENDEZVOUS_ADDR=" << rendezvousAddr << "\nKOLO_RENDEZVOUS_PORT=" << rendezvousPort
     << "\nKOLO_RENDEZVOUS_DIR=" << rendezvousDir << "\nKOLO_GLOO_IFACE=" << glooIface
-    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm)
-    << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
+    << "\nKOLO_START_TIMEOUT=" << startTimeoutSeconds << "\nKOLO_SHM=" << kolo::toString(shm);
+  if (rendezvousRound >= 0) o << "\nKOLO_RENDEZVOUS_ROUND=" << rendezvousRound;  // unset: not printed
+  o << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity
     << "\nKOLO_CONTROL_PIGGYBACK_BYTES=" << controlPiggybackBytes << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
@@ -280,6 +298,7 @@ std::string Config::toString() const {
     << "\nKOLO_TIMEOUT_SECONDS=" << timeoutSeconds << "\nKOLO_HEARTBEAT_SECONDS=" << heartbeatSeconds
     << "\nKOLO_HIERARCHICAL_ALLREDUCE=" << ops::toString(algorithms.hierarchicalAllreduce)
     << "\nKOLO_ASYNC_COMPLETION=" << asyncCompletion
+    << "\nKOLO_GPU_OPERATIONS=" << kolo::toString(gpuOperations)
     << "\nKOLO_ALLREDUCE_ALGORITHM=" << ops::toString(algorithms.allreduce)
     << "\nKOLO_ALLGATHER_ALGORITHM=" << ops::toString(algorithms.allgather)
     << "\nKOLO_BROADCAST_ALGORITHM=" << ops::toString(algorithms.broadcast)

@@ -19,6 +19,12 @@ const char* toString(TransportKind k);
 enum class ShmMode { kAuto = 0, kOn = 1, kOff = 2 };
 const char* toString(ShmMode m);
 
+// KOLO_GPU_OPERATIONS: how CUDA tensors are reduced. kNccl: on the device over NCCL; kHost: staged
+// through pinned host memory and run over the CPU transport (ops/device/host_staged_executor.h);
+// kAuto: NCCL when built.
+enum class GpuOperations { kAuto = 0, kNccl = 1, kHost = 2 };
+const char* toString(GpuOperations g);
+
 struct Config {
   // --- who am I (set by kolorun, mpirun or srun; -1 = unknown) --------------------------------
   TransportKind transport = TransportKind::kAuto;  // KOLO_CONTROLLER=auto|mpi|gloo
@@ -29,6 +35,9 @@ struct Config {
   std::string rendezvousAddr;                      // KOLO_RENDEZVOUS_ADDR (TCP store)
   int rendezvousPort = 0;                          // KOLO_RENDEZVOUS_PORT
   std::string rendezvousDir;                       // KOLO_RENDEZVOUS_DIR (file store)
+  int64_t rendezvousRound = -1;  // KOLO_RENDEZVOUS_ROUND: this init's rendezvous round, which
+                                 //   keeps its store keys apart from other rounds' (-1 = the
+                                 //   number of earlier inits in this process; bootstrap/)
   std::string glooIface;                           // KOLO_GLOO_IFACE (network interface)
   double startTimeoutSeconds = 120;                // KOLO_START_TIMEOUT
   ShmMode shm = ShmMode::kAuto;                    // KOLO_SHM=auto|on|off
@@ -50,6 +59,9 @@ struct Config {
                                                //   host tensors: algorithms.hierarchicalAllreduce)
   bool asyncCompletion = false;                // KOLO_ASYNC_COMPLETION (HOROVOD_ENABLE_ASYNC_
                                                //   COMPLETION): CUDA ops complete when queued
+  GpuOperations gpuOperations = GpuOperations::kAuto;  // KOLO_GPU_OPERATIONS=auto|nccl|host
+                                               //   (HOROVOD_GPU_OPERATIONS=NCCL|MPI|GLOO; MPI
+                                               //   and GLOO mean host)
 
   // --- algorithms ---------------------------------------------------------------------------
   ops::AlgorithmConfig algorithms;  // KOLO_{ALLREDUCE,ALLGATHER,BROADCAST,ALLTOALL,

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <vector>
 
-#include "core/topology.h"
-#include "transport/registry.h"
+#include "bootstrap/topology.h"
+#include "bootstrap/registry.h"
 #include "transport/shm/shm_transport.h"
 
 namespace kolo::bench {

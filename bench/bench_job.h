@@ -1,5 +1,5 @@
 // Joining the multi-process job a benchmark was started in, without the runtime: the same
-// Config, launcher detection and transport factory (transport/registry.h) the runtime uses, so
+// Config, launcher detection and transport factory (bootstrap/registry.h) the runtime uses, so
 // the benchmarks measure the transports exactly as kolo creates them.
 //
 // Launchers: mpirun (MPI; no store needed), kolorun or any launcher that sets KOLO_RANK,

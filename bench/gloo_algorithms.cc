@@ -2,7 +2,7 @@
 //
 // The context: connected with the Gloo transport's own rendezvous (gloo_detail::connectGroup,
 // the full mesh kolo's transport builds) on a device that listens where kolo's transport would
-// (transport/registry.cc): KOLO_GLOO_IFACE when set, loopback when every rank is on this host,
+// (bootstrap/registry.cc): KOLO_GLOO_IFACE when set, loopback when every rank is on this host,
 // else this host's name. Ring: gloo::allreduce with the RING algorithm, the same entry point
 // kolo's Gloo transport calls for its native allreduce, but with Gloo's own float sum instead
 // of kolo's reduction callback. Halving-doubling: one gloo::AllreduceHalvingDoubling<float>

@@ -14,7 +14,7 @@
 //      with the variable set just before kolo_init.
 //  (c) the same bytes as one tensor through the runtime (what perfect fusion could reach).
 // Baselines, measured in the same job after the runtime is shut down: a second transport that
-// this program creates itself through transport/registry.h (the factory the runtime uses, with
+// this program creates itself through bootstrap/registry.h (the factory the runtime uses, with
 // the same KOLO_* environment; its store keys live under "kolo-runtime-bench/") runs the same
 // 4-byte allreduce and the same bytes as one buffer, once with the transport's native
 // allreduce (MPI_Allreduce / Gloo's) and once with kolo's ring algorithm called directly. So

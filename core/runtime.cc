@@ -1,13 +1,9 @@
 #include "core/runtime.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <limits>
 
-#include "ops/collectives.h"
-#include "transport/loopback/loopback_transport.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 #include "transport/shm/shm_transport.h"
 
 namespace kolo {
@@ -16,85 +12,17 @@ namespace {
 constexpr size_t kMaxNameBytes = 1024;
 constexpr size_t kMaxDims = 16;
 
-std::string localHostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-// Gathers every rank's host name over the transport itself (MPI, loopback).
-Status gatherHostnames(Transport& t, const std::string& mine, std::vector<std::string>* hosts) {
-  const int n = t.size();
-  constexpr size_t kSlot = 256;
-  std::vector<char> send(kSlot, 0), recv(kSlot * n, 0);
-  std::memcpy(send.data(), mine.data(), std::min(mine.size(), kSlot - 1));
-  ops::AlgorithmConfig ring;
-  ring.allgather = ops::Algorithm::kRing;
-  KOLO_RETURN_IF_ERROR(
-      ops::allgatherv(t, ring, send.data(), kSlot, recv.data(), std::vector<size_t>(n, kSlot)));
-  hosts->clear();
-  for (int r = 0; r < n; ++r) hosts->emplace_back(recv.data() + r * kSlot);
-  return Status::ok();
-}
-
 }  // namespace
 
-Status Runtime::create(const Config& config, int generation, std::unique_ptr<Runtime>* out) {
-  Config cfg = config;
-  KOLO_RETURN_IF_ERROR(detectLaunchEnvironment(&cfg));
-  if (cfg.hostname.empty()) cfg.hostname = localHostname();
-  if (cfg.size < 0) {  // started without a launcher: a job of one
-    cfg.size = 1;
-    cfg.rank = 0;
-  }
-  if (cfg.rank < 0) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "KOLO_SIZE=" + std::to_string(cfg.size) + " is set but KOLO_RANK is not");
-  }
-  if (cfg.heartbeatSeconds * 2 > cfg.timeoutSeconds) {
-    return Status(ErrorCode::kInvalidArgument,
-                  "KOLO_HEARTBEAT_SECONDS must be at most half of KOLO_TIMEOUT_SECONDS");
-  }
-
-  std::unique_ptr<Transport> transport;
-  std::vector<std::string> hosts;
-  std::shared_ptr<Store> store;
-  const auto startTimeout = millis(cfg.startTimeoutSeconds);
-  if (cfg.size == 1 && cfg.transport != TransportKind::kMpi && cfg.transport != TransportKind::kGloo) {
-    std::vector<std::unique_ptr<Transport>> group;
-    KOLO_RETURN_IF_ERROR(createLoopbackGroup(1, &group));
-    transport = std::move(group[0]);
-    hosts = {cfg.hostname};
-  } else {
-    if (!cfg.rendezvousAddr.empty()) {
-      if (cfg.rendezvousPort <= 0) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "KOLO_RENDEZVOUS_ADDR is set but KOLO_RENDEZVOUS_PORT is not");
-      }
-      KOLO_RETURN_IF_ERROR(
-          makeTcpStore(cfg.rendezvousAddr, cfg.rendezvousPort, startTimeout, &store));
-    } else if (!cfg.rendezvousDir.empty()) {
-      KOLO_RETURN_IF_ERROR(makeFileStore(cfg.rendezvousDir, &store));
-    }
-    if (store && generation > 0) {
-      store = makePrefixStore(store, "gen" + std::to_string(generation) + "/");
-    }
-    if (store) {
-      // Publishing "host/<rank>" also tells kolorun this rank connected.
-      KOLO_RETURN_IF_ERROR(
-          exchangeHostnames(*store, cfg.rank, cfg.size, cfg.hostname, startTimeout, &hosts));
-    }
-    KOLO_RETURN_IF_ERROR(createTransport(cfg, store, cfg.rank, cfg.size, &transport));
-    if (hosts.empty()) KOLO_RETURN_IF_ERROR(gatherHostnames(*transport, cfg.hostname, &hosts));
-  }
+Status Runtime::create(const Config& config, int64_t initCount, std::unique_ptr<Runtime>* out) {
+  BootstrapResult boot;
+  KOLO_RETURN_IF_ERROR(bootstrap(config, initCount, &boot));
   std::unique_ptr<Runtime> rt(new Runtime());
-  rt->config_ = cfg;
-  rt->store_ = store;
-  KOLO_RETURN_IF_ERROR(rt->start(std::move(transport), hosts));
+  KOLO_RETURN_IF_ERROR(rt->start(std::move(boot)));
   *out = std::move(rt);
   return Status::ok();
 }
@@ -102,28 +30,28 @@ Status Runtime::create(const Config& config, int generation, std::unique_ptr<Run
 Status Runtime::createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
                                     const std::vector<std::string>& hosts,
                                     std::unique_ptr<Runtime>* out) {
+  BootstrapResult boot;
+  KOLO_RETURN_IF_ERROR(bootstrapOver(config, std::move(transport), hosts, &boot));
   std::unique_ptr<Runtime> rt(new Runtime());
-  rt->config_ = config;
-  rt->config_.rank = transport->rank();
-  rt->config_.size = transport->size();
-  std::vector<std::string> h = hosts;
-  if (h.empty()) h.assign(transport->size(), "localhost");
-  KOLO_RETURN_IF_ERROR(rt->start(std::move(transport), h));
+  KOLO_RETURN_IF_ERROR(rt->start(std::move(boot)));
   *out = std::move(rt);
   return Status::ok();
 }
 
-Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<std::string>& hosts) {
-  transport_ = std::move(transport);
+Status Runtime::start(BootstrapResult boot) {
+  config_ = boot.config;
+  topo_ = boot.topology;
+  store_ = std::move(boot.store);
+  device_ = std::move(boot.device);
+  transport_ = std::move(boot.transport);
   transport_->setTimeout(millis(config_.timeoutSeconds));
-  KOLO_RETURN_IF_ERROR(computeTopology(hosts, transport_->rank(), &topo_));
   log_ = makeLogger(topo_.rank, config_.logLevel);
   if (topo_.rank == 0) log_->debug("configuration:\n{}", config_.toString());
+  if (boot.round > 0) log_->info("rendezvous round {}", boot.round);
   sets_ = std::make_unique<ProcessSetTable>(transport_.get(), topo_.rank, topo_.size);
   if (!config_.timelinePath.empty()) {
     KOLO_RETURN_IF_ERROR(startTimeline(config_.timelinePath, config_.timelineMarkCycles));
   }
-  KOLO_RETURN_IF_ERROR(createDeviceExecutor(config_, store_, &device_));
   Coordinator::Deps deps;
   deps.config = config_;
   deps.rank = topo_.rank;
@@ -133,7 +61,7 @@ Status Runtime::start(std::unique_ptr<Transport> transport, const std::vector<st
   deps.queue = &queue_;
   deps.timeline = &timeline_;
   deps.device = device_.get();
-  deps.hosts = hosts;
+  deps.hosts = std::move(boot.hosts);
   deps.log = log_;
   coordinator_ = std::make_unique<Coordinator>(std::move(deps));
   coordinator_->start();

@@ -1,5 +1,7 @@
 // Runtime: one kolo instance in one process. Owns the Config, the rendezvous Store, the global
-// Transport, the process sets, the TensorQueue, the Timeline and the Coordinator thread.
+// Transport, the process sets, the TensorQueue, the Timeline and the Coordinator thread. The
+// store, transport, topology and device executor come from bootstrap/ (bootstrap.h), which
+// also says how init -> shutdown -> init (any rank and size) keeps rounds apart.
 //
 // Submission methods validate their arguments on the calling thread (errors name the op, the
 // tensor and this rank, and nothing is enqueued), then enqueue and return a handle at once.
@@ -14,14 +16,15 @@
 #include <vector>
 
 #include "base/config.h"
-#include "core/coordinator.h"
-#include "ops/handle.h"
 #include "base/log.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/topology.h"
+#include "core/coordinator.h"
 #include "core/process_set.h"
-#include "rendezvous/store.h"
+#include "ops/handle.h"
 #include "core/tensor_queue.h"
-#include "core/topology.h"
 #include "ops/device_executor.h"
+#include "rendezvous/store.h"
 #include "timeline/timeline.h"
 #include "transport/transport.h"
 
@@ -31,9 +34,10 @@ using HandlePtr = std::shared_ptr<HandleState>;
 
 class Runtime {
  public:
-  // Full initialization from the Config: launch environment, rendezvous, transport, topology.
-  // `generation` counts earlier inits in this process (keeps rendezvous keys apart).
-  static Status create(const Config& config, int generation, std::unique_ptr<Runtime>* out);
+  // Full initialization from the Config: bootstrap() (launch environment, store, rendezvous,
+  // host names, topology, transports), then the engine. `initCount` counts earlier init
+  // attempts in this process: the rendezvous round unless KOLO_RENDEZVOUS_ROUND is set.
+  static Status create(const Config& config, int64_t initCount, std::unique_ptr<Runtime>* out);
   // Over a transport made by the caller (thread ranks over loopback in tests). `hosts` gives
   // every rank's host name for the topology (empty: all ranks on one host).
   static Status createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
@@ -85,7 +89,7 @@ class Runtime {
 
  private:
   Runtime() = default;
-  Status start(std::unique_ptr<Transport> transport, const std::vector<std::string>& hosts);
+  Status start(BootstrapResult boot);
   Status usable() const;
   Status validate(const char* op, const std::string& name, const TensorView& t,
                   int32_t processSet, ProcessSet* set) const;

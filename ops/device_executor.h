@@ -1,5 +1,5 @@
 // DeviceExecutor: the data path for CUDA tensors, behind an interface so that core/ and ops/
-// compile the same way with or without CUDA. transport/nccl implements it (NcclExecutor); the
+// compile the same way with or without CUDA. ops/device implements it (NcclExecutor); the
 // transport registry creates it when the build has NCCL (createDeviceExecutor), and the Runtime
 // owns it. A build without NCCL has none, and device tensors are rejected at submission.
 //

@@ -40,4 +40,10 @@ struct ExecContext {
 Status execute(const ExecContext& ctx, const std::vector<const Response*>& responses,
                const std::vector<TensorEntry*>& entries);
 
+// The host backend alone: execute() for a batch whose entries' tensors are host memory, whatever
+// the responses' device says. The host-staged CUDA path (ops/device/host_staged_executor.h)
+// runs it on host copies of its device tensors.
+Status executeOnHost(const ExecContext& ctx, const std::vector<const Response*>& responses,
+                     const std::vector<TensorEntry*>& entries);
+
 }  // namespace kolo::ops

@@ -12,7 +12,7 @@
 
 #include "core/runtime.h"
 #include "kolo/build_config.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 namespace {
 

@@ -5,12 +5,19 @@
 // (no store: ids over the CPU transport); with KOLO_HIERARCHICAL_ALLREDUCE=1 the allreduces go
 // through reduce-scatter + allgather (with padding, as the counts are not multiples of N).
 //
+// With KOLO_GPU_OPERATIONS=host (or HOROVOD_GPU_OPERATIONS=MPI|GLOO) the same cases run through
+// the host-staged path (ops/device/host_staged_executor.h): inputs staged to pinned host memory,
+// the CPU transport, results copied back. There, ranks may share a device (the path's use case;
+// the "shared" variants set CUDA_VISIBLE_DEVICES=0, where NCCL would refuse the communicator).
+//
 // Every rank prints a SKIPPED line and exits 0 when this host has fewer CUDA devices than local
-// ranks (NCCL cannot put two ranks of one communicator on one device).
+// ranks (NCCL cannot put two ranks of one communicator on one device), or none on the host path.
 #define CATCH_CONFIG_RUNNER
 #include <kolo.h>
 
 #include <catch2/catch.hpp>
+#include <cctype>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 
@@ -22,6 +29,18 @@ using kolo::gputest::downloadRaw;
 namespace {
 
 int R() { return kolo_rank(); }
+
+// Whether the job asked for the host-staged path (the variable or Horovod's name for it).
+bool hostStaged() {
+  for (const char* name : {"KOLO_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    std::string s(v);
+    for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s == "host" || s == "mpi" || s == "gloo";
+  }
+  return false;
+}
 int N() { return kolo_size(); }
 int gDevice = 0;
 
@@ -234,7 +253,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kolo_init failed: %s\n", kolo_last_error());
     return 1;
   }
-  const int devices = kolo::gputest::devicesOrSkip("kolo_gpu_mp_test", kolo_local_size());
+  const int devices =
+      kolo::gputest::devicesOrSkip("kolo_gpu_mp_test", hostStaged() ? 1 : kolo_local_size());
   int rc = 0;
   if (devices > 0) {
     gDevice = kolo_local_rank() % devices;

@@ -24,7 +24,7 @@
 #include "rendezvous/store.h"
 #include "ops/collectives.h"
 #include "test/mp/mp_data.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 using namespace kolo::mptest;

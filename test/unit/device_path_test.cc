@@ -6,10 +6,12 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "kolo/build_config.h"
+#include "ops/device_executor.h"
 #include "ops/device_plan.h"
 #include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 
@@ -186,4 +188,27 @@ TEST_CASE("a CUDA tensor the runtime cannot run fails at submission; the runtime
   CHECK(x[3] == 8.f);
   CHECK(h->completionEvent == nullptr);
   REQUIRE(rt->shutdown().isOk());
+}
+
+TEST_CASE("KOLO_GPU_OPERATIONS picks the device executor this build has") {
+  Config cfg;
+  std::unique_ptr<ops::DeviceExecutor> ex;
+  // host: the host-staged executor in any CUDA build, none without CUDA.
+  cfg.gpuOperations = GpuOperations::kHost;
+  REQUIRE(createDeviceExecutor(cfg, nullptr, &ex).isOk());
+  CHECK((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
+  // nccl: the NCCL executor where built; an error naming the knob in a CUDA build without NCCL.
+  cfg.gpuOperations = GpuOperations::kNccl;
+  Status s = createDeviceExecutor(cfg, nullptr, &ex);
+  if (KOLO_HAVE_CUDA && !KOLO_HAVE_NCCL) {
+    CHECK(s.code() == ErrorCode::kUnsupported);
+    CHECK_THAT(s.message(), Catch::Contains("KOLO_GPU_OPERATIONS=nccl"));
+  } else {
+    REQUIRE(s.isOk());
+    CHECK((ex != nullptr) == (KOLO_HAVE_NCCL != 0));
+  }
+  // auto: NCCL where built, else the host-staged one.
+  cfg.gpuOperations = GpuOperations::kAuto;
+  REQUIRE(createDeviceExecutor(cfg, nullptr, &ex).isOk());
+  CHECK((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
 }

@@ -59,8 +59,7 @@ void requireSameBits(double a, double b) {
   CHECK(x == y);
 }
 
-void requireEqual(const Request& a, const Request& b) {
-  CHECK(a.rank == b.rank);
+void requireEqualSpec(const OpSpec& a, const OpSpec& b) {
   CHECK(a.type == b.type);
   CHECK(a.name == b.name);
   CHECK(a.dtype == b.dtype);
@@ -71,6 +70,11 @@ void requireEqual(const Request& a, const Request& b) {
   CHECK(a.root == b.root);
   CHECK(a.device == b.device);
   CHECK(a.processSet == b.processSet);
+}
+
+void requireEqual(const Request& a, const Request& b) {
+  CHECK(a.rank == b.rank);
+  requireEqualSpec(a, b);
   CHECK(a.splits == b.splits);
   CHECK(a.groupId == b.groupId);
   CHECK(a.groupSize == b.groupSize);
@@ -78,16 +82,7 @@ void requireEqual(const Request& a, const Request& b) {
 
 void requireEqual(const Response& a, const Response& b) {
   CHECK(a.kind == b.kind);
-  CHECK(a.type == b.type);
-  CHECK(a.name == b.name);
-  CHECK(a.dtype == b.dtype);
-  CHECK(a.shape == b.shape);
-  CHECK(a.reduceOp == b.reduceOp);
-  requireSameBits(a.prescale, b.prescale);
-  requireSameBits(a.postscale, b.postscale);
-  CHECK(a.root == b.root);
-  CHECK(a.device == b.device);
-  CHECK(a.processSet == b.processSet);
+  requireEqualSpec(a, b);
   CHECK(a.rankDim0 == b.rankDim0);
   CHECK(a.splitMatrix == b.splitMatrix);
   CHECK(a.joinedRanks == b.joinedRanks);

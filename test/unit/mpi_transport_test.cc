@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 using namespace std::chrono_literals;

@@ -1,7 +1,7 @@
 // The transport registry: launcher detection (Open MPI, MPICH/Hydra, Slurm) through a fake
 // environment, kAuto resolution, and createTransport's choices and errors (Gloo at size 1 over
 // an in-memory store, so no second process is needed).
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 #include <catch2/catch.hpp>
 #include <map>

@@ -21,7 +21,7 @@
 #include "ops/collectives.h"
 #include "test/mp/mp_data.h"
 #include "transport/loopback/loopback_transport.h"
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 using namespace kolo;
 using namespace kolo::mptest;

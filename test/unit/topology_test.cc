@@ -1,6 +1,6 @@
 // Topology: Horovod's rank/local/cross numbers from the hostname of every rank, and the hostname
 // exchange over a store.
-#include "core/topology.h"
+#include "bootstrap/topology.h"
 
 #include <catch2/catch.hpp>
 #include <thread>

@@ -51,11 +51,26 @@ TEST_CASE("config reads KOLO_ and HOROVOD_ names and rejects bad values") {
 
   // Horovod's name for asynchronous completion of GPU ops; KOLO_ wins when both are set.
   env["HOROVOD_ENABLE_ASYNC_COMPLETION"] = "1";
+  Status s0;
   REQUIRE(Config::fromEnvironment(&c, get).isOk());
   CHECK(c.asyncCompletion);
   env["KOLO_ASYNC_COMPLETION"] = "off";
   REQUIRE(Config::fromEnvironment(&c, get).isOk());
   CHECK_FALSE(c.asyncCompletion);
+
+  // Horovod's HOROVOD_GPU_OPERATIONS=MPI|GLOO means the host-staged path; KOLO_ wins.
+  CHECK(c.gpuOperations == GpuOperations::kAuto);
+  env["HOROVOD_GPU_OPERATIONS"] = "MPI";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.gpuOperations == GpuOperations::kHost);
+  env["KOLO_GPU_OPERATIONS"] = "nccl";
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  CHECK(c.gpuOperations == GpuOperations::kNccl);
+  env["KOLO_GPU_OPERATIONS"] = "ddl";
+  s0 = Config::fromEnvironment(&c, get);
+  CHECK(s0.code() == ErrorCode::kInvalidArgument);
+  CHECK(s0.message().find("KOLO_GPU_OPERATIONS='ddl'") != std::string::npos);
+  env.erase("KOLO_GPU_OPERATIONS");
 
   env["KOLO_CACHE_CAPACITY"] = "lots";
   Status s = Config::fromEnvironment(&c, get);

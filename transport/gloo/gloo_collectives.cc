@@ -7,6 +7,8 @@
 // sequence every rank advances identically, so consecutive collectives never share slots.
 // Gloo reports failures by exception and leaves the context unusable afterwards, so a failure
 // aborts the transport; a timeout in Gloo also closes every connection, which the peers see.
+// abort() from another thread interrupts a collective through the group's buffers
+// (gloo_interpose.h): its current wait throws the abort message.
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoallv.h>
@@ -32,12 +34,14 @@ Status GlooTransport::runNative(const char* what, Fn&& fn) {
     text = "unknown exception";
   }
   if (state_->abort.isSet()) return state_->abort.cause();
-  // Gloo's messages name the peer's address, not its rank: map it back to the rank.
+  // Gloo's messages name the peer's address, not its rank: ask Gloo which connections failed.
+  // Any of them names a rank that really failed: a peer that aborted before us left a note
+  // saying why (explainLoss relays it), one that died left none.
   const bool timedOut = text.find("Timed out") != std::string::npos;
   int peer = -1;
-  for (int r = 0; r < state_->size && !timedOut; ++r) {
-    std::string addr = peerAddress(*state_->context, r);
-    if (!addr.empty() && text.find(addr) != std::string::npos) peer = r;
+  if (!timedOut) {
+    const std::vector<int> broken = state_->brokenPeers();
+    if (!broken.empty()) peer = broken.front();
   }
   Status s =
       timedOut

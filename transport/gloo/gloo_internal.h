@@ -1,4 +1,7 @@
-// Internal to the Gloo transport (gloo_transport.cc, gloo_collectives.cc, gloo_access.cc).
+// Internal to the Gloo transport (gloo_transport.cc, gloo_p2p.cc, gloo_collectives.cc), and the
+// connection bench/gloo_algorithms.cc uses for Gloo's own algorithms (connectGroup, glooMessage).
+// kolo uses Gloo through its public headers only; how it interrupts Gloo's waits is in
+// gloo_interpose.h and wait_timer.h.
 #pragma once
 
 #include <gloo/rendezvous/context.h>
@@ -13,45 +16,25 @@
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "transport/gloo/gloo_interpose.h"
+#include "transport/gloo/wait_timer.h"
 #include "transport/poll_support.h"
 #include "transport/transport.h"
 
 namespace kolo::gloo_detail {
 
-// ---- the places where kolo reaches past Gloo's public API (gloo_access.cc) ---------------
-// Gloo 0.0~git20220518 offers no non-blocking completion test and no way to interrupt a wait
-// from another thread: its waitRecv/waitSend throw on timeout *and* close every connection of
-// the context. kolo therefore (1) peeks at a tcp::UnboundBuffer's completion counters and
-// pending exception under the buffer's own mutex, and (2) fails a whole context through
-// tcp::Context::signalException, the very call Gloo makes after an application timeout. Its
-// errors name a peer's address only, so (3) reads a tcp::Pair's peer address to map it back to
-// a rank. All are protected members of the installed headers, reached through derived
-// accessor classes.
-
-enum class BufferState { kPending, kDone, kFailed };
-// Requires a buffer created by a tcp device. On kFailed, *error is the pending exception.
-BufferState peekBuffer(gloo::transport::UnboundBuffer* buffer, bool recv,
-                       std::exception_ptr* error);
-
-// A rendezvous context that can be failed from any thread.
-class GlooContext : public gloo::rendezvous::Context {
- public:
-  using gloo::rendezvous::Context::Context;
-  // Every pending and later operation on this context throws `message`. Thread-safe.
-  void fail(const std::string& message);
-};
-
 // "[/path/pair.cc:612] Connection closed by peer" -> "Connection closed by peer"
 std::string glooMessage(const std::exception& e);
 
-// The address Gloo prints for the peer `rank` of a connected context ("[127.0.0.1]:4242"), as
-// it appears in Gloo's error messages; empty if unknown.
-std::string peerAddress(gloo::rendezvous::Context& context, int rank);
-
 // State shared by a transport and its batches.
 struct GlooShared {
-  std::shared_ptr<GlooContext> context;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  // The TCP device (listening address, I/O thread), shared with split groups.
   std::shared_ptr<gloo::transport::Device> device;
+  // Every buffer of this group, ours and Gloo's (abortAll).
+  std::shared_ptr<GroupWaits> waits;
+  // Ends the batches' waits on time; shared with split groups. Null in bench's groups.
+  std::shared_ptr<WaitTimer> timer;
   std::shared_ptr<Store> store;  // this group's prefixed view, for split()
   int rank = 0;
   int size = 0;
@@ -59,10 +42,10 @@ struct GlooShared {
   AbortState abort;
   SplitChildren<GlooShared> children;  // transports split from this one
 
-  // Records the cause (first wins) and fails the Gloo context, so that every wait on it -- ours
-  // and those inside Gloo's own collectives -- returns promptly, and peers see the connections
-  // close instead of waiting for their timeout. Transports split from this one abort too.
-  // Before failing the context it leaves the cause in the store as this rank's abort note.
+  // Records the cause (first wins), interrupts every wait on the group's buffers -- ours and
+  // those inside Gloo's own collectives -- and closes the group's connections, so that peers
+  // see them close instead of waiting for their timeout. Transports split from this one abort
+  // too. Before any of that it leaves the cause in the store as this rank's abort note.
   void abortWith(const Status& cause);
   // `direct` is the failure seen on the connection to `groupRank`. When that peer aborted
   // first (it left an abort note), its own cause is returned instead, marked as relayed: a
@@ -75,9 +58,16 @@ struct GlooShared {
   Status explainTimeout(const std::vector<int>& peers, const Status& direct,
                         std::chrono::milliseconds grace);
   std::atomic<int> blamed{-1};  // the rank the latest failure blames (for the abort note)
+  uint8_t probeSink = 0;        // brokenPeers()' receives, kept until the group goes
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> probes;
 
   // "rank 2 (global 5)"
   std::string describe(int groupRank) const;
+
+  // The peers whose connection Gloo has marked failed (a native collective failed: which
+  // connection it was, Gloo's message tells by address only). Leaves a receive pending on
+  // every healthy connection: only for a transport about to abort.
+  std::vector<int> brokenPeers();
 
  private:
   void leaveNote(const Status& cause, int blamedRank);

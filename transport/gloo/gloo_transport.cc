@@ -1,18 +1,11 @@
-// The Gloo transport: rendezvous, point-to-point batches, split and abort. The native
-// collectives live in gloo_collectives.cc, the reach into Gloo's internals in gloo_access.cc.
-//
-// Point-to-point: each op gets its own Gloo UnboundBuffer and the slot kP2PSlotPrefix | tag.
-// Gloo matches sends and receives per (pair, slot) in post order, which is exactly kolo's FIFO
-// per (src, dst, tag). A batch is polled: each pass peeks at every open buffer, so a closed
-// connection to any peer of the batch is noticed at once, not after the peers in front of it.
-// Gloo's own waitRecv/waitSend are never used for waiting: their timeout closes every
-// connection of the context, and they cannot report a failure on another pair meanwhile.
+// The Gloo transport: rendezvous, abort notes, split and abort. Point-to-point batches live in
+// gloo_p2p.cc, the native collectives in gloo_collectives.cc, and the layer through which kolo
+// can interrupt Gloo's waits in gloo_interpose.cc (every group's device, context and buffers
+// are kolo's forwarding implementations of Gloo's public transport interfaces).
 #include "transport/gloo/gloo_transport.h"
 
 #include <gloo/transport/tcp/device.h>
-#include <sched.h>
 #include <signal.h>
-#include <time.h>
 
 #include <algorithm>
 #include <thread>
@@ -22,9 +15,6 @@
 namespace kolo {
 namespace gloo_detail {
 namespace {
-
-// Top byte of a Gloo slot names the collective (Gloo uses 0x01..0x08); 'k' is kolo's p2p.
-constexpr uint64_t kP2PSlotPrefix = uint64_t{0x6B} << 56;
 
 // Gloo's rendezvous talks to a gloo::rendezvous::Store, which reports failures by exception.
 // The adapter throws, and remembers the kolo Status so the caller can return it unchanged.
@@ -67,148 +57,6 @@ bool mentionsTimeout(const std::string& text) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return lower.find("timed out") != std::string::npos || lower.find("timeout") != std::string::npos;
 }
-
-struct Entry {
-  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-  int peer = 0;
-  bool recv = false;
-  size_t bytes = 0;
-  bool done = false;
-};
-
-class GlooPending final : public PendingOps {
- public:
-  explicit GlooPending(std::shared_ptr<GlooShared> state)
-      : state_(std::move(state)), posted_(Clock::now()) {}
-
-  ~GlooPending() override {
-    if (open_ == 0) return;
-    // A posted receive cannot be withdrawn from Gloo, and its pair would stall on the data
-    // meant for it: the transport is done for. Failing the context also tells the peers.
-    // The first failure this batch saw is the most useful cause for every later call.
-    const std::string abandoned = "gloo: a batch was abandoned with " + std::to_string(open_) +
-                                  " operation(s) outstanding (" + outstanding() + ")";
-    if (!lastTimeout_.isOk()) {
-      state_->abortWith(Status(ErrorCode::kTimeout, lastTimeout_.message() + "; " + abandoned));
-    } else {
-      state_->abortWith(Status(ErrorCode::kAborted, abandoned));
-    }
-  }
-
-  Entry& add(std::unique_ptr<gloo::transport::UnboundBuffer> buffer, const P2POp& op) {
-    Entry e;
-    e.buffer = std::move(buffer);
-    e.peer = op.peer;
-    e.recv = op.kind == P2POp::Kind::kRecv;
-    e.bytes = op.bytes;
-    entries_.push_back(std::move(e));
-    ++open_;
-    return entries_.back();
-  }
-
-  // The op of `e` could not even be posted.
-  Status postFailed(Entry& e, const std::exception& ex) {
-    e.done = true;  // nothing of it is pending in Gloo
-    --open_;
-    Status s = state_->explainLoss(e.peer, lost(e, glooMessage(ex)));
-    state_->abortWith(s);
-    return s;
-  }
-
-  Status test(bool* done) override {
-    *done = false;
-    KOLO_RETURN_IF_ERROR(failed_);
-    if (open_ == 0) {
-      *done = true;
-      return Status::ok();
-    }
-    if (state_->abort.isSet()) return state_->abort.cause();
-    for (Entry& e : entries_) {
-      if (e.done) continue;
-      std::exception_ptr error;
-      BufferState s = peekBuffer(e.buffer.get(), e.recv, &error);
-      if (s == BufferState::kDone) {
-        e.done = true;
-        --open_;
-      } else if (s == BufferState::kFailed) {
-        std::string text = "unknown error";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& ex) {
-          text = glooMessage(ex);
-        } catch (...) {
-        }
-        failed_ = state_->abort.isSet() ? state_->abort.cause()
-                                        : state_->explainLoss(e.peer, lost(e, text));
-        state_->abortWith(failed_);  // the pair is closed; peers learn it at once
-        return failed_;
-      }
-    }
-    *done = open_ == 0;
-    return Status::ok();
-  }
-
-  Status wait(Deadline deadline) override {
-    Backoff backoff;
-    for (;;) {
-      bool done = false;
-      KOLO_RETURN_IF_ERROR(test(&done));
-      if (done) return Status::ok();
-      if (Clock::now() >= deadline) {
-        // A quarter of the time this batch was given (about the transport timeout), <= 1 s.
-        const auto grace = std::min<std::chrono::milliseconds>(
-            std::chrono::milliseconds(1000),
-            std::chrono::duration_cast<std::chrono::milliseconds>((deadline - posted_) / 4));
-        lastTimeout_ = state_->explainTimeout(
-            outstandingPeers(),
-            Status(ErrorCode::kTimeout, "gloo: timed out waiting for " + outstanding()), grace);
-        return lastTimeout_;
-      }
-      backoff.pause();
-    }
-  }
-
- private:
-  Status lost(const Entry& e, const std::string& why) const {
-    return Status(ErrorCode::kPeerLost, "gloo: lost " + state_->describe(e.peer) + " during a " +
-                                            (e.recv ? "receive of " : "send of ") +
-                                            std::to_string(e.bytes) + " bytes: " + why);
-  }
-
-  // Peers of unfinished ops, those we receive from first (a send may only wait for a peer
-  // that is itself waiting for someone else).
-  std::vector<int> outstandingPeers() const {
-    std::vector<int> peers;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (const Entry& e : entries_) {
-        if (e.done || e.recv != (pass == 0)) continue;
-        if (std::find(peers.begin(), peers.end(), e.peer) == peers.end()) peers.push_back(e.peer);
-      }
-    }
-    return peers;
-  }
-
-  std::string outstanding() const {
-    std::string text;
-    std::vector<std::pair<int, bool>> named;
-    for (const Entry& e : entries_) {
-      if (e.done) continue;
-      auto key = std::make_pair(e.peer, e.recv);
-      if (std::find(named.begin(), named.end(), key) != named.end()) continue;
-      named.push_back(key);
-      if (!text.empty()) text += ", ";
-      text += std::string(e.recv ? "receive from " : "send to ") + state_->describe(e.peer);
-    }
-    return text.empty() ? "nothing" : text;
-  }
-
-  std::shared_ptr<GlooShared> state_;
-  std::vector<Entry> entries_;
-  size_t open_ = 0;
-  Status failed_;
-  Status lastTimeout_;
-  Clock::time_point posted_;
-};
 
 void ignoreSigpipe() {
   struct sigaction current {};
@@ -262,7 +110,9 @@ void GlooShared::leaveNote(const Status& cause, int blamedRank) {
 void GlooShared::abortWith(const Status& cause) {
   if (!abort.set(cause)) return;
   leaveNote(cause, blamed.load());
-  if (context) context->fail("kolo: transport aborted: " + cause.toString());
+  // Waits first (they wake at once); closing a connection waits for a tick of Gloo's I/O loop.
+  if (waits) waits->abortAll("kolo: transport aborted: " + cause.toString());
+  if (context) context->closeConnections();
   for (auto& child : children.alive()) child->abortWith(cause);
 }
 
@@ -314,6 +164,28 @@ std::string GlooShared::describe(int groupRank) const {
   return describeGroupRank(groupRank, globalRanks);
 }
 
+// Gloo marks a pair failed when its connection breaks, whether or not an operation was pending
+// on it, and throws that failure from every later send or receive posted on the pair. A probe
+// is a 1-byte receive on kProbeSlot, on which no rank ever sends; it throws at once on a
+// failed pair and stays pending, harmlessly, on a healthy one (the caller aborts right after).
+constexpr uint64_t kProbeSlot = uint64_t{0x4B} << 56;  // 'K'
+
+std::vector<int> GlooShared::brokenPeers() {
+  std::vector<int> broken;
+  if (!context) return broken;
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    try {
+      auto probe = context->createUnboundBuffer(&probeSink, 1);
+      probe->recv(r, kProbeSlot, 0, 1);
+      probes.push_back(std::move(probe));
+    } catch (const std::exception&) {
+      broken.push_back(r);
+    }
+  }
+  return broken;
+}
+
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
@@ -324,11 +196,15 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
   state->globalRanks = std::move(globalRanks);
   state->store = store;
   state->device = device;
+  state->waits = std::make_shared<GroupWaits>();
   StoreAdapter adapter(store, timeout);
   try {
-    auto context = std::make_shared<GlooContext>(rank, size);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
-    context->connectFullMesh(adapter, device);
+    // The group's contexts and buffers are kolo's (gloo_interpose.h); the sockets are Gloo's.
+    std::shared_ptr<gloo::transport::Device> watched =
+        std::make_shared<WatchedDevice>(device, state->waits, timeout);
+    context->connectFullMesh(adapter, watched);
     state->context = std::move(context);
   } catch (const std::exception& e) {
     if (!adapter.firstError().isOk()) {
@@ -347,6 +223,16 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
   return Status::ok();
 }
 
+std::string glooMessage(const std::exception& e) {
+  std::string text = e.what();
+  // Gloo prefixes "[file:line] "; the location means nothing to a kolo user.
+  if (!text.empty() && text[0] == '[') {
+    size_t close = text.find("] ");
+    if (close != std::string::npos) text = text.substr(close + 2);
+  }
+  return text;
+}
+
 int GlooTransport::globalRank(int groupRank) const {
   if (groupRank < 0 || groupRank >= state_->size) return -1;
   return state_->globalRanks[static_cast<size_t>(groupRank)];
@@ -362,41 +248,6 @@ Capabilities GlooTransport::capabilities() const {
 
 Status GlooTransport::checkUsable() const {
   if (state_->abort.isSet()) return state_->abort.cause();
-  return Status::ok();
-}
-
-Status GlooTransport::post(const std::vector<P2POp>& ops, std::unique_ptr<PendingOps>* out) {
-  KOLO_RETURN_IF_ERROR(checkUsable());
-  // Validate everything first: once an op is posted, a failure abandons the batch.
-  for (const P2POp& op : ops) {
-    KOLO_REQUIRE(op.peer >= 0 && op.peer < state_->size && op.peer != state_->rank,
-                 kInvalidArgument,
-                 "gloo: peer " + std::to_string(op.peer) + " is not another rank of a group of " +
-                     std::to_string(state_->size));
-  }
-  auto pending = std::make_unique<GlooPending>(state_);
-  for (const P2POp& op : ops) {
-    const uint64_t slot = kP2PSlotPrefix | op.tag;
-    // Entry first: whatever happens, the buffer is owned by the batch.
-    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-    try {
-      buffer = state_->context->createUnboundBuffer(op.data, op.bytes);
-    } catch (const std::exception& e) {
-      return Status(ErrorCode::kInternal, "gloo: createUnboundBuffer: " + glooMessage(e));
-    }
-    Entry& e = pending->add(std::move(buffer), op);
-    try {
-      if (e.recv) {
-        e.buffer->recv(op.peer, slot, 0, op.bytes);
-      } else {
-        e.buffer->send(op.peer, slot, 0, op.bytes);
-      }
-    } catch (const std::exception& ex) {
-      if (state_->abort.isSet()) return state_->abort.cause();
-      return pending->postFailed(e, ex);
-    }
-  }
-  *out = std::move(pending);
   return Status::ok();
 }
 
@@ -418,6 +269,7 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   KOLO_RETURN_IF_ERROR(connectGroup(
       makePrefixStore(state_->store, prefix), static_cast<int>(it - ranks.begin()),
       static_cast<int>(ranks.size()), state_->device, timeout(), std::move(globals), &child));
+  child->timer = state_->timer;
   state_->children.add(child);
   auto t = std::make_unique<GlooTransport>(std::move(child));
   t->setTimeout(timeout());
@@ -471,6 +323,7 @@ Status createGlooTransport(std::shared_ptr<Store> store, int rank, int size,
   std::shared_ptr<GlooShared> state;
   KOLO_RETURN_IF_ERROR(
       connectGroup(groupStore, rank, size, device, timeout, std::move(globals), &state));
+  state->timer = std::make_shared<WaitTimer>();
   *out = std::make_unique<GlooTransport>(std::move(state));
   return Status::ok();
 }

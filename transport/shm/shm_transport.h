@@ -43,7 +43,7 @@ struct ShmOptions {
 Status createShmTransport(std::unique_ptr<Transport>* base, const ShmOptions& options,
                           std::unique_ptr<Transport>* out);
 
-// KOLO_SHM applied to a freshly connected base transport (transport/registry.cc calls it after
+// KOLO_SHM applied to a freshly connected base transport (bootstrap/registry.cc calls it after
 // creating MPI or Gloo). Collective. kOff: *transport unchanged. kAuto: wrapped when the job may
 // fit on this host (2..64 ranks, and cfg.localSize unknown or equal to the size); when some
 // rank cannot map the segment (another host) every rank keeps the base, silently. kOn: wrapped

@@ -6,7 +6,7 @@ Ranks fill the hosts in host-list order, each host up to its slot count:
   cross_rank  = index among the ranks with the same local_rank (hosts in list order)
   cross_size  = how many ranks share that local_rank
 With uneven hosts (-H a:2,b:1 -np 3) rank 1 (a, local 1) has cross_rank 0 and cross_size 1.
-This agrees with core/topology.h (cross ranks ordered by global rank), because ranks are
+This agrees with bootstrap/topology.h (cross ranks ordered by global rank), because ranks are
 numbered host by host.
 """
 

@@ -1,7 +1,8 @@
-// The transport registry: which transports this build contains, where this process was launched
-// from, and the one factory that turns a Config into a connected Transport. The only file of
-// kolo that looks at KOLO_HAVE_* (registry.cc), so the rest of the engine compiles the same way
-// with or without MPI and Gloo.
+// The transport registry (part of bootstrap/): which transports this build contains, where this
+// process was launched from, and the one factory that turns a Config into a connected Transport
+// (and the one that makes the device executor). The only file of kolo that looks at
+// KOLO_HAVE_* (registry.cc), so the rest of the engine compiles the same way with or without
+// MPI and Gloo. It sits above transport/ and ops/ because it names their implementations.
 //
 // Thread safety: every function is safe to call from any thread (they read the environment
 // through `getenv`, which is ::getenv unless a test passes its own).
@@ -47,7 +48,8 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 // Creates and connects the transport resolveTransportKind(cfg) names, as rank `rank` of `size`
 // (-1: take cfg.rank / cfg.size), and sets its timeout to cfg.timeoutSeconds. Collective: every
 // rank calls it, and waits at most cfg.startTimeoutSeconds for the others. MPI takes rank and
-// size from MPI itself (a disagreement with the given ones is kInvalidArgument). Gloo needs
+// size from MPI itself (a disagreement with the given ones is kInvalidArgument: MPI's world
+// cannot change within a process, MPI_Finalize being final). Gloo needs
 // `store`; it listens on cfg.glooIface when set, else on 127.0.0.1 when every rank is known to
 // run on this host (localSize == size, or no local size and a loopback or absent
 // KOLO_RENDEZVOUS_ADDR), else on cfg.hostname (or this host's name). Errors: kUnsupported for a
@@ -56,16 +58,17 @@ Status detectLaunchEnvironment(Config* cfg, const GetEnvFn& getenv = {});
 Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank, int size,
                        std::unique_ptr<Transport>* out);
 
-// ---- the device path (CUDA tensors over NCCL) ------------------------------------------------
-// Whether this build contains it (KOLO_HAVE_NCCL, which implies CUDA).
+// ---- the device path (CUDA tensors: over NCCL, or staged through host memory) -----------------
+// Whether this build contains it (KOLO_HAVE_CUDA; NCCL builds also have the NCCL executor).
 bool deviceTransportBuilt();
 // Whether it can run here: built, and a CUDA device is visible; *why (optional) says why not.
 // Queries the CUDA driver (cheap, creates no context).
 bool deviceTransportAvailable(std::string* why = nullptr);
-// Creates the executor that runs batches of CUDA tensors (NCCL communicators per process set,
-// made lazily; no CUDA call before the first device tensor). Sets *out to null in a build
-// without NCCL. `store` (may be null) carries NCCL unique ids; without it they travel over the
-// process set's CPU transport.
+// Creates the executor that runs batches of CUDA tensors (no CUDA call before the first device
+// tensor): over NCCL (communicators per process set, made lazily) unless cfg.gpuOperations is
+// kHost or the build has no NCCL, else the host-staged one. Sets *out to null in a build without
+// CUDA; kUnsupported for KOLO_GPU_OPERATIONS=nccl without NCCL. `store` (may be null) carries
+// NCCL unique ids; without it they travel over the process set's CPU transport.
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out);
 // Makes `stream` (a cudaStream_t; null = the default stream of `device`) wait, on the device,

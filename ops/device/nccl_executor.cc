@@ -1,7 +1,7 @@
 // NcclExecutor: submission checks, device choice, lazy communicator setup per process set, and
 // the plumbing every batch shares (design in nccl_executor_impl.h; data paths in
 // nccl_collectives.cc).
-#include "transport/nccl/nccl_executor.h"
+#include "ops/device/nccl_executor.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include "timeline/timeline.h"
 #include "transport/poll_support.h"
 #include "kernels/cuda_kernels.h"
-#include "transport/nccl/nccl_executor_impl.h"
+#include "ops/device/nccl_executor_impl.h"
 
 namespace kolo {
 namespace {
@@ -25,8 +25,6 @@ constexpr int32_t kCrossSplitBase = int32_t{1} << 30;
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
-
-std::string deviceName(int device) { return "cuda:" + std::to_string(device); }
 
 // The timeline step of a batch, begun for every tensor of it and ended when it goes away.
 class Activity {
@@ -50,19 +48,6 @@ class Activity {
 
 }  // namespace
 
-bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
-
-Status cudaStreamWaitFor(void* event, int device, void* stream) {
-  KOLO_REQUIRE(device >= 0, kInternal, "a completion event without its device");
-  cuda::DeviceGuard g(device);  // a null stream means the default stream of the current device
-  KOLO_RETURN_IF_ERROR(g.status());
-  cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
-                                      static_cast<cudaEvent_t>(event), 0);
-  if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
-  return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
-                     device);
-}
-
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
                           std::unique_ptr<ops::DeviceExecutor>* out) {
   *out = std::make_unique<NcclExecutor>(cfg, std::move(store));
@@ -70,7 +55,7 @@ Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
 }
 
 NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store)
-    : cfg_(cfg), store_(std::move(store)), host_(cfg.hostname) {
+    : CudaDeviceBase(cfg), store_(std::move(store)), host_(cfg.hostname) {
   if (host_.empty()) {
     char name[HOST_NAME_MAX + 1] = {0};
     host_ = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
@@ -95,92 +80,8 @@ NcclExecutor::~NcclExecutor() {
   sets_.clear();
 }
 
-// ---- submission ------------------------------------------------------------------------------
-
-Status NcclExecutor::checkPointer(const TensorView& t, const char* what) const {
-  if (t.data == nullptr) return Status::ok();  // zero elements: nothing is read or written
-  cudaPointerAttributes attr{};
-  cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
-  if (e != cudaSuccess) (void)cudaGetLastError();
-  const bool device =
-      e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
-  if (!device) {
-    return Status(ErrorCode::kInvalidArgument,
-                  std::string(what) + " says " + deviceName(t.device) +
-                      " but its data pointer is not CUDA device memory (a host tensor must use "
-                      "device -1)");
-  }
-  if (attr.type == cudaMemoryTypeDevice && attr.device != t.device) {
-    return Status(ErrorCode::kInvalidArgument, std::string(what) + " says " + deviceName(t.device) +
-                                                   " but its memory is on " +
-                                                   deviceName(attr.device));
-  }
-  return Status::ok();
-}
-
-Status NcclExecutor::prepare(const TensorView& t, const TensorView* output,
-                             std::shared_ptr<void>* readyEvent) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
-      return Status(ErrorCode::kUnsupported,
-                    "the tensor is on " + deviceName(t.device) +
-                        " but no CUDA device is visible to this process (" + noDeviceWhy_ + ")");
-    }
-    if (t.device >= deviceCount_) {
-      return Status(ErrorCode::kInvalidArgument,
-                    deviceName(t.device) + " does not exist: " + std::to_string(deviceCount_) +
-                        " CUDA device(s) are visible to this process");
-    }
-    if (device_ < 0) device_ = t.device;
-    if (device_ != t.device) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "the tensor is on " + deviceName(t.device) + " but this rank uses " +
-                        deviceName(device_) +
-                        " (kolo drives one CUDA device per rank: run one process per device)");
-    }
-  }
-  KOLO_RETURN_IF_ERROR(checkPointer(t, "the tensor"));
-  if (output != nullptr && output->data != nullptr && output->data != t.data) {
-    KOLO_REQUIRE(output->device == t.device, kInvalidArgument,
-                 "the output tensor is on " + deviceName(output->device) + ", the input on " +
-                     deviceName(t.device));
-    KOLO_RETURN_IF_ERROR(checkPointer(*output, "the output tensor"));
-  }
-  KOLO_RETURN_IF_ERROR(cuda::makeEvent(t.device, readyEvent));
-  cuda::DeviceGuard g(t.device);
-  KOLO_RETURN_IF_ERROR(g.status());
-  cudaError_t e = cudaEventRecord(cuda::eventOf(*readyEvent), static_cast<cudaStream_t>(t.stream));
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    readyEvent->reset();
-    return Status(ErrorCode::kInvalidArgument,
-                  "cannot record the ready event on the tensor's stream (is it a stream of " +
-                      deviceName(t.device) + "?): " + cudaGetErrorString(e));
-  }
-  return Status::ok();
-}
-
 // ---- setup
 // ---------------------------------------------------------------------------------------
-
-Status NcclExecutor::executionDevice(int* device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (device_ < 0) {
-    // Only a rank that never submitted a device tensor gets here (it joined): pick its
-    // launcher-given local device and keep it, so later submissions must agree.
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
-      return Status(
-          ErrorCode::kUnsupported,
-          "a device op reached this rank but no CUDA device is visible (" + noDeviceWhy_ + ")");
-    }
-    device_ = std::max(0, cfg_.localRank) % deviceCount_;
-  }
-  *device = device_;
-  return Status::ok();
-}
 
 Status NcclExecutor::stateFor(const ProcessSet& set, int device, SetState** out) {
   auto it = sets_.find(set.id);
@@ -368,28 +269,6 @@ Status NcclExecutor::stagingBuffer(size_t bytes, void** out) {
   return staging_.reserve(bytes, out);
 }
 
-Status NcclExecutor::allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape,
-                                    size_t bytes, void** out) {
-  HandleState& h = *e.handle;
-  h.outputShape = shape;
-  if (e.allocate) {
-    *out = e.allocate(bytes, shape);
-    if (*out == nullptr && bytes > 0) {
-      return Status(ErrorCode::kInvalidArgument, std::string(toString(e.request.type)) + " '" +
-                                                     e.request.name +
-                                                     "': the output allocator returned NULL for " +
-                                                     std::to_string(bytes) + " bytes");
-    }
-  } else {
-    std::shared_ptr<void> mem;
-    KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
-    *out = mem.get();
-    h.ownedDeviceOutput = std::move(mem);
-  }
-  h.outputData = *out;
-  return Status::ok();
-}
-
 Status NcclExecutor::copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs) {
   Status s = cuda::check(cuda::batchedCopy(descs.data(), descs.size(), t.stream()),
                          "batched copy kernel", t.device());
@@ -430,15 +309,15 @@ Status NcclExecutor::execute(const ops::ExecContext& ctx, const Batch& rs, const
     }
     case OpType::kBroadcast: {
       Activity a(ctx.timeline, rs, "NCCL_BROADCAST");
-      return runBroadcast(*st, first, *es[0]);
+      return runBroadcast(ctx, *st, rs, *es[0]);
     }
     case OpType::kAlltoall: {
       Activity a(ctx.timeline, rs, "NCCL_ALLTOALL");
-      return runAlltoall(ctx, *st, first, *es[0]);
+      return runAlltoall(ctx, *st, rs, *es[0]);
     }
     case OpType::kReducescatter: {
       Activity a(ctx.timeline, rs, "NCCL_REDUCESCATTER");
-      return runReducescatter(ctx, *st, first, *es[0]);
+      return runReducescatter(ctx, *st, rs, *es[0]);
     }
     default:
       return Status(ErrorCode::kInternal,

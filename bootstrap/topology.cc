@@ -1,6 +1,6 @@
 // Topology from the list of hostnames. Sizes are small (ranks in a job), so plain counting
 // passes are clearer than building maps.
-#include "core/topology.h"
+#include "bootstrap/topology.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -8,6 +8,7 @@
 #include "base/config.h"
 #include "base/status.h"
 #include "rendezvous/store.h"
+#include "ops/device/cuda_device.h"
 #include "ops/device_executor.h"
 
 namespace kolo {
@@ -17,13 +18,5 @@ namespace kolo {
 // the NCCL unique ids; without one they travel over the set's CPU transport.
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
                           std::unique_ptr<ops::DeviceExecutor>* out);
-
-// Whether a CUDA device is visible; *why (optional) says why not.
-bool cudaDeviceVisible(std::string* why = nullptr);
-
-// cudaStreamWaitEvent(stream, event): `stream` (a cudaStream_t; null = the default stream of
-// `device`, the event's device) runs its later work after `event` (a cudaEvent_t) completed.
-// The host does not block.
-Status cudaStreamWaitFor(void* event, int device, void* stream);
 
 }  // namespace kolo

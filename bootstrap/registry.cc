@@ -1,6 +1,6 @@
 // The transport registry. The #if blocks below are the only build-configuration switches of the
 // engine; everything else asks transportBuilt() or goes through createTransport().
-#include "transport/registry.h"
+#include "bootstrap/registry.h"
 
 #include <unistd.h>
 
@@ -20,8 +20,12 @@
 #if KOLO_HAVE_GLOO
 #include "transport/gloo/gloo_transport.h"
 #endif
+#if KOLO_HAVE_CUDA
+#include "ops/device/cuda_device.h"
+#include "ops/device/host_staged_executor.h"
+#endif
 #if KOLO_HAVE_NCCL
-#include "transport/nccl/nccl_executor.h"
+#include "ops/device/nccl_executor.h"
 #endif
 #include "ops/device_executor.h"
 
@@ -213,7 +217,10 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
         return Status(ErrorCode::kInvalidArgument,
                       "rank " + std::to_string(rank) + " of " + std::to_string(size) +
                           " was requested but MPI says rank " + std::to_string(t->rank()) + " of " +
-                          std::to_string(t->size()));
+                          std::to_string(t->size()) +
+                          " (MPI's world cannot change within a process: MPI cannot be "
+                          "initialized again after MPI_Finalize; use KOLO_CONTROLLER=gloo to "
+                          "re-init with another rank or size)");
       }
       break;
 #else
@@ -256,10 +263,10 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
   return Status::ok();
 }
 
-bool deviceTransportBuilt() { return KOLO_HAVE_NCCL != 0; }
+bool deviceTransportBuilt() { return KOLO_HAVE_CUDA != 0; }
 
 bool deviceTransportAvailable(std::string* why) {
-#if KOLO_HAVE_NCCL
+#if KOLO_HAVE_CUDA
   return cudaDeviceVisible(why);
 #else
   if (why != nullptr) *why = "kolo was built without CUDA/NCCL (KOLO_WITH_CUDA, KOLO_WITH_NCCL)";
@@ -268,7 +275,7 @@ bool deviceTransportAvailable(std::string* why) {
 }
 
 Status deviceStreamWait(void* event, int device, void* stream) {
-#if KOLO_HAVE_NCCL
+#if KOLO_HAVE_CUDA
   return cudaStreamWaitFor(event, device, stream);
 #else
   (void)event;
@@ -281,8 +288,19 @@ Status deviceStreamWait(void* event, int device, void* stream) {
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out) {
   out->reset();
+  // KOLO_GPU_OPERATIONS=host, or CUDA without NCCL: staged through pinned host memory over the
+  // CPU transport (ops/device/host_staged_executor.h).
 #if KOLO_HAVE_NCCL
-  return createNcclExecutor(cfg, std::move(store), out);
+  if (cfg.gpuOperations != GpuOperations::kHost) {
+    return createNcclExecutor(cfg, std::move(store), out);
+  }
+#endif
+#if KOLO_HAVE_CUDA
+  if (cfg.gpuOperations == GpuOperations::kNccl && !KOLO_HAVE_NCCL) {
+    return Status(ErrorCode::kUnsupported,
+                  "KOLO_GPU_OPERATIONS=nccl but kolo was built without NCCL (KOLO_WITH_NCCL)");
+  }
+  return createHostStagedExecutor(cfg, out);
 #else
   (void)cfg;
   (void)store;

@@ -1,5 +1,5 @@
 // NcclExecutor: runs batches of CUDA tensors (ops::DeviceExecutor over NCCL). Internal to
-// transport/nccl; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
+// ops/device; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
 //
 // Design:
 //  - One CUDA device per rank: the first device tensor submitted fixes it (a later tensor on
@@ -47,20 +47,21 @@
 #include "base/config.h"
 #include "ops/process_set.h"
 #include "ops/entry.h"
+#include "ops/batch_plan.h"
+#include "ops/device/cuda_device.h"
 #include "ops/device_executor.h"
 #include "ops/execute.h"
 #include "kernels/cuda_util.h"
+#include "rendezvous/store.h"
 #include "transport/nccl/nccl_transport.h"
 
 namespace kolo {
 
-class NcclExecutor final : public ops::DeviceExecutor {
+class NcclExecutor final : public CudaDeviceBase {
  public:
   NcclExecutor(const Config& cfg, std::shared_ptr<Store> store);
   ~NcclExecutor() override;
 
-  Status prepare(const TensorView& t, const TensorView* output,
-                 std::shared_ptr<void>* readyEvent) override;
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
                  const std::vector<TensorEntry*>& entries) override;
   Status poll() override;
@@ -82,8 +83,6 @@ class NcclExecutor final : public ops::DeviceExecutor {
     Deadline deadline;
   };
 
-  Status checkPointer(const TensorView& t, const char* what) const;
-  Status executionDevice(int* device);
   Status stateFor(const ProcessSet& set, int device, SetState** out);
   Status setUp(const ProcessSet& set, int device, SetState* st);
   Status makeComm(const ProcessSet& set, int device, const std::vector<int>& members,
@@ -97,31 +96,29 @@ class NcclExecutor final : public ops::DeviceExecutor {
   // fusion_.reserve / staging_.reserve, draining first when the buffer must grow.
   Status fusionBuffer(size_t bytes, void** out);
   Status stagingBuffer(size_t bytes, void** out);
-  Status allocateOutput(TensorEntry& e, int device, const std::vector<int64_t>& shape, size_t bytes,
-                        void** out);
+  // The batch's plan (ops/batch_plan.h) and its outputs; handle-owned outputs are cudaMalloc'ed
+  // on `device` (HandleState::ownedDeviceOutput).
+  Status plan(const ops::ExecContext& ctx, const Batch& rs, const Entries& es,
+              const ops::PlanOptions& options, ops::BatchPlan* out);
+  Status ownedOutputs(const ops::BatchPlan& p, const Entries& es, int device,
+                      std::vector<void*>* outputs);
   Status copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs);
   Status scale(NcclTransport& t, void* data, size_t count, DataType dtype, double factor);
 
-  // Data paths (nccl_collectives.cc).
+  // Data paths (nccl_collectives.cc): each plans its batch and carries the plan out.
   Status runAllreduce(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                       const Entries& es);
   Status runHierarchical(const ops::ExecContext& ctx, SetState& st, char* buf, size_t padded,
                          DataType dtype, ReduceOp op);
   Status runAllgather(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                       const Entries& es);
-  Status runBroadcast(SetState& st, const Response& r, TensorEntry& e);
-  Status runAlltoall(const ops::ExecContext& ctx, SetState& st, const Response& r, TensorEntry& e);
-  Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Response& r,
+  Status runBroadcast(const ops::ExecContext& ctx, SetState& st, const Batch& rs, TensorEntry& e);
+  Status runAlltoall(const ops::ExecContext& ctx, SetState& st, const Batch& rs, TensorEntry& e);
+  Status runReducescatter(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                           TensorEntry& e);
 
-  const Config cfg_;
   const std::shared_ptr<Store> store_;
   std::string host_;
-
-  mutable std::mutex mu_;  // guards the device fields (prepare() runs on user threads)
-  int deviceCount_ = -1;   // -1: not looked at yet
-  std::string noDeviceWhy_;
-  int device_ = -1;  // this rank's device, fixed by the first device tensor
 
   // Coordinator thread only.
   std::map<int32_t, SetState> sets_;

@@ -1,0 +1,174 @@
+// The init path, step by step (bootstrap.h): launcher -> store -> round -> host names ->
+// transport -> topology -> device executor.
+#include "bootstrap/bootstrap.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "bootstrap/registry.h"
+#include "ops/collectives.h"
+#include "transport/loopback/loopback_transport.h"
+
+namespace kolo {
+namespace {
+
+// The newest round any rank of this store started, outside every round's key space.
+constexpr const char* kRoundKey = "kolo/round";
+
+std::string localHostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// Gathers every rank's host name over the transport itself (MPI without a store).
+Status gatherHostnames(Transport& t, const std::string& mine, std::vector<std::string>* hosts) {
+  const int n = t.size();
+  constexpr size_t kSlot = 256;
+  std::vector<char> send(kSlot, 0), recv(kSlot * n, 0);
+  std::memcpy(send.data(), mine.data(), std::min(mine.size(), kSlot - 1));
+  ops::AlgorithmConfig ring;
+  ring.allgather = ops::Algorithm::kRing;
+  KOLO_RETURN_IF_ERROR(
+      ops::allgatherv(t, ring, send.data(), kSlot, recv.data(), std::vector<size_t>(n, kSlot)));
+  hosts->clear();
+  for (int r = 0; r < n; ++r) hosts->emplace_back(recv.data() + r * kSlot);
+  return Status::ok();
+}
+
+// Refuses a round older than the newest one recorded in the store, then records ours. The read
+// and the write are not atomic: a stale rank racing the first rank of a new round may pass here,
+// and then times out in its own round's keys instead (it still never joins the new round).
+Status enterRound(Store& root, int64_t round, int rank) {
+  bool exists = false;
+  KOLO_RETURN_IF_ERROR(root.check(kRoundKey, &exists));
+  int64_t newest = -1;
+  if (exists) {
+    std::vector<uint8_t> v;
+    KOLO_RETURN_IF_ERROR(root.get(kRoundKey, &v, std::chrono::seconds(5)));
+    const std::string text(v.begin(), v.end());
+    char* end = nullptr;
+    newest = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0') {
+      return Status(ErrorCode::kInvalidArgument, std::string("the store's ") + kRoundKey +
+                                                     " holds '" + text + "', not a round number");
+    }
+  }
+  if (newest > round) {
+    return Status(ErrorCode::kAborted,
+                  "rank " + std::to_string(rank) + " starts rendezvous round " +
+                      std::to_string(round) + " but the job is already at round " +
+                      std::to_string(newest) +
+                      ": a worker of an old round cannot join a new one (KOLO_RENDEZVOUS_ROUND; "
+                      "unset, it counts this process's earlier inits)");
+  }
+  if (newest < round) {
+    const std::string text = std::to_string(round);
+    KOLO_RETURN_IF_ERROR(root.set(kRoundKey, std::vector<uint8_t>(text.begin(), text.end())));
+  }
+  return Status::ok();
+}
+
+// Launcher variables, defaults and the checks that need no other rank.
+Status resolveConfig(const Config& in, Config* cfg) {
+  *cfg = in;
+  KOLO_RETURN_IF_ERROR(detectLaunchEnvironment(cfg));
+  if (cfg->hostname.empty()) cfg->hostname = localHostname();
+  if (cfg->size < 0) {  // started without a launcher: a job of one
+    cfg->size = 1;
+    cfg->rank = 0;
+  }
+  if (cfg->rank < 0) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_SIZE=" + std::to_string(cfg->size) + " is set but KOLO_RANK is not");
+  }
+  if (cfg->heartbeatSeconds * 2 > cfg->timeoutSeconds) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_HEARTBEAT_SECONDS must be at most half of KOLO_TIMEOUT_SECONDS");
+  }
+  return Status::ok();
+}
+
+// The store the configuration names (null when it names none).
+Status openStore(const Config& cfg, std::shared_ptr<Store>* store) {
+  store->reset();
+  if (!cfg.rendezvousAddr.empty()) {
+    if (cfg.rendezvousPort <= 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "KOLO_RENDEZVOUS_ADDR is set but KOLO_RENDEZVOUS_PORT is not");
+    }
+    return makeTcpStore(cfg.rendezvousAddr, cfg.rendezvousPort, millis(cfg.startTimeoutSeconds),
+                        store);
+  }
+  if (!cfg.rendezvousDir.empty()) return makeFileStore(cfg.rendezvousDir, store);
+  return Status::ok();
+}
+
+// Topology and device executor, the steps both entry points share.
+Status finish(BootstrapResult* b) {
+  KOLO_RETURN_IF_ERROR(computeTopology(b->hosts, b->transport->rank(), &b->topology));
+  return createDeviceExecutor(b->config, b->store, &b->device);
+}
+
+}  // namespace
+
+std::string roundPrefix(int64_t round) {
+  return round == 0 ? std::string() : "round" + std::to_string(round) + "/";
+}
+
+Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out) {
+  BootstrapResult b;
+  KOLO_RETURN_IF_ERROR(resolveConfig(config, &b.config));
+  const Config& cfg = b.config;
+  b.round = cfg.rendezvousRound >= 0 ? cfg.rendezvousRound : initCount;
+  if (cfg.size == 1 && cfg.transport != TransportKind::kMpi &&
+      cfg.transport != TransportKind::kGloo) {
+    std::vector<std::unique_ptr<Transport>> group;
+    KOLO_RETURN_IF_ERROR(createLoopbackGroup(1, &group));
+    b.transport = std::move(group[0]);
+    b.hosts = {cfg.hostname};
+  } else {
+    std::shared_ptr<Store> root;
+    KOLO_RETURN_IF_ERROR(openStore(cfg, &root));
+    if (root) {
+      KOLO_RETURN_IF_ERROR(enterRound(*root, b.round, cfg.rank));
+      b.store = b.round == 0 ? root : makePrefixStore(root, roundPrefix(b.round));
+      // Publishing "host/<rank>" also tells kolorun this rank connected.
+      KOLO_RETURN_IF_ERROR(exchangeHostnames(*b.store, cfg.rank, cfg.size, cfg.hostname,
+                                             millis(cfg.startTimeoutSeconds), &b.hosts));
+    }
+    KOLO_RETURN_IF_ERROR(createTransport(cfg, b.store, cfg.rank, cfg.size, &b.transport));
+    if (b.hosts.empty()) {
+      KOLO_RETURN_IF_ERROR(gatherHostnames(*b.transport, cfg.hostname, &b.hosts));
+    }
+  }
+  KOLO_RETURN_IF_ERROR(finish(&b));
+  *out = std::move(b);
+  return Status::ok();
+}
+
+Status bootstrapOver(const Config& config, std::unique_ptr<Transport> transport,
+                     const std::vector<std::string>& hosts, BootstrapResult* out) {
+  KOLO_REQUIRE(transport != nullptr, kInvalidArgument, "bootstrapOver: the transport is null");
+  BootstrapResult b;
+  b.config = config;
+  b.config.rank = transport->rank();
+  b.config.size = transport->size();
+  b.hosts = hosts;
+  if (b.hosts.empty()) b.hosts.assign(transport->size(), "localhost");
+  b.transport = std::move(transport);
+  KOLO_RETURN_IF_ERROR(finish(&b));
+  *out = std::move(b);
+  return Status::ok();
+}
+
+}  // namespace kolo

@@ -1,0 +1,107 @@
+// The submission side shared by the CUDA executors (contract in cuda_device.h).
+#include "ops/device/cuda_device.h"
+
+#include <algorithm>
+
+#include "kernels/cuda_util.h"
+
+namespace kolo {
+
+std::string deviceName(int device) { return "cuda:" + std::to_string(device); }
+
+bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
+
+Status cudaStreamWaitFor(void* event, int device, void* stream) {
+  KOLO_REQUIRE(device >= 0, kInternal, "a completion event without its device");
+  cuda::DeviceGuard g(device);  // a null stream means the default stream of the current device
+  KOLO_RETURN_IF_ERROR(g.status());
+  cudaError_t e =
+      cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0);
+  if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
+  return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
+                     device);
+}
+
+Status CudaDeviceBase::checkPointer(const TensorView& t, const char* what) const {
+  if (t.data == nullptr) return Status::ok();  // zero elements: nothing is read or written
+  cudaPointerAttributes attr{};
+  cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  const bool device =
+      e == cudaSuccess && (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
+  if (!device) {
+    return Status(ErrorCode::kInvalidArgument,
+                  std::string(what) + " says " + deviceName(t.device) +
+                      " but its data pointer is not CUDA device memory (a host tensor must use "
+                      "device -1)");
+  }
+  if (attr.type == cudaMemoryTypeDevice && attr.device != t.device) {
+    return Status(ErrorCode::kInvalidArgument, std::string(what) + " says " + deviceName(t.device) +
+                                                   " but its memory is on " +
+                                                   deviceName(attr.device));
+  }
+  return Status::ok();
+}
+
+Status CudaDeviceBase::prepare(const TensorView& t, const TensorView* output,
+                               std::shared_ptr<void>* readyEvent) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
+    if (deviceCount_ == 0) {
+      return Status(ErrorCode::kUnsupported,
+                    "the tensor is on " + deviceName(t.device) +
+                        " but no CUDA device is visible to this process (" + noDeviceWhy_ + ")");
+    }
+    if (t.device >= deviceCount_) {
+      return Status(ErrorCode::kInvalidArgument,
+                    deviceName(t.device) + " does not exist: " + std::to_string(deviceCount_) +
+                        " CUDA device(s) are visible to this process");
+    }
+    if (device_ < 0) device_ = t.device;
+    if (device_ != t.device) {
+      return Status(ErrorCode::kInvalidArgument,
+                    "the tensor is on " + deviceName(t.device) + " but this rank uses " +
+                        deviceName(device_) +
+                        " (kolo drives one CUDA device per rank: run one process per device)");
+    }
+  }
+  KOLO_RETURN_IF_ERROR(checkPointer(t, "the tensor"));
+  if (output != nullptr && output->data != nullptr && output->data != t.data) {
+    KOLO_REQUIRE(output->device == t.device, kInvalidArgument,
+                 "the output tensor is on " + deviceName(output->device) + ", the input on " +
+                     deviceName(t.device));
+    KOLO_RETURN_IF_ERROR(checkPointer(*output, "the output tensor"));
+  }
+  KOLO_RETURN_IF_ERROR(cuda::makeEvent(t.device, readyEvent));
+  cuda::DeviceGuard g(t.device);
+  KOLO_RETURN_IF_ERROR(g.status());
+  cudaError_t e = cudaEventRecord(cuda::eventOf(*readyEvent), static_cast<cudaStream_t>(t.stream));
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    readyEvent->reset();
+    return Status(ErrorCode::kInvalidArgument,
+                  "cannot record the ready event on the tensor's stream (is it a stream of " +
+                      deviceName(t.device) + "?): " + cudaGetErrorString(e));
+  }
+  return Status::ok();
+}
+
+Status CudaDeviceBase::executionDevice(int* device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (device_ < 0) {
+    // Only a rank that never submitted a device tensor gets here (it joined): pick its
+    // launcher-given local device and keep it, so later submissions must agree.
+    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
+    if (deviceCount_ == 0) {
+      return Status(
+          ErrorCode::kUnsupported,
+          "a device op reached this rank but no CUDA device is visible (" + noDeviceWhy_ + ")");
+    }
+    device_ = std::max(0, cfg_.localRank) % deviceCount_;
+  }
+  *device = device_;
+  return Status::ok();
+}
+
+}  // namespace kolo
