@@ -65,7 +65,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentu
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)
 state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0,
-                               batch=0, step=0)
+                               step=0)
 
 
 def on_reset():
@@ -90,7 +90,9 @@ def train(state):
     first_round = hvd.elastic.current_round()
     while state.epoch < args.epochs:
         batches = (len(state.sampler) + args.batch_size - 1) // args.batch_size
-        for b in range(state.batch, batches):
+        # After every sync the sampler holds only the rest of the epoch (re-sharded over the
+        # current size), so each (re)entry starts at its batch 0.
+        for b in range(batches):
             if (hvd.rank() == args.kill_rank and state.step == args.kill_step
                     and hvd.elastic.current_round() == first_round == 0):
                 print("rank %d kills itself at step %d at %.3f" % (
@@ -102,7 +104,7 @@ def train(state):
             loss.backward()
             optimizer.step()
             state.sampler.record_batch(b, args.batch_size)
-            state.batch, state.step = b + 1, state.step + 1
+            state.step += 1
             if args.log_steps and hvd.rank() == 0:
                 print("STEP %.3f round %d size %d step %d" % (
                     time.time(), hvd.elastic.current_round(), hvd.size(), state.step),
@@ -111,7 +113,7 @@ def train(state):
                 time.sleep(args.step_sleep)
             if state.step % args.commit_every == 0:
                 state.commit()
-        state.epoch, state.batch = state.epoch + 1, 0
+        state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()
         if hvd.rank() == 0:

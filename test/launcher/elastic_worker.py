@@ -103,7 +103,7 @@ class State(hvd.elastic.TorchState):
 
 
 state = State(model=model, optimizer=opt, sampler=sampler, epoch=0, batch=0, step=0,
-              loss0=full_loss(), sizes=[])
+              loss0=full_loss(), sizes=[], coverage_gaps=0)
 
 
 def on_reset():
@@ -127,7 +127,9 @@ def train(state):
 
     while more():
         batches = (len(state.sampler) + args.batch - 1) // args.batch
-        for b in range(state.batch, batches):
+        # After every sync the sampler holds only the rest of the epoch, re-sharded over the
+        # current size: each (re)entry starts at its batch 0.
+        for b in range(batches):
             for rnd, rank, step in faults("die"):
                 if (hvd.elastic.current_round() == rnd and hvd.rank() == rank
                         and state.step == step):
@@ -148,6 +150,12 @@ def train(state):
                     print("PROGRESS round %d size %d step %d" % (
                         hvd.elastic.current_round(), hvd.size(), state.step), flush=True)
                 state.commit()
+        # Every sample of the epoch was processed by some rank despite the resets.
+        done = set().union(*hvd.allgather_object(state.sampler.processed_indices))
+        if done != set(range(args.samples)):
+            state.coverage_gaps += 1
+            print("epoch %d: %d samples never processed" % (
+                state.epoch, args.samples - len(done)), flush=True)
         state.epoch += 1
         state.batch = 0
         state.sampler.set_epoch(state.epoch)
@@ -160,5 +168,6 @@ params = [float(v) for prm in model.parameters() for v in prm.detach().flatten()
 print("RESULT " + json.dumps({
     "rank": hvd.rank(), "size": hvd.size(), "round": hvd.elastic.current_round(),
     "wid": WID, "params": params, "loss0": state.loss0, "loss": loss,
-    "steps": state.step, "sizes": state.sizes}), flush=True)
+    "steps": state.step, "sizes": state.sizes, "coverage_gaps": state.coverage_gaps}),
+    flush=True)
 hvd.shutdown()

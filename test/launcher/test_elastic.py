@@ -114,6 +114,7 @@ def check_trained(r, size):
     for k in res:
         assert res[k]["size"] == size
         assert res[k]["loss"] < res[k]["loss0"] / 20, res[k]
+        assert res[k]["coverage_gaps"] == 0, res[k]  # ElasticSampler covered every epoch
     return res
 
 
