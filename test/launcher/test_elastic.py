@@ -239,3 +239,18 @@ def test_scenario6_shrink_and_grow_several_times(tmp_path):
     sizes = res[0]["sizes"]
     assert sizes[:5] == [3, 2, 4, 2, 3], sizes
     assert "host localhost has 2 slots now: stopping worker" in r.stderr
+
+
+def test_trainer_elastic_rank_killed_mid_epoch():
+    # kolo.torch.Trainer(elastic=True): commits every 3 steps; rank 1 dies at step 7 of the
+    # first epoch on 3 ranks; the other two resume that epoch at the commit (6 steps in) on
+    # the re-sharded loader: 256 samples / 2 ranks / batch 8 = 16 batches, 10 left, then 3
+    # more epochs of 16: 64 steps, the history of every epoch once.
+    argv = [PY, KOLORUN, "-np", "3", "--min-np", "2", "-H", "localhost:3", "--start-timeout",
+            "30", TORCH_PY, os.path.join(HERE, "elastic_trainer_worker.py"), "--die-rank", "1",
+            "--die-step", "7"]
+    r = subprocess.run(argv, env=elastic_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    res = check_trained(r, 2)
+    for k in res:
+        assert res[k]["steps"] == 64 and res[k]["epochs"] == [0, 1, 2, 3], res[k]

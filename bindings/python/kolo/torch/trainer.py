@@ -65,13 +65,19 @@ class Trainer:
       compression, gradient_predivide_factor: passed to DistributedOptimizer.
       root_rank: the rank whose initial parameters/optimizer state everyone starts from.
       verbose: rank 0 prints one line per epoch with the epoch metrics.
+      elastic: run fit() as kolo.torch.elastic's training function (under kolorun's elastic
+        mode): the module, optimizer, epoch, step and position in the epoch are a TorchState,
+        committed every elastic_commit_every_n_steps optimizer steps and at each epoch's end;
+        after a lost peer (the last commit restored) or new hosts, the runtime is re-formed,
+        the state comes from the new rank 0, the loaders are re-sharded over the new size and
+        the epoch resumes at the committed batch (of the new shard).
     """
 
     def __init__(self, max_epochs=1, checkpoint_dir=None, log_every_n_steps=50,
                  limit_train_batches=None, limit_val_batches=None, accumulate_grad_batches=1,
                  gradient_clip_val=None, check_val_every_n_epoch=1, use_distributed_sampler=True,
                  seed=0, compression=Compression.none, gradient_predivide_factor=1.0,
-                 root_rank=0, verbose=True):
+                 root_rank=0, verbose=True, elastic=False, elastic_commit_every_n_steps=20):
         if int(max_epochs) < 0:
             raise ValueError("max_epochs must be >= 0; got %r" % (max_epochs,))
         if int(accumulate_grad_batches) < 1:
@@ -97,6 +103,9 @@ class Trainer:
         self.gradient_predivide_factor = gradient_predivide_factor
         self.root_rank = int(root_rank)
         self.verbose = bool(verbose)
+        self.elastic = bool(elastic)
+        self.elastic_commit_every_n_steps = max(1, int(elastic_commit_every_n_steps))
+        self._elastic_state = None
         if not basics.is_initialized():
             basics.init()
         # State visible to users and to the module (Lightning's names).
@@ -187,26 +196,71 @@ class Trainer:
             self.train_dataloader, self.train_sampler = self._shard(loader, "train_dataloader")
             val_loader = self._val_loader(module, val_dataloaders)
             _call_hook(module, "on_fit_start")
-            for epoch in range(start_epoch, self.max_epochs):
-                self.current_epoch = epoch
-                started = time.monotonic()
-                history = {"epoch": epoch}
-                self._train_epoch(module, schedules, history)
-                if val_loader is not None and (epoch + 1) % self.check_val_every_n_epoch == 0:
-                    self._run_validation(module, val_loader, history)
-                schedules.epoch_end(self.callback_metrics)
-                self.metrics_history.append(history)
-                if self.checkpoint_dir is not None:
-                    self.save_checkpoint(os.path.join(self.checkpoint_dir,
-                                                      "epoch=%d.ckpt" % epoch), module)
-                if self.verbose and self.is_global_zero:
-                    shown = "  ".join("%s %.4g" % (k, v) for k, v in sorted(history.items())
-                                      if k != "epoch")
-                    print("epoch %d/%d  %s  (%.2fs)" % (epoch + 1, self.max_epochs, shown,
-                                                        time.monotonic() - started), flush=True)
+            if self.elastic:
+                self._fit_elastic(module, schedules, start_epoch, loader, val_dataloaders)
+            else:
+                for epoch in range(start_epoch, self.max_epochs):
+                    self._fit_epoch(module, schedules, epoch, val_loader)
             self.current_epoch = max(self.max_epochs - 1, start_epoch)
             _call_hook(module, "on_fit_end")
         return self
+
+    def _fit_epoch(self, module, schedules, epoch, val_loader):
+        self.current_epoch = epoch
+        started = time.monotonic()
+        history = {"epoch": epoch}
+        self._train_epoch(module, schedules, history)
+        if val_loader is not None and (epoch + 1) % self.check_val_every_n_epoch == 0:
+            self._run_validation(module, val_loader, history)
+        schedules.epoch_end(self.callback_metrics)
+        self.metrics_history.append(history)
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint(os.path.join(self.checkpoint_dir, "epoch=%d.ckpt" % epoch),
+                                 module)
+        if self.verbose and self.is_global_zero:
+            shown = "  ".join("%s %.4g" % (k, v) for k, v in sorted(history.items())
+                              if k != "epoch")
+            print("epoch %d/%d  %s  (%.2fs)" % (epoch + 1, self.max_epochs, shown,
+                                                time.monotonic() - started), flush=True)
+
+    def _fit_elastic(self, module, schedules, start_epoch, loader, val_dataloaders):
+        from kolo.torch import elastic  # here: kolo.torch.elastic imports kolo.torch
+        state = elastic.TorchState(model=module, optimizer=self.optimizer, epoch=start_epoch,
+                                   global_step=self.global_step, batch=0,
+                                   metrics_history=list(self.metrics_history))
+        self._elastic_state = state
+
+        def reshard():
+            self.train_dataloader, self.train_sampler = self._shard(loader, "train_dataloader")
+            self._val_loader(module, val_dataloaders)
+
+        state.register_reset_callbacks([reshard])
+
+        @elastic.run
+        def run(state):
+            self.global_step = state.global_step
+            self.metrics_history = list(state.metrics_history)
+            for epoch in range(state.epoch, self.max_epochs):
+                self._fit_epoch(module, schedules, epoch, self.val_dataloader)
+                state.epoch, state.batch = epoch + 1, 0
+                state.global_step = self.global_step
+                state.metrics_history = list(self.metrics_history)
+                state.commit()
+
+        try:
+            run(state)
+        finally:
+            self._elastic_state = None
+
+    def _elastic_step(self, batch_idx):
+        """In an elastic fit: the position in the epoch after an optimizer step; commits every
+        elastic_commit_every_n_steps steps."""
+        state = self._elastic_state
+        if state is None:
+            return
+        state.batch, state.global_step = batch_idx + 1, self.global_step
+        if self.global_step % self.elastic_commit_every_n_steps == 0:
+            state.commit()
 
     def _train_epoch(self, module, schedules, history):
         opt = self.optimizer
@@ -221,10 +275,13 @@ class Trainer:
         self._epoch_log.reset()
         _call_hook(module, "on_train_epoch_start")
         batch_idx = -1
+        skip = self._elastic_state.batch if self._elastic_state is not None else 0
         try:
             for batch_idx, batch in enumerate(self.train_dataloader):
                 if n is not None and batch_idx >= n:
                     break
+                if batch_idx < skip:  # elastic: done before the last commit
+                    continue
                 if batch_idx % k == 0:
                     opt.zero_grad()
                 self._in_step = True
@@ -238,6 +295,7 @@ class Trainer:
                     self._optimizer_step(module, opt)
                     schedules.after_step()
                     self.global_step += 1
+                    self._elastic_step(batch_idx)
                     if self.log_every_n_steps and self.global_step % self.log_every_n_steps == 0:
                         step = metrics.reduce_across_ranks(self._step_log.local(), "step")
                         self.step_metrics.append(
