@@ -160,6 +160,31 @@ def test_driver_worker_failure_after_success_fails_the_job(tmp_path):
     assert "job failed: worker 1 (host localhost) exited with status 5" in r.stderr
 
 
+def test_driver_passes_a_signal_and_stops_every_worker(tmp_path):
+    import signal
+    import subprocess
+    import time
+    from conftest import KOLORUN, assert_all_gone
+    prog = tmp_path / "sleep.py"
+    prog.write_text("import os, time\nf = os.path.join(%r, 'pid.' + "
+                    "os.environ['KOLO_ELASTIC_WORKER_ID'])\n"
+                    "open(f + '.tmp', 'w').write(str(os.getpid()))\nos.rename(f + '.tmp', f)\n"
+                    "time.sleep(60)\n" % str(tmp_path))
+    p = subprocess.Popen([PY, KOLORUN, "--min-np", "2", "-H", "localhost:2", PY, str(prog)],
+                         env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 20
+    while not all((tmp_path / ("pid.%d" % i)).exists() for i in range(2)):
+        assert time.monotonic() < deadline, "workers did not start"
+        time.sleep(0.05)
+    pids = [(int((tmp_path / ("pid.%d" % i)).read_text()),) for i in range(2)]
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert "received SIGTERM; passing it to every worker" in err
+    assert_all_gone(pids, timeout=5)
+
+
 def test_elastic_worker_environment(tmp_path):
     prog = tmp_path / "env.py"
     prog.write_text("import os\nprint('ENV', os.environ['KOLO_ELASTIC'], "

@@ -101,7 +101,10 @@ core binding:
 elastic training (Gloo mode; see the README's "Elastic training" and kolo.elastic):
   --host-discovery-script, --min-np or --max-np make the job elastic: workers are started on
   the hosts the script (or -H) lists, re-numbered at each rendezvous round when one dies or
-  new slots appear, and the job ends when the workers exit 0 (elastic_run.py).
+  new slots appear, and the job ends when the workers exit 0 (elastic_run.py). Output lines
+  carry the worker's id ("[id]", fixed for its life; ranks change at each round), and kolorun
+  prints each round's members and the failures; exit status 1 when the job fails for want of
+  workers (--min-np, --elastic-timeout) or at --reset-limit.
 
 horovodrun flags kolorun refuses (exit status 2, with the reason): --config-file, --jsrun.
 

@@ -28,6 +28,7 @@ _CMD_SET, _CMD_GET, _CMD_CHECK = 1, 2, 5
 _STATUS_OK = 0
 POLL_SECONDS = 0.05
 DEFAULT_TIMEOUT = 600.0
+MAX_INIT_ATTEMPTS = 10  # inits failing in this many rounds in a row end the worker
 
 _state = {"round": -1, "conn": None}
 
@@ -180,8 +181,10 @@ def _export(n, place):
 def init_in_round(c_init, c_shutdown):
     """The elastic init: join the newest round after the current one and initialize in it; an
     init that fails (a member died during the rendezvous, the round went stale) asks for a new
-    round and tries again, until KOLO_ELASTIC_TIMEOUT."""
+    round and tries again, at most MAX_INIT_ATTEMPTS times in a row and until
+    KOLO_ELASTIC_TIMEOUT."""
     deadline = time.monotonic() + _timeout()
+    failures = 0
     while True:
         n, _place = join(_state["round"] + 1)
         try:
@@ -198,6 +201,10 @@ def init_in_round(c_init, c_shutdown):
                 c_shutdown()
             except Exception:  # noqa: BLE001 - the runtime is already gone; nothing to add
                 pass
+            failures += 1
+            if failures >= MAX_INIT_ATTEMPTS:
+                raise ElasticJobError("elastic worker %s: init failed in %d rounds in a row; "
+                                      "last (round %d): %s" % (worker_id(), failures, n, e))
             if time.monotonic() >= deadline:
                 raise ElasticJobError("elastic worker %s: no round could be joined within %g s "
                                       "(KOLO_ELASTIC_TIMEOUT); last: %s" % (worker_id(),
