@@ -19,8 +19,21 @@ WORKER = os.path.join(HERE, "elastic_worker.py")
 LIB = os.environ.get("KOLO_LIBRARY", "")
 TORCH_PY = "/usr/bin/python3"
 
-pytestmark = pytest.mark.skipif(not LIB or not os.path.exists(LIB),
-                                reason="KOLO_LIBRARY is not set (run it through CTest)")
+
+
+def _has_torch():
+    try:
+        return subprocess.run([TORCH_PY, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+pytestmark = [
+    pytest.mark.skipif(not LIB or not os.path.exists(LIB),
+                       reason="KOLO_LIBRARY is not set (run it through CTest)"),
+    pytest.mark.skipif(not _has_torch(), reason="%s has no torch" % TORCH_PY),
+]
 
 
 def elastic_env():

@@ -15,11 +15,10 @@ import subprocess
 import pytest
 
 from conftest import KOLORUN, PY, REPO, base_env
-from test_elastic import LIB, TORCH_PY, WORKER, Hosts, check_trained, run_changing_hosts
+from test_elastic import LIB
+from test_elastic import (TORCH_PY, WORKER, Hosts, check_trained, pytestmark,  # noqa: F401
+                          run_changing_hosts)
 from test_netns import IP, netns  # noqa: F401 - the fixture
-
-pytestmark = pytest.mark.skipif(not LIB or not os.path.exists(LIB),
-                                reason="KOLO_LIBRARY is not set (run it through CTest)")
 
 
 def ns_env():
