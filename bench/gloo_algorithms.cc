@@ -1,7 +1,8 @@
 // Gloo's ring and halving-doubling allreduce, called directly (see gloo_algorithms.h).
 //
 // The context: connected with the Gloo transport's own rendezvous (gloo_detail::connectGroup,
-// the full mesh kolo's transport builds) on a device that listens where kolo's transport would
+// the full mesh kolo's transport builds, but unwrapped: Gloo's own TCP context and buffers, not
+// the interposed ones kolo's transport uses to interrupt waits) on a device that listens where kolo's transport would
 // (bootstrap/registry.cc): KOLO_GLOO_IFACE when set, loopback when every rank is on this host,
 // else this host's name. Ring: gloo::allreduce with the RING algorithm, the same entry point
 // kolo's Gloo transport calls for its native allreduce, but with Gloo's own float sum instead
@@ -80,7 +81,8 @@ Status timeGlooAlgorithms(const BenchJob& job, const std::string& keyPrefix, siz
   for (int i = 0; i < cfg.size; ++i) globals[static_cast<size_t>(i)] = i;
   std::shared_ptr<gloo_detail::GlooShared> shared;
   KOLO_RETURN_IF_ERROR(gloo_detail::connectGroup(makePrefixStore(job.store, keyPrefix), cfg.rank,
-                                                 cfg.size, device, startTimeout, globals, &shared));
+                                                 cfg.size, device, startTimeout, globals, &shared,
+                                                 /*watched=*/false));
   std::shared_ptr<gloo::Context> context = shared->context;
   context->setTimeout(timeout);
 

@@ -1,5 +1,5 @@
 // The TCP store client: one connection per TcpStore, speaking the wire protocol documented in
-// core/store.h (constants in store_wire.h). The server is in tcp_store_server.cc.
+// rendezvous/store.h (constants in store_wire.h). The server is in tcp_store_server.cc.
 //
 // Requests are serialized by a mutex: the protocol has no request ids, so a reply belongs
 // to whichever request is outstanding. A get()/wait() therefore holds the connection while the

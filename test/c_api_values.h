@@ -1,6 +1,6 @@
 // Values of any kolo dtype, read and written as doubles, for test programs that use the public
 // C API (kolo.h): the fault/soak tests and the multi-process runtime test. The half and bfloat16
-// conversions are written here, independently of ops/reduce_cpu, so that tests check the
+// conversions are written here, independently of kernels/reduce_cpu, so that tests check the
 // engine's conversions against a separate reference. Exact for the small integers, halves and
 // quarters the tests use.
 #pragma once

@@ -1,4 +1,4 @@
-// libFuzzer target: Config::fromEnvironment (core/config.h) through its getenv hook.
+// libFuzzer target: Config::fromEnvironment (base/config.h) through its getenv hook.
 //
 // Input: lines "NAME=VALUE" (split at the first '='; a later line for the same name wins, a line
 // without '=' is ignored), served by the hook as the process environment. Properties:

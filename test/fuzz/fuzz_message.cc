@@ -1,4 +1,4 @@
-// libFuzzer target: the coordinator wire codec (core/message.h).
+// libFuzzer target: the coordinator wire codec (ops/message.h).
 //
 // The same bytes go to both decoders (the magic picks at most one). Whenever a decode succeeds,
 // the format's canonical-encoding property must hold: re-encoding the decoded list reproduces the

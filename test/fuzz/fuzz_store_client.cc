@@ -1,4 +1,4 @@
-// libFuzzer target: the rendezvous store's TCP client (makeTcpStore, core/store.h) reading
+// libFuzzer target: the rendezvous store's TCP client (makeTcpStore, rendezvous/store.h) reading
 // replies from a server that sends arbitrary bytes.
 //
 // For every input a fake server on 127.0.0.1 accepts the client's connection, writes the input as

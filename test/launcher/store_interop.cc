@@ -1,4 +1,4 @@
-// kolo_launcher_store_interop: the C++ TCP store client (core/tcp_store.cc) against whatever
+// kolo_launcher_store_interop: the C++ TCP store client (rendezvous/tcp_store.cc) against whatever
 // server listens on HOST:PORT; test_store_interop.py points it at kolorun's Python server.
 //
 //   kolo_launcher_store_interop HOST PORT RANK SIZE

@@ -1,4 +1,4 @@
-"""The rendezvous store server: the wire protocol of core/store.h, byte for byte."""
+"""The rendezvous store server: the wire protocol of rendezvous/store.h, byte for byte."""
 
 import socket
 import struct

@@ -1,5 +1,5 @@
-"""The Python store (kolorun's server, store_client) against the C++ one (core/tcp_store.cc,
-core/tcp_store_server.cc), both directions. CMake passes the binaries' paths; without them the
+"""The Python store (kolorun's server, store_client) against the C++ one (rendezvous/tcp_store.cc,
+test/support/tcp_store_server.cc), both directions. CMake passes the binaries' paths; without them the
 tests skip."""
 
 import os

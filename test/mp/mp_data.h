@@ -1,6 +1,6 @@
 // Test data for the multi-process transport tests: every rank can compute every rank's input
 // (a pure function of rank, index and seed) and hence the expected result of any collective,
-// without communicating. The reference reduction is written independently of ops/reduce_cpu:
+// without communicating. The reference reduction is written independently of kernels/reduce_cpu:
 // integers wrap in unsigned arithmetic, bool uses OR (sum, max) / AND (min, product, bitand),
 // floats fold in double. Float inputs are small multiples of 1/4 (sum, min, max) or products of
 // {±0.5, ±1, 1.5, ±2} (product), so every dtype represents them and every partial result

@@ -1,5 +1,5 @@
 // Multi-process transport tests: one program, started N times by mpirun or by run_gloo.sh,
-// that builds its transport from the environment (transport/registry) and runs every collective
+// that builds its transport from the environment (bootstrap/registry) and runs every collective
 // of ops/collectives.h -- ring, native where the transport has one, and the selected entry
 // point -- over every dtype and the counts {0, 1, size-1, not divisible by size, 64 MiB}.
 // Every rank runs the same test cases in the same order (Catch's declaration order) and checks

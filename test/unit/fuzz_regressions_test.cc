@@ -77,7 +77,7 @@ long peakRssKiB() {
 
 // fuzz_store_client, libFuzzer out-of-memory: a reply header announcing a payload of nearly
 // 4 GiB (within the protocol's limit) made the TCP client allocate all of it before reading a
-// byte; the connection then closed. Fixed in core/tcp_store.cc (the buffer grows with the bytes
+// byte; the connection then closed. Fixed in rendezvous/tcp_store.cc (the buffer grows with the bytes
 // that arrive). The client must report the lost server without the allocation.
 TEST_CASE("fuzz regression: store client, reply header announcing 4 GiB then EOF",
           "[fuzz][store]") {

@@ -76,10 +76,13 @@ struct GlooShared {
 };
 
 // Connects a full mesh of `size` ranks through `store` (already prefixed for this group).
+// `watched` (the transport's groups): contexts and buffers go through gloo_interpose.h, so kolo
+// can interrupt their waits. false: Gloo's own TCP objects, unwrapped, for baselines that
+// measure Gloo itself (bench/gloo_algorithms.cc); such a group cannot be aborted by kolo.
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
-                    std::shared_ptr<GlooShared>* out);
+                    std::shared_ptr<GlooShared>* out, bool watched = true);
 
 class GlooTransport final : public Transport {
  public:

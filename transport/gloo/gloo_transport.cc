@@ -189,7 +189,7 @@ std::vector<int> GlooShared::brokenPeers() {
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
-                    std::shared_ptr<GlooShared>* out) {
+                    std::shared_ptr<GlooShared>* out, bool watched) {
   auto state = std::make_shared<GlooShared>();
   state->rank = rank;
   state->size = size;
@@ -202,9 +202,9 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
     // The group's contexts and buffers are kolo's (gloo_interpose.h); the sockets are Gloo's.
-    std::shared_ptr<gloo::transport::Device> watched =
-        std::make_shared<WatchedDevice>(device, state->waits, timeout);
-    context->connectFullMesh(adapter, watched);
+    std::shared_ptr<gloo::transport::Device> mesh =
+        watched ? std::make_shared<WatchedDevice>(device, state->waits, timeout) : device;
+    context->connectFullMesh(adapter, mesh);
     state->context = std::move(context);
   } catch (const std::exception& e) {
     if (!adapter.firstError().isOk()) {

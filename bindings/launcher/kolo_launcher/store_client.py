@@ -1,4 +1,4 @@
-"""A blocking client of the rendezvous store protocol (core/store.h), for tests and tools.
+"""A blocking client of the rendezvous store protocol (rendezvous/store.h), for tests and tools.
 
 Not thread-safe: use one StoreClient per thread. Every call has a deadline: the connection is
 retried until connect_timeout passes, GET/WAIT wait at most their timeout, and each reply must

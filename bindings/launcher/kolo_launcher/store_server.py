@@ -1,7 +1,7 @@
 """The rendezvous key-value store that kolorun serves to its workers over TCP.
 
-The wire protocol is the one documented in core/store.h (the C++ client in core/tcp_store.cc
-talks to this server; core/tcp_store_server.cc is the C++ twin of this file):
+The wire protocol is the one documented in rendezvous/store.h (the C++ client in rendezvous/tcp_store.cc
+talks to this server; test/support/tcp_store_server.cc is the C++ twin of this file):
 
   request : u8 cmd | u32 keyLen | key | u64 valLen | value          (little-endian)
   response: u8 status (0 ok, 1 timeout, 2 error) | u64 len | payload
@@ -30,7 +30,7 @@ STATUS_OK, STATUS_TIMEOUT, STATUS_ERROR = 0, 1, 2
 CMD_NAMES = {CMD_SET: "SET", CMD_GET: "GET", CMD_ADD: "ADD", CMD_WAIT: "WAIT",
              CMD_CHECK: "CHECK", CMD_DEL: "DEL"}
 
-# Same limits as core/store_wire.h: past them the stream cannot be trusted, so the server
+# Same limits as rendezvous/store_wire.h: past them the stream cannot be trusted, so the server
 # answers with an error and closes the connection.
 MAX_KEY_BYTES = 1 << 20
 MAX_VALUE_BYTES = 1 << 32
