@@ -104,7 +104,14 @@ void Coordinator::finish(const Status& cause) {
     d_.global->abort(cause);
     hierarchy_.abort(cause);  // its shared-memory groups do not hear of the global abort
   }
-  for (auto& e : d_.queue->removeAll()) {
+  // The queue closes with the same refusal Runtime::usable() gives, so an op that passed
+  // validation just before this point fails at submission instead of waiting in a queue that
+  // no thread drains any more.
+  const Status refusal = cause.code() == ErrorCode::kShutdown
+                             ? cause
+                             : Status(ErrorCode::kAborted,
+                                      "the runtime aborted earlier: " + cause.toString());
+  for (auto& e : d_.queue->close(refusal)) {
     endNegotiation(*e);
     e->handle->complete(cause);
   }

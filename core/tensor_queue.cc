@@ -24,6 +24,7 @@ Status TensorQueue::add(std::unique_ptr<TensorEntry> entry) {
 Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_.isOk()) return closed_;
     for (size_t i = 0; i < entries.size(); ++i) {
       const OpKey key = keyOf(entries[i]->request);
       if (entries_.count(key)) return duplicate(key);
@@ -82,8 +83,9 @@ std::unique_ptr<TensorEntry> TensorQueue::remove(const OpKey& name) {
   return entry;
 }
 
-std::vector<std::unique_ptr<TensorEntry>> TensorQueue::removeAll() {
+std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const Status& refusal) {
   std::lock_guard<std::mutex> lock(mu_);
+  closed_ = refusal.isOk() ? Status(ErrorCode::kInternal, "the op queue is closed") : refusal;
   std::vector<std::unique_ptr<TensorEntry>> out;
   for (const auto& name : order_) out.push_back(std::move(entries_[name]));
   entries_.clear();

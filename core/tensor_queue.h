@@ -36,8 +36,10 @@ class TensorQueue {
   void clearNew();
   TensorEntry* find(const OpKey& key);
   std::unique_ptr<TensorEntry> remove(const OpKey& key);
-  // Every entry in arrival order (coordinator: to fail them all on abort/shutdown).
-  std::vector<std::unique_ptr<TensorEntry>> removeAll();
+  // Every entry in arrival order, and the queue closes: later add/addGroup calls return `refusal`
+  // (the coordinator, when it stops: it fails these entries, and nothing added after can be
+  // stranded in a queue that nobody drains any more). `refusal` must not be ok.
+  std::vector<std::unique_ptr<TensorEntry>> close(const Status& refusal);
   size_t size() const;
   // Visits entries in arrival order (coordinator thread only, under the lock).
   void forEach(const std::function<void(TensorEntry&)>& fn);
@@ -49,6 +51,7 @@ class TensorQueue {
   std::deque<OpKey> order_;   // arrival order of keys still in entries_
   std::vector<OpKey> fresh_;  // added since clearNew(), still in entries_
   bool woken_ = false;
+  Status closed_;  // ok while open
 };
 
 }  // namespace kolo
