@@ -50,7 +50,13 @@ Status Runtime::start(BootstrapResult boot) {
   if (boot.round > 0) log_->info("rendezvous round {}", boot.round);
   sets_ = std::make_unique<ProcessSetTable>(transport_.get(), topo_.rank, topo_.size);
   if (!config_.timelinePath.empty()) {
-    KOLO_RETURN_IF_ERROR(startTimeline(config_.timelinePath, config_.timelineMarkCycles));
+    // A later rendezvous round (a re-init, an elastic reset) continues the file the earlier
+    // rounds wrote, after a RESET marker; round 0 starts it afresh.
+    const Timeline::Reset* reset = nullptr;
+    Timeline::Reset r{boot.round, topo_.rank, topo_.size};
+    if (boot.round > 0) reset = &r;
+    KOLO_RETURN_IF_ERROR(
+        openTimeline(config_.timelinePath, config_.timelineMarkCycles, reset));
   }
   Coordinator::Deps deps;
   deps.config = config_;
@@ -84,6 +90,15 @@ Status Runtime::shutdown() {
 }
 
 Status Runtime::startTimeline(const std::string& path, bool markCycles) {
+  return openTimeline(path, markCycles, nullptr);
+}
+
+Status Runtime::openTimeline(const std::string& path, bool markCycles,
+                             const Timeline::Reset* reset) {
+  auto open = [&](const std::string& p) {
+    return reset != nullptr ? timeline_.resume(p, markCycles, *reset)
+                            : timeline_.start(p, markCycles, topo_.rank);
+  };
   if (path.empty()) return Status(ErrorCode::kInvalidArgument, "timeline path is empty");
   if (config_.timelineAllRanks) {
     std::string p = path;
@@ -95,10 +110,10 @@ Status Runtime::startTimeline(const std::string& path, bool markCycles) {
     } else {
       p += tag;
     }
-    return timeline_.start(p, markCycles, topo_.rank);
+    return open(p);
   }
   if (topo_.rank != 0) return Status::ok();
-  return timeline_.start(path, markCycles, topo_.rank);
+  return open(path);
 }
 
 void Runtime::stopTimeline() { timeline_.stop(); }

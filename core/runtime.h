@@ -88,6 +88,9 @@ class Runtime {
   bool processSet(int32_t id, ProcessSet* out) const { return sets_->get(id, out); }
 
  private:
+  // startTimeline's path rule (rank 0, or every rank with its rank in the name); `reset`
+  // non-null: continue the file an earlier round wrote (Timeline::resume).
+  Status openTimeline(const std::string& path, bool markCycles, const Timeline::Reset* reset);
   Runtime() = default;
   Status start(BootstrapResult boot);
   Status usable() const;

@@ -390,6 +390,43 @@ Timeline::Timeline(size_t queueCapacity) : impl_(std::make_unique<Impl>(queueCap
 Timeline::~Timeline() { stop(); }
 
 Status Timeline::start(const std::string& path, bool markCycles, int rank) {
+  return begin(path, markCycles, rank, nullptr);
+}
+
+Status Timeline::resume(const std::string& path, bool markCycles, const Reset& reset) {
+  return begin(path, markCycles, reset.rank, &reset);
+}
+
+namespace {
+// Where an earlier kolo session's closing starts in `text` (a whole timeline file), and its
+// start time; false when `text` is not a kolo timeline that ends in a closing.
+bool findClosing(const std::string& text, size_t* closingAt, int64_t* startUnixUs) {
+  static const char kOpen[] = "{\"traceEvents\":[\n";
+  static const char kClose[] = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
+  static const char kStart[] = "\"start_time_unix_us\":";
+  if (text.compare(0, sizeof(kOpen) - 1, kOpen) != 0) return false;
+  const size_t at = text.rfind(kClose);
+  if (at == std::string::npos) return false;
+  const size_t st = text.find(kStart, at);
+  if (st == std::string::npos) return false;
+  *closingAt = at;
+  *startUnixUs = std::strtoll(text.c_str() + st + sizeof(kStart) - 1, nullptr, 10);
+  return *startUnixUs > 0;
+}
+
+bool readWhole(int fd, std::string* out) {
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buf, static_cast<size_t>(n));
+  }
+}
+}  // namespace
+
+Status Timeline::begin(const std::string& path, bool markCycles, int rank, const Reset* reset) {
   std::lock_guard<std::mutex> life(impl_->lifeMu);
   // Same file again (even spelled differently): keep it, do not truncate what it holds.
   if (impl_->session && (impl_->session->path == path || isSameFile(path, impl_->session->fd))) {
@@ -400,14 +437,33 @@ Status Timeline::start(const std::string& path, bool markCycles, int rank) {
   auto s = std::make_unique<TimelineSession>();
   s->path = path;
   s->rank = rank;
-  s->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int64_t nowUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  size_t closingAt = 0;
+  int64_t oldStartUs = 0;
+  bool continued = false;
+  if (reset != nullptr) {
+    s->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    std::string text;
+    if (s->fd >= 0 && readWhole(s->fd, &text) && findClosing(text, &closingAt, &oldStartUs)) {
+      continued = true;
+      s->dataEnd = static_cast<off_t>(closingAt);
+      s->closingOnDisk = text.size() - closingAt;
+    } else if (s->fd >= 0) {
+      ::close(s->fd);
+      s->fd = -1;
+    }
+  }
+  if (!continued) {
+    s->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
   if (s->fd < 0) {
     return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
   }
-  s->baseSteadyNs = steadyNowNs();
-  s->startUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  // A continued file keeps its time axis: ts 0 stays the first session's start.
+  s->startUnixUs = continued ? oldStartUs : nowUnixUs;
+  s->baseSteadyNs = steadyNowNs() - (nowUnixUs - s->startUnixUs) * 1000;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->dropped = 0;
@@ -417,7 +473,26 @@ Status Timeline::start(const std::string& path, bool markCycles, int rank) {
     impl_->writeError = Status::ok();
   }
   s->out = impl_->header(*s);
-  impl_->writeOut(s.get(), false);  // the file is a valid, empty trace from here on
+  if (continued) {
+    // Rows of this session get ids of their own, apart from those of earlier sessions that
+    // wrote the same process id (the rank) into the file.
+    s->nextTid = 1 + (reset->round % 1000) * 1000000;
+    // The old events stay; this session adds its process row's metadata and the marker.
+    static const char kOpen[] = "{\"traceEvents\":[\n";
+    s->out = ",\n" + s->out.substr(sizeof(kOpen) - 1);
+    s->out += ",\n{\"name\":\"RESET\",\"ph\":\"i\",\"s\":\"g\",\"ts\":";
+    appendJsonMicros(s->out, steadyNowNs() - s->baseSteadyNs);
+    s->out += ",\"pid\":";
+    appendJsonInt(s->out, rank);
+    s->out += ",\"tid\":0,\"args\":{\"round\":";
+    appendJsonInt(s->out, reset->round);
+    s->out += ",\"rank\":";
+    appendJsonInt(s->out, reset->rank);
+    s->out += ",\"size\":";
+    appendJsonInt(s->out, reset->size);
+    s->out += "}}";
+  }
+  impl_->writeOut(s.get(), false);  // the file is a valid trace from here on
   if (!s->error.isOk()) {
     ::close(s->fd);
     return s->error;

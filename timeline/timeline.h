@@ -63,6 +63,20 @@ class Timeline {
   // writer thread cannot be created.
   Status start(const std::string& path, bool markCycles, int rank);
 
+  // What a re-initialised runtime writes into the file an earlier runtime of this process left
+  // (elastic training: init -> shutdown -> init with a new rank and size).
+  struct Reset {
+    int64_t round = 0;  // the rendezvous round this init joined
+    int rank = 0;
+    int size = 0;
+  };
+  // Like start(), but when `path` holds a complete kolo timeline (an earlier session stopped or
+  // died), it continues that file instead of truncating it: the new session's events follow the
+  // old ones (same time axis: the old file's start time is kept), under this rank's process
+  // row, after an instant "RESET" marker with args {round, rank, size}. A file that is missing
+  // or is not a kolo timeline is started afresh, as start() does. Same errors as start().
+  Status resume(const std::string& path, bool markCycles, const Reset& reset);
+
   // Writes every event accepted so far, marks the file "stopped", closes it and joins the writer.
   // Idempotent; a no-op when inactive. Blocks for the final write.
   void stop();
@@ -101,6 +115,7 @@ class Timeline {
   struct Impl;
 
   void push(Event&& event);
+  Status begin(const std::string& path, bool markCycles, int rank, const Reset* reset);
 
   std::atomic<bool> active_{false};
   std::atomic<bool> markCycles_{false};

@@ -3,6 +3,7 @@ rank and world size read from os.environ in between (bootstrap/README.md, rendez
 Runs in one process (CTest python_reinit) and starts its own three ranks over a file store in a
 temporary directory, with shared memory off and on."""
 
+import json
 import os
 import subprocess
 import sys
@@ -66,7 +67,8 @@ def test_reinit_with_another_world(shm):
                         del env[k]
             env.update({"KOLO_RANK": str(r), "KOLO_SIZE": "3", "KOLO_RENDEZVOUS_DIR": store,
                         "KOLO_CONTROLLER": "gloo", "KOLO_SHM": shm,
-                        "KOLO_START_TIMEOUT": "60", "KOLO_TIMEOUT_SECONDS": "30"})
+                        "KOLO_START_TIMEOUT": "60", "KOLO_TIMEOUT_SECONDS": "30",
+                        "KOLO_TIMELINE": os.path.join(store, "timeline.json")})
             if os.environ.get("KOLO_TEST_INSTALLED") != "1":
                 env["PYTHONPATH"] = _SOURCE + os.pathsep + env.get("PYTHONPATH", "")
             procs.append(subprocess.Popen([sys.executable, "-c", _WORKER, str(r)], env=env,
@@ -85,3 +87,15 @@ def test_reinit_with_another_world(shm):
                     p.wait()
         for r, (p, out) in enumerate(zip(procs, outputs)):
             assert p.returncode == 0, "rank %d (KOLO_SHM=%s) failed:\n%s" % (r, shm, out)
+        # Rank 0 of the first round (process 0) started the timeline; rank 0 of the second
+        # (process 1) continued the same file after one RESET marker (one time axis).
+        with open(os.path.join(store, "timeline.json")) as f:
+            events = json.load(f)["traceEvents"]
+        resets = [e for e in events if e.get("name") == "RESET"]
+        assert len(resets) == 1, resets
+        assert resets[0]["args"] == {"round": 1, "rank": 0, "size": 2}, resets[0]
+        at = events.index(resets[0])
+        before = [e for e in events[:at] if e.get("ph") in ("B", "E", "X", "i")]
+        after = [e for e in events[at + 1:] if e.get("ph") in ("B", "E", "X", "i")]
+        assert before and after, (len(before), len(after))
+        assert max(e["ts"] for e in before) <= resets[0]["ts"] <= min(e["ts"] for e in after)

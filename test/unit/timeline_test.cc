@@ -801,4 +801,73 @@ TEST_CASE("timeline destructor stops and closes the file", "[timeline]") {
   CHECK(rowEvents(doc, rowOf(doc, "scoped")).size() == 14);
 }
 
+
+TEST_CASE("timeline resume continues an earlier session's file after a RESET marker",
+          "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("elastic.json");
+  {
+    Timeline first;  // round 0, rank 2
+    REQUIRE(first.start(path, false, 2).isOk());
+    emitAllreduce(first, "before_reset");
+    first.stop();
+  }
+  Timeline second;  // the re-initialised runtime: round 3, now rank 0 of 2
+  REQUIRE(second.resume(path, false, Timeline::Reset{3, 0, 2}).isOk());
+  emitAllreduce(second, "after_reset");
+  second.stop();
+
+  Json doc = parseFile(path);
+  if (havePython()) CHECK(pythonAccepts(path));
+  const int64_t oldRow = rowOf(doc, "before_reset");
+  const int64_t newRow = rowOf(doc, "after_reset");
+  CHECK(oldRow > 0);
+  CHECK(newRow > 0);
+  CHECK(newRow != oldRow);
+  REQUIRE(countNamed(doc, "RESET") == 1);
+  double resetTs = -1, lastOldTs = -1, firstNewTs = -1;
+  for (const Json& e : events(doc)) {
+    if (e.getStr("name") == "RESET") {
+      CHECK(e.getStr("ph") == "i");
+      CHECK(e.getNum("pid") == 0);
+      CHECK(e.get("args")->getNum("round") == 3);
+      CHECK(e.get("args")->getNum("rank") == 0);
+      CHECK(e.get("args")->getNum("size") == 2);
+      resetTs = e.getNum("ts");
+    }
+  }
+  for (const Json* e : rowEvents(doc, oldRow)) lastOldTs = std::max(lastOldTs, e->getNum("ts"));
+  for (const Json* e : rowEvents(doc, newRow)) {
+    if (firstNewTs < 0) firstNewTs = e->getNum("ts");
+  }
+  CHECK(lastOldTs >= 0);
+  CHECK(resetTs >= lastOldTs);  // one time axis: the second session comes after the first
+  CHECK(firstNewTs >= resetTs);
+  CHECK(doc.get("otherData")->getStr("state") == "stopped");
+}
+
+TEST_CASE("timeline resume of a missing or foreign file starts it afresh", "[timeline]") {
+  TempDir dir;
+  const std::string missing = dir.file("none.json");
+  Timeline t;
+  REQUIRE(t.resume(missing, false, Timeline::Reset{1, 0, 1}).isOk());
+  emitAllreduce(t, "x");
+  t.stop();
+  Json a = parseFile(missing);
+  CHECK(countNamed(a, "RESET") == 0);
+  CHECK(rowOf(a, "x") > 0);
+
+  const std::string foreign = dir.file("foreign.json");
+  {
+    std::ofstream f(foreign);
+    f << "{\"not\":\"a kolo timeline\"}";
+  }
+  REQUIRE(t.resume(foreign, false, Timeline::Reset{2, 0, 1}).isOk());
+  emitAllreduce(t, "y");
+  t.stop();
+  Json b = parseFile(foreign);
+  CHECK(rowOf(b, "y") > 0);
+  CHECK(countNamed(b, "RESET") == 0);
+}
+
 }  // namespace kolo
