@@ -12,7 +12,8 @@
 //     host). Then the measured preferences for natives: Open MPI's allreduce collapses for large
 //     messages, so "mpi" allreduces of >= 64 KiB are ours and smaller ones stay native. Gloo's
 //     natives lose to ours from 4 KiB on, for every collective that has a form of ours (below
-//     that, Gloo's own small-message algorithms win by a little). Anything else with the
+//     that, Gloo's own small-message algorithms win by a little), except allreduces of 8 MiB
+//     and more, where Gloo's ring wins (kGlooNativeAllreduceMinBytes). Anything else with the
 //     capability: native. Without a native, our choice by size and rank count: the table
 //     kAllreduceTable below and the broadcast / allgather limits, measured with kolo-bench over
 //     Gloo TCP (README "Algorithm choice"). The allreduce crossovers of that table can be
@@ -46,6 +47,12 @@ namespace {
 
 constexpr size_t kMpiRingMinBytes = 64 * 1024;
 constexpr size_t kGlooRingMinBytes = 4 * 1024;
+// Gloo's own allreduce again from here: since the transport blocks in Gloo's waits (one wake-up
+// per operation of ours), Gloo's ring, which moves each step as one operation, beats ours and
+// halving-doubling for large buffers: kolo-bench over TCP, np 2: 16 MiB 0.92 vs 0.69 GB/s
+// (ring); np 4: 8 MiB 21.8 ms vs 33.5 (halving-doubling) and 36.6 (ring), 32 MiB 101 vs 119
+// and 153 ms; one 97.5 MiB buffer through kolo-runtime-bench 10.95 vs 7.41 steps/s.
+constexpr size_t kGlooNativeAllreduceMinBytes = 8 * 1024 * 1024;
 
 // Our allreduce by size, for rank counts up to maxRanks (first matching row): recursive doubling
 // below rdBelow bytes, halving-doubling below hdBelow, the ring from there on.
@@ -89,7 +96,10 @@ bool preferNative(const Transport& t, OpType op, size_t bytes) {
   if (t.capabilities().deviceMemory) return true;
   const char* name = t.name();
   if (std::strcmp(name, "mpi") == 0) return op != OpType::kAllreduce || bytes < kMpiRingMinBytes;
-  if (std::strcmp(name, "gloo") == 0) return bytes < kGlooRingMinBytes;
+  if (std::strcmp(name, "gloo") == 0) {
+    return bytes < kGlooRingMinBytes ||
+           (op == OpType::kAllreduce && bytes >= kGlooNativeAllreduceMinBytes);
+  }
   return true;
 }
 

@@ -471,7 +471,7 @@ std::string allreduceName(Transport& t, ops::Algorithm a, size_t count) {
 
 }  // namespace
 
-TEST_CASE("auto selection: mpi native below 64 KiB, gloo ring from 4 KiB, config wins") {
+TEST_CASE("auto selection: mpi native below 64 KiB, gloo ours from 4 KiB to 8 MiB, config wins") {
   FakeNative mpi("mpi"), gloo("gloo"), other("shm");
   CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 1024) == "MPI_ALLREDUCE");  // 4 KiB
   CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 16 * 1024) ==
@@ -480,7 +480,11 @@ TEST_CASE("auto selection: mpi native below 64 KiB, gloo ring from 4 KiB, config
   CHECK(allreduceName(mpi, ops::Algorithm::kRing, 16) == "RING_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1023) == "GLOO_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1024) == "RECURSIVE_DOUBLING_ALLREDUCE");
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 4 << 20) == "RING_ALLREDUCE");  // 16 MiB
+  // Just under 8 MiB: ours; from 8 MiB on Gloo's own ring allreduce wins again.
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, (2 << 20) - 1) != "GLOO_ALLREDUCE");
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 2 << 20) == "GLOO_ALLREDUCE");  // 8 MiB
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 4 << 20) == "GLOO_ALLREDUCE");  // 16 MiB
+  CHECK(allreduceName(gloo, ops::Algorithm::kRing, 4 << 20) == "RING_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kNative, 1 << 16) == "GLOO_ALLREDUCE");
   CHECK(allreduceName(other, ops::Algorithm::kAuto, 1 << 16) == "SHM_ALLREDUCE");
   ops::AlgorithmConfig cfg;
