@@ -45,7 +45,8 @@ import time
 
 from . import hosts as hostlib
 from .discovery import HostDiscovery, HostHealth
-from .gloo_run import POLL_SECONDS, Failure, GlooJob, LaunchError, _seconds, _span
+from .gloo_run import (POLL_SECONDS, Failure, GlooJob, LaunchError, _seconds, _span,
+                       kill_grace)
 from .hosts import HostSlots
 from .output import OutputPump
 from .store_server import StoreServer
@@ -72,11 +73,7 @@ class ElasticJob(GlooJob):
         self.pump = None
         self._signals = []
         self._old_handlers = {}
-        grace = self.environ.get("KOLO_LAUNCHER_KILL_GRACE_SECONDS", "")
-        try:
-            self.grace = max(0.1, float(grace)) if grace else 5.0
-        except ValueError:
-            self.grace = 5.0
+        self.grace = kill_grace(self.environ)
         self.template = self.environ.get("KOLO_LAUNCHER_REMOTE_SHELL") or None
         self.force_remote = _truthy(self.environ.get("KOLO_LAUNCHER_FORCE_REMOTE", ""))
         self._names, self._addrs = hostlib.local_names(), hostlib.local_addresses()

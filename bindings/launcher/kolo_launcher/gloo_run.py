@@ -36,6 +36,16 @@ from .workers import Worker, live_process_groups
 
 POLL_SECONDS = 0.05
 DEFAULT_GRACE_SECONDS = 5.0
+
+
+def kill_grace(environ):
+    """Seconds between SIGTERM and SIGKILL when workers are stopped
+    (KOLO_LAUNCHER_KILL_GRACE_SECONDS; at least 0.1; DEFAULT_GRACE_SECONDS when unset or bad)."""
+    grace = environ.get("KOLO_LAUNCHER_KILL_GRACE_SECONDS", "")
+    try:
+        return max(0.1, float(grace)) if grace else DEFAULT_GRACE_SECONDS
+    except ValueError:
+        return DEFAULT_GRACE_SECONDS
 REMOTE_EXTRA_GRACE = 3.0  # local ssh clients wait for the remote watcher's own grace first
 
 
@@ -62,11 +72,7 @@ class GlooJob:
         self.pump = None
         self._signals = []
         self._old_handlers = {}
-        grace = self.environ.get("KOLO_LAUNCHER_KILL_GRACE_SECONDS", "")
-        try:
-            self.grace = max(0.1, float(grace)) if grace else DEFAULT_GRACE_SECONDS
-        except ValueError:
-            self.grace = DEFAULT_GRACE_SECONDS
+        self.grace = kill_grace(self.environ)
         self.template = self.environ.get("KOLO_LAUNCHER_REMOTE_SHELL") or None
         force_remote = _truthy(self.environ.get("KOLO_LAUNCHER_FORCE_REMOTE", ""))
         names, addrs = hostlib.local_names(), hostlib.local_addresses()
