@@ -8,7 +8,6 @@
 //
 // Without a visible CUDA device the program prints a SKIPPED line and exits 0 (CTest label
 // gpu): a CPU-only machine builds and "passes" it without having tested anything on a GPU.
-#define CATCH_CONFIG_RUNNER
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <functional>
@@ -17,6 +16,7 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/catch_runner.h"
 #include "test/gpu/gpu_test_util.h"
 #include "transport/loopback/loopback_transport.h"
 
@@ -251,5 +251,5 @@ TEST_CASE("host-staged ops wait on the producer's stream") {
 
 int main(int argc, char** argv) {
   if (gputest::devicesOrSkip("kolo_gpu_host_staged_test", 1) == 0) return 0;
-  return Catch::Session().run(argc, argv);
+  return kolo::testing::runCatch(argc, argv);
 }

@@ -12,7 +12,6 @@
 //
 // Every rank prints a SKIPPED line and exits 0 when this host has fewer CUDA devices than local
 // ranks (NCCL cannot put two ranks of one communicator on one device), or none on the host path.
-#define CATCH_CONFIG_RUNNER
 #include <kolo.h>
 
 #include <catch2/catch.hpp>
@@ -21,6 +20,7 @@
 #include <numeric>
 #include <string>
 
+#include "test/catch_runner.h"
 #include "test/gpu/gpu_test_util.h"
 
 using kolo::gputest::DeviceArray;
@@ -259,7 +259,7 @@ int main(int argc, char** argv) {
   if (devices > 0) {
     gDevice = kolo_local_rank() % devices;
     if (cudaSetDevice(gDevice) != cudaSuccess) return 1;
-    rc = Catch::Session().run(argc, argv);
+    rc = kolo::testing::runCatch(argc, argv);
   }
   kolo_shutdown();
   return rc;

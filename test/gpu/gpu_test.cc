@@ -6,7 +6,6 @@
 //
 // Without a visible CUDA device the program prints a SKIPPED line and exits 0 (CTest label
 // gpu): a CPU-only machine builds and "passes" it without having tested anything on a GPU.
-#define CATCH_CONFIG_RUNNER
 #include <kolo.h>
 
 #include <catch2/catch.hpp>
@@ -17,6 +16,7 @@
 
 #include "core/runtime.h"
 #include "kernels/reduce_cpu.h"
+#include "test/catch_runner.h"
 #include "test/gpu/gpu_test_util.h"
 #include "transport/loopback/loopback_transport.h"
 #include "kernels/cuda_kernels.h"
@@ -475,5 +475,5 @@ TEST_CASE("device tensors that cannot be used are rejected at submission") {
 
 int main(int argc, char** argv) {
   if (gputest::devicesOrSkip("kolo_gpu_test", 1) == 0) return 0;
-  return Catch::Session().run(argc, argv);
+  return kolo::testing::runCatch(argc, argv);
 }

@@ -9,7 +9,6 @@
 // allreduce and the survivors must fail promptly, naming it (run by run_gloo.sh with a short
 // KOLO_TIMEOUT_SECONDS; Open MPI would tear the whole job down instead). The shared-memory
 // transport createTransport puts over MPI/Gloo on one host stays off unless KOLO_SHM is set.
-#define CATCH_CONFIG_RUNNER
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -23,6 +22,7 @@
 #include "base/config.h"
 #include "rendezvous/store.h"
 #include "ops/collectives.h"
+#include "test/catch_runner.h"
 #include "test/mp/mp_data.h"
 #include "bootstrap/registry.h"
 
@@ -564,8 +564,7 @@ TEST_CASE("mp: a rank that exits mid recursive doubling is named by its partner"
 }
 
 int main(int argc, char** argv) {
-  Catch::Session session;
-  if (int rc = session.applyCommandLine(argc, argv)) return rc;
+  if (int rc = kolo::testing::parseCatchCommandLine(argc, argv)) return rc;
   Harness h;
   Status s = Config::fromEnvironment(&h.cfg);
   // These tests are about MPI and Gloo themselves: the shared-memory transport that
@@ -591,7 +590,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "kolo_mp_transport_test: rank %d of %d over %s\n", h.transport->rank(),
                h.transport->size(), h.transport->name());
   gHarness = &h;
-  const int failed = session.run();
+  const int failed = kolo::testing::runCatch();
   gHarness = nullptr;
   h.transport.reset();
   return failed == 0 ? 0 : 1;
