@@ -8,8 +8,7 @@
 # Environment: KOLO_FUZZ_BUILD_DIR (default build-fuzz), KOLO_FUZZ_OUT (default
 # $KOLO_FUZZ_BUILD_DIR/fuzz-out: the grown corpora, crash artifacts and logs; the checked-in
 # corpus is only read), KOLO_JOBS (compile jobs, default 2), KOLO_FUZZ_TARGETS (subset, e.g.
-# "message config"), CLANG_CXX / CLANG_CC (default clang++-14 / clang-14), KOLO_FUZZ_BUILD_ONLY=1
-# (only build; scripts/test.sh builds ahead while CTest runs).
+# "message config"), CLANG_CXX / CLANG_CC (default clang++-14 / clang-14).
 # See test/fuzz/README.md for the targets and their properties.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +38,6 @@ if [ ${#native[@]} -gt 0 ]; then
 fi
 built=$(date +%s)
 echo "fuzz.sh: build took $((built - start)) s"
-if [ "${KOLO_FUZZ_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 
 # halt_on_error: the first report is the finding. Leak checking stays on (-detect_leaks=1).
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1"

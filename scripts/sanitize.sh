@@ -11,8 +11,7 @@
 # suppressions (test/sanitizers/*.supp) reach every test through CTest (see
 # test/sanitizers/README.md, which also says what the subset covers and why).
 # Environment: KOLO_SANITIZE_BUILD_DIR (default build-asan / build-tsan), KOLO_JOBS (default 2),
-# KOLO_SANITIZE_FULL=1 builds and runs every unit and mp test instead of the subset,
-# KOLO_SANITIZE_BUILD_ONLY=1 only builds (scripts/test.sh builds ahead while CTest runs).
+# KOLO_SANITIZE_FULL=1 builds and runs every unit and mp test instead of the subset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,7 +64,6 @@ else
 fi
 built=$(date +%s)
 echo "sanitize.sh: $kind build took $((built - start)) s"
-if [ "${KOLO_SANITIZE_BUILD_ONLY:-0}" = 1 ]; then exit 0; fi
 
 status=0
 if [ "${KOLO_SANITIZE_FULL:-0}" = 1 ]; then
