@@ -209,6 +209,7 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(env.getInt("FUSION_DIRECT_BYTES", int64_t{0}, int64_t{1} << 40,
                                   &c.fusionDirectBytes));
   KOLO_RETURN_IF_ERROR(env.getDouble("CYCLE_TIME", 0, 60000, &c.cycleTimeMs));
+  KOLO_RETURN_IF_ERROR(env.getBool("CALLER_ROUNDS", &c.callerRounds));
   KOLO_RETURN_IF_ERROR(env.getInt("CACHE_CAPACITY", 0, 1 << 20, &c.cacheCapacity));
   KOLO_RETURN_IF_ERROR(
       env.getInt("CONTROL_PIGGYBACK_BYTES", int64_t{0}, int64_t{1} << 20, &c.controlPiggybackBytes));
@@ -291,6 +292,7 @@ std::string Config::toString() const {
   if (rendezvousRound >= 0) o << "\nKOLO_RENDEZVOUS_ROUND=" << rendezvousRound;  // unset: not printed
   o << "\nKOLO_FUSION_THRESHOLD=" << fusionThresholdBytes
     << "\nKOLO_FUSION_DIRECT_BYTES=" << fusionDirectBytes << "\nKOLO_CYCLE_TIME=" << cycleTimeMs
+    << "\nKOLO_CALLER_ROUNDS=" << callerRounds
     << "\nKOLO_CACHE_CAPACITY=" << cacheCapacity
     << "\nKOLO_CONTROL_PIGGYBACK_BYTES=" << controlPiggybackBytes << "\nKOLO_STALL_CHECK_DISABLE=" << !stallCheck
     << "\nKOLO_STALL_CHECK_TIME_SECONDS=" << stallCheckSeconds

@@ -47,6 +47,8 @@ struct Config {
   int64_t fusionDirectBytes = 1ll << 20;       // KOLO_FUSION_DIRECT_BYTES: tensors this big skip
                                                //   the fusion buffer (0 = fuse whatever fits)
   double cycleTimeMs = 1.0;                    // KOLO_CYCLE_TIME
+  bool callerRounds = true;                    // KOLO_CALLER_ROUNDS: a thread waiting for its
+                                               //   op runs the rounds itself (core/coordinator.h)
   int cacheCapacity = 1024;                    // KOLO_CACHE_CAPACITY (0 = off)
   int64_t controlPiggybackBytes = 4096;        // KOLO_CONTROL_PIGGYBACK_BYTES: small cached
                                                //   allreduces ride in the control round (0 = off)

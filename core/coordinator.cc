@@ -26,6 +26,9 @@ bool isTransportFailure(ErrorCode c) {
          c == ErrorCode::kIo;
 }
 
+// How long the coordinator thread leaves a fresh op's round to a caller about to wait for it.
+constexpr auto kCallerGrace = std::chrono::microseconds(100);
+
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
@@ -65,24 +68,65 @@ Status Coordinator::terminalStatus() const {
 }
 
 void Coordinator::loop() {
-  Status cause;
   while (true) {
-    Status s = d_.device != nullptr ? d_.device->poll() : Status::ok();
-    if (s.isOk()) s = round();
-    if (!s.isOk()) {
-      cause = s;
-      break;
+    Clock::time_point next;
+    {
+      std::lock_guard<std::mutex> lock(roundMu_);
+      if (stopped_) break;
+      if (shutdownRequested_ || Clock::now() >= nextRoundAt()) {
+        if (!step()) break;
+      }
+      next = nextRoundAt();
     }
-    // Pacing (see the header): immediate on new work, and while this rank still has ops the
-    // others lack; the cycle time while others are busy; the heartbeat when the job is idle.
-    double wait = 0.0;
-    if (d_.queue->size() == 0) {
-      wait = globalIdle_ ? d_.config.heartbeatSeconds : d_.config.cycleTimeMs / 1000.0;
-    }
-    d_.queue->waitForWork(Clock::now() + seconds(wait),
-                          [this] { return shutdownRequested_.load(); });
+    const bool fresh = d_.queue->waitForWork(next, [this] { return shutdownRequested_.load(); });
+    if (fresh) leaveToCaller();
   }
-  finish(cause);
+}
+
+void Coordinator::leaveToCaller() {
+  // A caller that submits and then waits (the synchronous calls, a benchmark loop, Python's
+  // synchronize) reaches runRoundOnCaller a few microseconds after its enqueue woke this
+  // thread. Leave it the round for a moment, yielding the CPU (a timed sleep would cost a timer
+  // wake-up, tens of microseconds here); without a waiter the op starts that much later.
+  if (!d_.config.callerRounds) return;
+  const auto until = Clock::now() + kCallerGrace;
+  while (!callerInRound_.load() && !shutdownRequested_.load() && Clock::now() < until) {
+    std::this_thread::yield();
+  }
+}
+
+bool Coordinator::runRoundOnCaller(Deadline deadline) {
+  if (!d_.config.callerRounds) return false;
+  if (deadline - Clock::now() < std::chrono::milliseconds(100)) return false;
+  if (roundThread_.load() == std::this_thread::get_id()) return false;  // a callback's wait
+  std::unique_lock<std::mutex> lock(roundMu_, std::try_to_lock);
+  if (!lock.owns_lock() || stopped_) return false;
+  ++callerRoundsRun_;
+  callerInRound_ = true;
+  step();
+  callerInRound_ = false;
+  return true;
+}
+
+bool Coordinator::step() {
+  roundThread_ = std::this_thread::get_id();
+  Status s = d_.device != nullptr ? d_.device->poll() : Status::ok();
+  if (s.isOk()) s = round();
+  lastRoundEnd_ = Clock::now();
+  if (!s.isOk()) {
+    stopped_ = true;
+    finish(s);
+  }
+  roundThread_ = std::thread::id();
+  return s.isOk();
+}
+
+Clock::time_point Coordinator::nextRoundAt() const {
+  // Pacing (see the header): immediate while this rank has ops pending (new ones, or ones the
+  // others lack); the cycle time while others are busy; the heartbeat when the job is idle.
+  if (d_.queue->size() > 0) return lastRoundEnd_;
+  const double wait = globalIdle_ ? d_.config.heartbeatSeconds : d_.config.cycleTimeMs / 1000.0;
+  return lastRoundEnd_ + seconds(wait);
 }
 
 void Coordinator::finish(const Status& cause) {
@@ -92,7 +136,8 @@ void Coordinator::finish(const Status& cause) {
   }
   running_ = false;
   if (cause.code() == ErrorCode::kShutdown) {
-    d_.log->debug("coordinator stopped: {}", cause.message());
+    d_.log->debug("coordinator stopped after {} rounds ({} run by waiting callers): {}", rounds_,
+                  callerRoundsRun_.load(), cause.message());
     Status late = d_.device != nullptr ? d_.device->drain() : Status::ok();
     if (!late.isOk()) {
       d_.log->error("device work queued before shutdown failed (its ops had completed: "

@@ -18,6 +18,13 @@
 // idle the thread sleeps on a condition variable and only a heartbeat round
 // (KOLO_HEARTBEAT_SECONDS) runs, so an idle runtime costs nothing and a silent peer is still
 // noticed (KOLO_TIMEOUT_SECONDS).
+// Caller rounds (KOLO_CALLER_ROUNDS, on by default): a round may run on any thread, one at a
+// time (roundMu_). A thread that waits for its own op (HandleState::wait) runs the rounds itself
+// while no other thread is running one (runRoundOnCaller), so a synchronous op costs no wake-up
+// of this thread and no wake-up back; this thread then only paces what nobody waits for
+// (asynchronous ops, the cycle and the heartbeat), counting from the last round run by anyone.
+// Every round, on whichever thread, is the same collective step in the same order. New ops
+// wake this thread as before, but it leaves their round to a caller for up to 100 us.
 // Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
 // allreduces; a new parameter set forces a full round and travels in its response list, and
 // every rank applies it in that round before executing (the same round everywhere).
@@ -77,9 +84,25 @@ class Coordinator {
   // ok while running; afterwards the reason new ops must fail (abort cause or shutdown).
   Status terminalStatus() const;
   bool running() const { return running_.load(); }
+  // A waiting caller's turn (ops::Progress): runs one round on the calling thread and returns
+  // true, or returns false at once when another thread is running a round, the runtime has
+  // stopped, caller rounds are off, or `deadline` is less than 100 ms away. The round may block
+  // until the peers take part (bounded by KOLO_TIMEOUT_SECONDS, as on this thread), so a wait
+  // can end that much past its deadline. Any thread except inside a completion callback.
+  bool runRoundOnCaller(Deadline deadline);
+  // Rounds run so far by waiting callers (runRoundOnCaller), for tests and diagnostics.
+  uint64_t callerRoundsRun() const { return callerRoundsRun_.load(); }
 
  private:
   void loop();
+  // roundMu_ held: a device poll and one round; on failure, or the agreed shutdown, finishes the
+  // runtime (finish) and returns false. Records when the round ended.
+  bool step();
+  // After new ops woke this thread: yields for up to 100 us while no caller has taken the round.
+  void leaveToCaller();
+  // roundMu_ held: when this thread's pacing wants the next round (now while ops of this rank
+  // are pending; the cycle time while others are busy; the heartbeat when all are idle).
+  Clock::time_point nextRoundAt() const;
   Status round();
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
@@ -118,9 +141,16 @@ class Coordinator {
   bool piggyPlanned_ = false;              // piggy_ holds a plan for...
   uint64_t piggyCacheVersion_ = 0;         // ...this cache_.version()
   std::thread thread_;
+  std::mutex roundMu_;     // one round at a time, on this thread or a waiting caller's
+  std::atomic<std::thread::id> roundThread_{};  // the thread inside step() (a callback there
+                                                // that waits must not take roundMu_ again)
+  bool stopped_ = false;   // (roundMu_) finish() ran: no more rounds
+  Clock::time_point lastRoundEnd_{};  // (roundMu_) by whichever thread
+  std::atomic<uint64_t> callerRoundsRun_{0};
+  std::atomic<bool> callerInRound_{false};  // a waiting caller holds roundMu_
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
-  bool globalIdle_ = true;  // last round: every rank idle
+  bool globalIdle_ = true;  // (roundMu_) last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
   std::unique_ptr<Autotuner> autotune_;              // rank 0 with KOLO_AUTOTUNE, else null

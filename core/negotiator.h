@@ -37,7 +37,8 @@
 // - A second request from a rank for a name it already has pending, requests from ranks outside
 //   [0, worldSize) and requests with an invalid op type are ignored.
 //
-// Thread safety: none; the coordinator thread owns the instance. Never blocks. No errors are
+// Thread safety: none; the Coordinator owns the instance and uses it inside its rounds
+// (serialized: core/coordinator.h). Never blocks. No errors are
 // returned: problems become error responses.
 #pragma once
 

@@ -23,7 +23,7 @@
 // Prescale is applied to the copy of the input, postscale and AVERAGE's 1/N to the output, as
 // ops::execute does.
 //
-// Ownership: a Coordinator member, used only by the coordinator thread. Errors: none of its own
+// Ownership: a Coordinator member, used only inside its rounds (serialized). Errors: none of its own
 // (the exchange's errors are the round's).
 #pragma once
 

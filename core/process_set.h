@@ -1,10 +1,11 @@
 // ProcessSetTable: the process sets this rank knows, and their one owner (the Negotiator reads
 // membership through ProcessSetMembers; nothing keeps a copy). Set 0 is every rank. Ids are
 // assigned in creation order (1, 2, ...) and never reused, so they agree on every rank:
-// additions and removals happen on the coordinator thread in the order of the agreed response
+// additions and removals happen in a coordinator round in the order of the agreed response
 // list (kAddProcessSet / kRemoveProcessSet ops).
 // Thread safety: every method but members() locks; members() and the transports are for the
-// coordinator thread only (the one writer, so it reads without the lock).
+// thread running a round only (rounds are serialized, core/coordinator.h: the one writer at a
+// time, so it reads without the lock).
 #pragma once
 
 #include <map>

@@ -3,7 +3,7 @@
 // this; unit tests use a small map.
 //
 // Thread safety: implementations document theirs; ProcessSetTable's members() is for the
-// coordinator thread, the only thread that adds or removes sets.
+// thread running a coordinator round, the only one that adds or removes sets.
 #pragma once
 
 #include <cstdint>

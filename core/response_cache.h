@@ -16,7 +16,7 @@
 // device, process set, splits, group size). Other ranks see their own changes and miss the
 // AND, so everyone renegotiates.
 //
-// Thread safety: none; the coordinator thread owns it. Never blocks, never fails.
+// Thread safety: none; the Coordinator owns it and uses it inside its rounds (serialized). Never blocks, never fails.
 #pragma once
 
 #include <cstddef>

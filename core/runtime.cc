@@ -2,11 +2,49 @@
 
 #include <cmath>
 #include <limits>
+#include <condition_variable>
+#include <mutex>
 
 #include "bootstrap/registry.h"
 #include "transport/shm/shm_transport.h"
 
 namespace kolo {
+
+// The Progress every handle of this runtime carries: a waiting caller runs a round itself
+// (Coordinator::runRoundOnCaller). detach() waits for a caller inside advance() and turns later
+// calls into refusals, so the coordinator can stop and be destroyed under it.
+class WaiterRounds final : public Progress {
+ public:
+  explicit WaiterRounds(Coordinator* c) : c_(c) {}
+  bool advance(Deadline deadline) override {
+    Coordinator* c;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (c_ == nullptr) return false;
+      c = c_;
+      ++inside_;
+    }
+    const bool ran = c->runRoundOnCaller(deadline);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --inside_;
+    }
+    left_.notify_all();
+    return ran;
+  }
+  void detach() {
+    std::unique_lock<std::mutex> lock(mu_);
+    c_ = nullptr;
+    left_.wait(lock, [&] { return inside_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable left_;
+  Coordinator* c_;  // (mu_) null once detached
+  int inside_ = 0;  // (mu_) callers inside advance()
+};
+
 namespace {
 
 constexpr size_t kMaxNameBytes = 1024;
@@ -71,6 +109,7 @@ Status Runtime::start(BootstrapResult boot) {
   deps.log = log_;
   coordinator_ = std::make_unique<Coordinator>(std::move(deps));
   coordinator_->start();
+  waiterRounds_ = std::make_shared<WaiterRounds>(coordinator_.get());
   return Status::ok();
 }
 
@@ -84,6 +123,9 @@ Status Runtime::shutdown() {
     if (shutDown_) return Status::ok();
     shutDown_ = true;
   }
+  // Waiters first: one inside a round finishes it, later waits block until the coordinator
+  // thread completes their handles (the shutdown fails what is left).
+  if (waiterRounds_) waiterRounds_->detach();
   if (coordinator_) coordinator_->shutdown();
   timeline_.stop();
   return Status::ok();
@@ -190,6 +232,7 @@ std::unique_ptr<TensorEntry> Runtime::makeEntry(OpType type, const std::string& 
   e->request.processSet = processSet;
   e->input = t;
   e->handle = std::make_shared<HandleState>();
+  e->handle->setProgress(waiterRounds_);
   return e;
 }
 
@@ -294,6 +337,7 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
     groupId = groupCount_++;
   }
   auto shared = std::make_shared<HandleState>();
+  shared->setProgress(waiterRounds_);
   shared->expectParts(static_cast<int>(inputs.size()));
   std::vector<std::unique_ptr<TensorEntry>> entries;
   for (size_t i = 0; i < inputs.size(); ++i) {

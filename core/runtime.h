@@ -6,7 +6,8 @@
 // Submission methods validate their arguments on the calling thread (errors name the op, the
 // tensor and this rank, and nothing is enqueued), then enqueue and return a handle at once.
 // Thread safety: every public method may be called from any thread. shutdown() is idempotent
-// and bounded in time; the destructor calls it. There are no globals: the C API's singleton in
+// and bounded in time; the destructor calls it. A thread waiting on a handle this runtime made
+// may run control rounds itself (KOLO_CALLER_ROUNDS, core/coordinator.h). There are no globals: the C API's singleton in
 // bindings/c is the only process-wide instance.
 #pragma once
 
@@ -31,6 +32,7 @@
 namespace kolo {
 
 using HandlePtr = std::shared_ptr<HandleState>;
+class WaiterRounds;  // runtime.cc
 
 class Runtime {
  public:
@@ -56,6 +58,8 @@ class Runtime {
   // Whether CUDA tensors can be submitted: the build has the NCCL path and a device is visible.
   bool deviceEnabled() const;
   const Config& config() const { return config_; }
+  // Control rounds that waiting callers ran themselves (KOLO_CALLER_ROUNDS), so far.
+  uint64_t callerRoundsRun() const { return coordinator_ ? coordinator_->callerRoundsRun() : 0; }
   Timeline& timeline() { return timeline_; }
   // Starts the timeline for this rank (rank 0 only unless KOLO_TIMELINE_ALL_RANKS: then
   // "f.json" becomes "f.<rank>.json"). A no-op on ranks that do not write.
@@ -114,6 +118,9 @@ class Runtime {
   std::unique_ptr<ops::DeviceExecutor> device_;  // CUDA tensors; null without NCCL. Declared
                                                  // before coordinator_: outlives its thread.
   std::unique_ptr<Coordinator> coordinator_;
+  // Every handle's Progress (ops/handle.h): rounds on a waiting caller's thread. Detached (and
+  // waited for) before the coordinator stops; handles that outlive the runtime hold it weakly.
+  std::shared_ptr<WaiterRounds> waiterRounds_;
   std::mutex countersMu_;
   std::map<int32_t, int64_t> barrierCounts_;  // per process set (set ids are never reused)
   int64_t processSetOps_ = 0, groupCount_ = 0;

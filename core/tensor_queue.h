@@ -1,10 +1,11 @@
 // TensorQueue: this rank's ops in flight, keyed by (process set, name) (OpKey).
 //
-// Callers (any thread) add entries; the coordinator thread drains the new ones each round,
-// looks entries up by key when a response names them, and removes them once executed.
+// Callers (any thread) add entries; the thread running a round (the coordinator's, or a caller
+// waiting for its op: core/coordinator.h, one at a time) drains the new ones each round, looks
+// entries up by key when a response names them, and removes them once executed.
 // A second add with a key already in flight fails at once with kDuplicateName; the first op
 // is untouched. The same name in two process sets is two ops. Thread safety: all methods lock an internal mutex; entry pointers returned to
-// the coordinator stay valid until the coordinator itself removes the entry.
+// the coordinator stay valid until a round removes the entry.
 #pragma once
 
 #include <condition_variable>
@@ -41,7 +42,7 @@ class TensorQueue {
   // stranded in a queue that nobody drains any more). `refusal` must not be ok.
   std::vector<std::unique_ptr<TensorEntry>> close(const Status& refusal);
   size_t size() const;
-  // Visits entries in arrival order (coordinator thread only, under the lock).
+  // Visits entries in arrival order (the round's thread only, under the lock).
   void forEach(const std::function<void(TensorEntry&)>& fn);
 
  private:

@@ -24,7 +24,15 @@ bool HandleState::done() const {
   return done_;
 }
 
+void HandleState::advanceWhileWaiting(Deadline deadline) const {
+  std::shared_ptr<Progress> p = progress_.lock();
+  if (!p) return;
+  while (!done() && p->advance(deadline)) {
+  }
+}
+
 Status HandleState::wait(Deadline deadline) const {
+  advanceWhileWaiting(deadline);
   std::unique_lock<std::mutex> lock(mu_);
   if (!cv_.wait_until(lock, deadline, [&] { return done_; })) {
     return Status(ErrorCode::kTimeout, "the op did not complete within the wait timeout");
@@ -33,6 +41,7 @@ Status HandleState::wait(Deadline deadline) const {
 }
 
 Status HandleState::wait() const {
+  advanceWhileWaiting(Deadline::max());
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return done_; });
   return status_;

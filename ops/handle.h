@@ -3,6 +3,9 @@
 // Completed exactly once (later complete() calls are ignored and return false). Thread safety:
 // every method may be called from any thread. wait() blocks until completion or the deadline;
 // callbacks run on the completing thread after the state is published, outside the lock.
+// A waiter may do the runtime's work itself while it waits (Progress, below): the runtime sets
+// one on each handle it makes, and wait() calls it before blocking, so a synchronous op needs
+// no hand-off to and from a background thread.
 // A grouped op shares one HandleState among its parts: expectParts(n) before submission, and
 // the state completes when every part completed (with the first error seen, if any).
 #pragma once
@@ -18,6 +21,18 @@
 #include "base/clock.h"
 
 namespace kolo {
+
+// What a waiting thread may run to complete handles itself (core's Coordinator: one control
+// round on the waiting thread). Thread safe; implemented above ops, owned by the runtime.
+class Progress {
+ public:
+  virtual ~Progress() = default;
+  // Runs one unit of that work on the calling thread and returns true, or returns false at once
+  // when it cannot (another thread is running one, the runtime stopped, or `deadline` leaves no
+  // room for it): the caller then blocks until another thread completes its handle. A unit may
+  // block until the peers take part in it, bounded by the runtime's own timeout.
+  virtual bool advance(Deadline deadline) = 0;
+};
 
 class HandleState {
  public:
@@ -36,6 +51,8 @@ class HandleState {
 
   // Runs cb at once (on this thread) if already done.
   void setCallback(Callback cb);
+  // Before the handle is shared: what wait() runs while the op is not done (none: it blocks).
+  void setProgress(std::weak_ptr<Progress> p) { progress_ = std::move(p); }
 
   // ---- results, written by the coordinator before complete(), read after done() ----------
   std::vector<uint8_t> ownedOutput;   // allgather/alltoall/reducescatter without allocator
@@ -51,12 +68,16 @@ class HandleState {
   std::shared_ptr<void> ownedDeviceOutput;  // device ops without allocator: cudaMalloc'ed output
 
  private:
+  // Runs progress_ (if any) until the op is done or it declines.
+  void advanceWhileWaiting(Deadline deadline) const;
+
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;
   int remainingParts_ = 1;
   Status status_;
   Callback callback_;
+  std::weak_ptr<Progress> progress_;  // set before sharing, then read only
 };
 
 }  // namespace kolo

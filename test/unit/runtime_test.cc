@@ -363,3 +363,59 @@ TEST_CASE("a lost peer fails pending ops on the survivor within the timeout") {
   a->shutdown().ignore();
   b->shutdown().ignore();
 }
+
+TEST_CASE("a caller waiting for its op runs the rounds itself, unless KOLO_CALLER_ROUNDS is off") {
+  for (bool on : {true, false}) {
+    Config cfg = testConfig();
+    cfg.callerRounds = on;
+    std::vector<uint64_t> ran(2, 0);
+    onRanks(
+        2,
+        [&](Runtime& rt, int rank) {
+          for (int i = 0; i < 40; ++i) {
+            float x = static_cast<float>(rank + i);
+            HandlePtr h;
+            REQUIRE(rt.allreduce("step", view(&x, DataType::kFloat32, {1}), nullptr,
+                                 ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+            REQUIRE(waitOk(rt, h).isOk());
+            REQUIRE(x == static_cast<float>(1 + 2 * i));
+          }
+          ran[rank] = rt.callerRoundsRun();
+        },
+        cfg);
+    INFO("caller rounds " << (on ? "on" : "off") << ": " << ran[0] << " and " << ran[1]);
+    if (on) {
+      // The coordinator thread may win a round now and then; the waiters run most of them.
+      CHECK(ran[0] > 0);
+      CHECK(ran[1] > 0);
+    } else {
+      CHECK(ran[0] == 0);
+      CHECK(ran[1] == 0);
+    }
+  }
+}
+
+TEST_CASE("shutdown from another thread ends a caller that runs rounds for an op nobody else has") {
+  std::vector<std::unique_ptr<Transport>> group;
+  REQUIRE(createLoopbackGroup(2, &group).isOk());
+  std::vector<std::unique_ptr<Runtime>> rts(2);
+  for (int r = 0; r < 2; ++r) {
+    REQUIRE(Runtime::createWithTransport(testConfig(), std::move(group[r]), {}, &rts[r]).isOk());
+  }
+  float x = 1;
+  HandlePtr h;
+  REQUIRE(rts[0]->allreduce("lonely", view(&x, DataType::kFloat32, {1}), nullptr, ReduceOp::kSum,
+                            1.0, 1.0, 0, &h).isOk());
+  Status waited;
+  // The waiter takes rounds whenever the coordinator thread is between two (rank 1 never
+  // submits, so rank 0 runs rounds back to back); shutdown must end both.
+  std::thread waiter([&] { waited = h->wait(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = Clock::now();
+  std::thread other([&] { REQUIRE(rts[1]->shutdown().isOk()); });
+  REQUIRE(rts[0]->shutdown().isOk());
+  other.join();
+  waiter.join();
+  CHECK(Clock::now() - t0 < std::chrono::seconds(10));
+  CHECK(waited.code() == ErrorCode::kShutdown);
+}
