@@ -1,6 +1,6 @@
 # The shared-memory transport (transport/shm) under the multi-process suites: KOLO_SHM=on puts it
-# over the launcher's transport -- Gloo under kolorun, MPI under mpirun -- at N = 2, 3, 4, for
-# the transport tests (every collective, ring and native, every dtype) and the runtime tests.
+# over the launcher's transport -- Gloo under kolorun at N = 2, 3, 4, MPI under mpirun at N = 2 --
+# for the transport tests (every collective, ring and native, every dtype) and the runtime tests.
 # The "[fault]" case (a rank exits mid-allreduce) runs under kolorun with a short timeout: the
 # survivors must name the dead rank (shm notices the missing process, not a timeout).
 # KOLO_SHM defaults to auto, which would put shm under every one-host test of this folder too:
@@ -17,7 +17,9 @@ foreach(np 2 3 4)
     COMMAND ${kolo_shm_kolorun} -np ${np} --start-timeout 60 $<TARGET_FILE:kolo_mp_runtime_test>)
   set_tests_properties(kolo_mp_runtime_shm_np${np} PROPERTIES LABELS "mp" TIMEOUT 300
     ENVIRONMENT "KOLO_SHM=on;KOLO_TIMEOUT_SECONDS=60")
-  if(KOLO_HAVE_MPI AND MPIEXEC_EXECUTABLE)
+  # Under mpirun only at N = 2: shm's set-up over MPI is the part that differs (its data path is
+  # the same under either launcher, and N = 3, 4 cost CI about 27 s for nothing new).
+  if(KOLO_HAVE_MPI AND MPIEXEC_EXECUTABLE AND np EQUAL 2)
     add_test(NAME kolo_mp_transport_shm_mpi_np${np}
       COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe --bind-to none -np ${np}
               $<TARGET_FILE:kolo_mp_transport_test>)
