@@ -5,7 +5,7 @@
 // waited with a deadline, plus optional native collectives that ops/select may prefer.
 //
 // Contracts:
-//  - Thread safety: a Transport is used by one thread at a time (the coordinator). `abort` may be
+//  - Thread safety: a Transport is used by one thread at a time (the one running a round). `abort` may be
 //    called from any thread and makes every current and later wait fail promptly.
 //  - Ordering: messages between the same (src, dst, tag) arrive in post order. A receive must be
 //    posted with exactly the byte count the sender sends.
