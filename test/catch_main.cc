@@ -1,2 +1,5 @@
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main() of every Catch2 test program without its own: Catch's implementation lives in
+// test/catch_runner.cc (compiled once per build tree), this file only calls it.
+#include "test/catch_runner.h"
+
+int main(int argc, char** argv) { return kolo::testing::runCatch(argc, argv); }

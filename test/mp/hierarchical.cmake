@@ -2,7 +2,7 @@
 # ranks by fake_hosts.sh (per-rank KOLO_HOSTNAME, KOLO_LOCAL_*; Gloo on loopback). One run checks
 # the unset (auto), =1 and =0 settings in turn, under kolorun and under mpirun; the fault run
 # kills rank 3 mid-op.
-add_executable(kolo_mp_hierarchical_test hierarchical_mp_test.cc $<TARGET_OBJECTS:kolo_catch_main>)
+add_executable(kolo_mp_hierarchical_test hierarchical_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})
 target_link_libraries(kolo_mp_hierarchical_test PRIVATE kolo Catch2::Catch2)
 target_include_directories(kolo_mp_hierarchical_test PRIVATE ${PROJECT_SOURCE_DIR})
 set(kolo_fake_hosts ${CMAKE_CURRENT_SOURCE_DIR}/fake_hosts.sh)

@@ -1,6 +1,6 @@
 # Small allreduces through the control round (core/piggyback.h), over TCP at 2 and 3 ranks, and
 # with the piggyback off (KOLO_CONTROL_PIGGYBACK_BYTES=0): the same exact results both ways.
-add_executable(kolo_mp_piggyback_test piggyback_mp_test.cc $<TARGET_OBJECTS:kolo_catch_main>)
+add_executable(kolo_mp_piggyback_test piggyback_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})
 target_link_libraries(kolo_mp_piggyback_test PRIVATE kolo Catch2::Catch2)
 foreach(case "2;4096;1" "3;4096;1" "3;0;0")
   list(GET case 0 np)

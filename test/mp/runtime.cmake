@@ -1,5 +1,5 @@
 # The runtime through the C API as N processes: under kolorun (Gloo) and under mpirun, N = 2,3,4.
-add_executable(kolo_mp_runtime_test runtime_mp_test.cc $<TARGET_OBJECTS:kolo_catch_main>)
+add_executable(kolo_mp_runtime_test runtime_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})
 target_link_libraries(kolo_mp_runtime_test PRIVATE kolo kolo_engine Catch2::Catch2)
 set(kolo_kolorun ${PROJECT_SOURCE_DIR}/bindings/launcher/kolorun)
 foreach(np 2 3 4)

@@ -1,6 +1,6 @@
 # The timeline through the runtime, under kolorun (shared memory over Gloo) at 2 and 3 ranks,
 # and at 2 ranks over TCP only (KOLO_SHM=off: fused batches go through the fusion buffer).
-add_executable(kolo_mp_timeline_test timeline_mp_test.cc $<TARGET_OBJECTS:kolo_catch_main>)
+add_executable(kolo_mp_timeline_test timeline_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})
 target_link_libraries(kolo_mp_timeline_test PRIVATE kolo Catch2::Catch2)
 foreach(np 2 3)
   set(dir ${CMAKE_CURRENT_BINARY_DIR}/timeline_np${np})

