@@ -90,7 +90,9 @@ void Coordinator::leaveToCaller() {
   // wake-up, tens of microseconds here); without a waiter the op starts that much later.
   if (!d_.config.callerRounds) return;
   const auto until = Clock::now() + kCallerGrace;
-  while (!callerInRound_.load() && !shutdownRequested_.load() && Clock::now() < until) {
+  // roundThread_ is set only inside a round, and this thread is not in one: a caller is.
+  while (roundThread_.load() == std::thread::id() && !shutdownRequested_.load() &&
+         Clock::now() < until) {
     std::this_thread::yield();
   }
 }
@@ -102,9 +104,7 @@ bool Coordinator::runRoundOnCaller(Deadline deadline) {
   std::unique_lock<std::mutex> lock(roundMu_, std::try_to_lock);
   if (!lock.owns_lock() || stopped_) return false;
   ++callerRoundsRun_;
-  callerInRound_ = true;
   step();
-  callerInRound_ = false;
   return true;
 }
 

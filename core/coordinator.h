@@ -142,12 +142,12 @@ class Coordinator {
   uint64_t piggyCacheVersion_ = 0;         // ...this cache_.version()
   std::thread thread_;
   std::mutex roundMu_;     // one round at a time, on this thread or a waiting caller's
-  std::atomic<std::thread::id> roundThread_{};  // the thread inside step() (a callback there
-                                                // that waits must not take roundMu_ again)
+  std::atomic<std::thread::id> roundThread_{};  // the thread inside step(), if any (a callback
+                                                // there that waits must not take roundMu_
+                                                // again; leaveToCaller sees a caller's round)
   bool stopped_ = false;   // (roundMu_) finish() ran: no more rounds
   Clock::time_point lastRoundEnd_{};  // (roundMu_) by whichever thread
   std::atomic<uint64_t> callerRoundsRun_{0};
-  std::atomic<bool> callerInRound_{false};  // a waiting caller holds roundMu_
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;  // (roundMu_) last round: every rank idle
