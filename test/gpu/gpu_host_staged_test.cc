@@ -17,6 +17,7 @@
 
 #include "core/runtime.h"
 #include "test/catch_runner.h"
+#include "test/gpu/gpu_runtime_util.h"
 #include "test/gpu/gpu_test_util.h"
 #include "transport/loopback/loopback_transport.h"
 
@@ -37,17 +38,8 @@ Config stagedConfig() {
   return c;
 }
 
-TensorView onDevice(void* data, DataType t, std::vector<int64_t> shape, void* stream = nullptr) {
-  TensorView v;
-  v.data = data;
-  v.dtype = t;
-  v.shape = std::move(shape);
-  v.device = 0;
-  v.stream = stream;
-  return v;
-}
-
-Status waitFor(const HandlePtr& h) { return h->wait(Clock::now() + std::chrono::seconds(60)); }
+using gputest::deviceView;
+using gputest::waitFor;
 
 // Runs fn(runtime, rank) on kRanks thread ranks, each with its own Runtime on device 0.
 // Catch's assertions are not thread-safe: a rank's failures are collected and reported after.
@@ -108,7 +100,7 @@ TEST_CASE("host-staged allreduces on a shared GPU: fused, scaled, averaged, out 
       for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((r + 1) * (i + k));
       dev.push_back(upload(x));
       RANK_CHECK(rt.allreduce("f" + std::to_string(k),
-                              onDevice(dev[k], DataType::kFloat32, {33, k + 1}), nullptr,
+                              deviceView(dev[k], DataType::kFloat32, {33, k + 1}), nullptr,
                               ReduceOp::kSum, 2.0, 0.5, 0, &hs[k])
                      .isOk());
     }
@@ -127,9 +119,9 @@ TEST_CASE("host-staged allreduces on a shared GPU: fused, scaled, averaged, out 
     std::iota(ints.begin(), ints.end(), -500 + r);
     void* in = upload(ints);
     void* out = upload(std::vector<int32_t>(ints.size(), 0));
-    TensorView o = onDevice(out, DataType::kInt32, {1001});
+    TensorView o = deviceView(out, DataType::kInt32, {1001});
     HandlePtr h;
-    RANK_CHECK(rt.allreduce("avg", onDevice(in, DataType::kInt32, {1001}), &o, ReduceOp::kAverage,
+    RANK_CHECK(rt.allreduce("avg", deviceView(in, DataType::kInt32, {1001}), &o, ReduceOp::kAverage,
                             1.0, 1.0, 0, &h)
                    .isOk());
     RANK_CHECK(waitFor(h).isOk());
@@ -142,7 +134,7 @@ TEST_CASE("host-staged allreduces on a shared GPU: fused, scaled, averaged, out 
 
     std::vector<uint8_t> flags = {0, 1, 0, static_cast<uint8_t>(r == 2)};
     void* fb = upload(flags);
-    RANK_CHECK(rt.allreduce("bool", onDevice(fb, DataType::kBool, {4}), nullptr, ReduceOp::kMax,
+    RANK_CHECK(rt.allreduce("bool", deviceView(fb, DataType::kBool, {4}), nullptr, ReduceOp::kMax,
                             1.0, 1.0, 0, &h)
                    .isOk());
     RANK_CHECK(waitFor(h).isOk());
@@ -160,12 +152,12 @@ TEST_CASE("host-staged allgather, alltoall, reducescatter, broadcast on a shared
     for (size_t i = 0; i < x.size(); ++i) x[i] = r * 100 + static_cast<int64_t>(i);
     void* dx = upload(x);
     HandlePtr ag, a2a;
-    RANK_CHECK(rt.allgather("ag", onDevice(dx, DataType::kInt64, {r + 1, 2}), {}, 0, &ag).isOk());
+    RANK_CHECK(rt.allgather("ag", deviceView(dx, DataType::kInt64, {r + 1, 2}), {}, 0, &ag).isOk());
     // Alltoall: rank r sends all its r + 1 rows to rank r + 1 (mod 3).
     std::vector<int64_t> splits(kRanks, 0);
     splits[(r + 1) % kRanks] = r + 1;
     RANK_CHECK(
-        rt.alltoall("a2a", onDevice(dx, DataType::kInt64, {r + 1, 2}), splits, {}, 0, &a2a).isOk());
+        rt.alltoall("a2a", deviceView(dx, DataType::kInt64, {r + 1, 2}), splits, {}, 0, &a2a).isOk());
     RANK_CHECK(waitFor(ag).isOk());
     RANK_CHECK(waitFor(a2a).isOk());
     std::vector<int64_t> all;
@@ -188,7 +180,7 @@ TEST_CASE("host-staged allgather, alltoall, reducescatter, broadcast on a shared
     for (size_t i = 0; i < y.size(); ++i) y[i] = (r + 1) * static_cast<double>(i);
     void* dy = upload(y);
     HandlePtr rs;
-    RANK_CHECK(rt.reducescatter("rs", onDevice(dy, DataType::kFloat64, {7, 1}), ReduceOp::kSum, 1.0,
+    RANK_CHECK(rt.reducescatter("rs", deviceView(dy, DataType::kFloat64, {7, 1}), ReduceOp::kSum, 1.0,
                                 0.5, {}, 0, &rs)
                    .isOk());
     RANK_CHECK(waitFor(rs).isOk());
@@ -202,7 +194,7 @@ TEST_CASE("host-staged allgather, alltoall, reducescatter, broadcast on a shared
     void* db = upload(b);
     HandlePtr bc;
     RANK_CHECK(
-        rt.broadcast("bc", onDevice(db, DataType::kFloat32, {5}), kRanks - 1, 0, &bc).isOk());
+        rt.broadcast("bc", deviceView(db, DataType::kFloat32, {5}), kRanks - 1, 0, &bc).isOk());
     RANK_CHECK(waitFor(bc).isOk());
     RANK_CHECK(download<float>(db, 5) == std::vector<float>(5, static_cast<float>(kRanks - 1)));
     cudaFree(dx);
@@ -231,7 +223,7 @@ TEST_CASE("host-staged ops wait on the producer's stream") {
     RANK_CHECK(cudaMemcpyAsync(t, pinned, values.size() * sizeof(float), cudaMemcpyHostToDevice,
                                producer) == cudaSuccess);
     HandlePtr h;
-    RANK_CHECK(rt.allreduce("waits", onDevice(t, DataType::kFloat32, {4096}, producer), nullptr,
+    RANK_CHECK(rt.allreduce("waits", deviceView(t, DataType::kFloat32, {4096}, producer), nullptr,
                             ReduceOp::kSum, 1.0, 1.0, 0, &h)
                    .isOk());
     RANK_CHECK(waitFor(h).isOk());

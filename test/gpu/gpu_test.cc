@@ -17,6 +17,7 @@
 #include "core/runtime.h"
 #include "kernels/reduce_cpu.h"
 #include "test/catch_runner.h"
+#include "test/gpu/gpu_runtime_util.h"
 #include "test/gpu/gpu_test_util.h"
 #include "transport/loopback/loopback_transport.h"
 #include "kernels/cuda_kernels.h"
@@ -72,17 +73,8 @@ std::unique_ptr<Runtime> oneGpuRuntime(Config cfg = oneGpuConfig()) {
   return rt;
 }
 
-TensorView deviceView(void* data, DataType t, std::vector<int64_t> shape, void* stream = nullptr) {
-  TensorView v;
-  v.data = data;
-  v.dtype = t;
-  v.shape = std::move(shape);
-  v.device = 0;
-  v.stream = stream;
-  return v;
-}
-
-Status waitFor(const HandlePtr& h) { return h->wait(Clock::now() + std::chrono::seconds(60)); }
+using gputest::deviceView;
+using gputest::waitFor;
 
 }  // namespace
 
