@@ -16,14 +16,10 @@ stamp "built and installed"
 
 BUILD_DIR="${KOLO_BUILD_DIR:-build}"
 args=(--test-dir "$BUILD_DIR" --output-on-failure --timeout 600)
-if [ -n "${KOLO_TEST_LABELS:-}" ]; then
-  ctest "${args[@]}" -L "$KOLO_TEST_LABELS"
-else
-  # Single-process unit tests two at a time (about 28 -> 17 s); then everything else one test
-  # at a time: multi-process tests share the 2 cores and time their peers' failures.
-  ctest "${args[@]}" -L '^unit$' -j 2
-  ctest "${args[@]}" -LE '^unit$'
-fi
+if [ -n "${KOLO_TEST_LABELS:-}" ]; then args+=(-L "$KOLO_TEST_LABELS"); fi
+# One test at a time: the multi-process tests share 2 cores, and unit tests time real waits too
+# (two at a time, a Gloo deadline test failed under the load: it saved only about 11 s).
+ctest "${args[@]}"
 stamp "ctest passed"
 
 if [ -z "${KOLO_TEST_LABELS:-}" ]; then
