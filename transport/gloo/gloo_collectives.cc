@@ -51,7 +51,7 @@ Status GlooTransport::runNative(const char* what, Fn&& fn) {
                    std::string("gloo: native ") + what + " failed" +
                        (peer >= 0 ? ", lost " + state_->describe(peer) : std::string()) + ": " +
                        text);
-  if (peer >= 0) s = state_->explainLoss(peer, s);
+  if (peer >= 0) s = state_->notes->explainLoss(peer, s);
   state_->abortWith(s);
   return s;
 }

@@ -1,7 +1,8 @@
-// Internal to the Gloo transport (gloo_transport.cc, gloo_p2p.cc, gloo_collectives.cc), and the
-// connection bench/gloo_algorithms.cc uses for Gloo's own algorithms (connectGroup, glooMessage).
-// kolo uses Gloo through its public headers only; how it interrupts Gloo's waits is in
-// gloo_interpose.h and wait_timer.h.
+// Internal to the Gloo transport (gloo_transport.cc, gloo_collectives.cc), and the connection
+// bench/gloo_algorithms.cc uses for Gloo's own algorithms (connectGroup, glooMessage).
+// kolo uses Gloo through its public headers only, for its native collectives; how it interrupts
+// Gloo's waits is in gloo_interpose.h. Point-to-point batches go over kolo's own TCP transport
+// (transport/tcp), a mesh of its own beside Gloo's.
 #pragma once
 
 #include <gloo/rendezvous/context.h>
@@ -16,9 +17,10 @@
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "transport/abort_notes.h"
 #include "transport/gloo/gloo_interpose.h"
-#include "transport/gloo/wait_timer.h"
 #include "transport/poll_support.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
 namespace kolo::gloo_detail {
@@ -26,63 +28,52 @@ namespace kolo::gloo_detail {
 // "[/path/pair.cc:612] Connection closed by peer" -> "Connection closed by peer"
 std::string glooMessage(const std::exception& e);
 
-// State shared by a transport and its batches.
+// State shared by a transport and its split children.
 struct GlooShared {
   std::shared_ptr<gloo::rendezvous::Context> context;
   // The TCP device (listening address, I/O thread), shared with split groups.
   std::shared_ptr<gloo::transport::Device> device;
-  // Every buffer of this group, ours and Gloo's (abortAll).
+  // Every buffer of this group inside Gloo's collectives (abortAll).
   std::shared_ptr<GroupWaits> waits;
-  // Ends the batches' waits on time; shared with split groups. Null in bench's groups.
-  std::shared_ptr<WaitTimer> timer;
+  // The group's point-to-point (post()): kolo's TCP transport, aborted with the group and
+  // aborting it in turn. Null in bench's groups.
+  std::unique_ptr<TcpTransport> p2p;
   std::shared_ptr<Store> store;  // this group's prefixed view, for split()
   int rank = 0;
   int size = 0;
   std::vector<int> globalRanks;  // group rank -> global rank
+  std::unique_ptr<AbortNotes> notes;  // transport/abort_notes.h
   AbortState abort;
   SplitChildren<GlooShared> children;  // transports split from this one
 
-  // Records the cause (first wins), interrupts every wait on the group's buffers -- ours and
-  // those inside Gloo's own collectives -- and closes the group's connections, so that peers
-  // see them close instead of waiting for their timeout. Transports split from this one abort
-  // too. Before any of that it leaves the cause in the store as this rank's abort note.
+  // Records the cause (first wins), leaves it as this rank's abort note, interrupts every wait
+  // inside Gloo's collectives, closes the group's connections (Gloo's and the p2p mesh's), so
+  // that peers see them close instead of waiting for their timeout, and aborts the children.
   void abortWith(const Status& cause);
-  // `direct` is the failure seen on the connection to `groupRank`. When that peer aborted
-  // first (it left an abort note), its own cause is returned instead, marked as relayed: a
-  // survivor then names the rank that was really lost, not the survivor that passed the
-  // failure on by closing its connections. Waits at most kAbortNoteWait for the note.
-  Status explainLoss(int groupRank, const Status& direct);
-  // `direct` is a timeout waiting for `peers` (most suspect first). Leaves a provisional note
-  // blaming peers[0], then looks for up to `grace` for a note of one of them that blames a
-  // third rank (a peer that waits for the rank that really stopped) and returns it relayed.
-  Status explainTimeout(const std::vector<int>& peers, const Status& direct,
-                        std::chrono::milliseconds grace);
-  std::atomic<int> blamed{-1};  // the rank the latest failure blames (for the abort note)
-  uint8_t probeSink = 0;        // brokenPeers()' receives, kept until the group goes
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> probes;
-
   // "rank 2 (global 5)"
-  std::string describe(int groupRank) const;
+  std::string describe(int groupRank) const { return describeGroupRank(groupRank, globalRanks); }
 
+  uint8_t probeSink = 0;  // brokenPeers()' receives, kept until the group goes
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> probes;
   // The peers whose connection Gloo has marked failed (a native collective failed: which
   // connection it was, Gloo's message tells by address only). Leaves a receive pending on
   // every healthy connection: only for a transport about to abort.
   std::vector<int> brokenPeers();
-
- private:
-  void leaveNote(const Status& cause, int blamedRank);
-  // A peer's note as this rank's cause; ok when it says nothing (unreadable, or blames us).
-  Status relayed(int groupRank, const std::vector<uint8_t>& note);
 };
 
 // Connects a full mesh of `size` ranks through `store` (already prefixed for this group).
 // `watched` (the transport's groups): contexts and buffers go through gloo_interpose.h, so kolo
 // can interrupt their waits. false: Gloo's own TCP objects, unwrapped, for baselines that
 // measure Gloo itself (bench/gloo_algorithms.cc); such a group cannot be aborted by kolo.
+// The point-to-point mesh is not made here (see linkP2P).
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
                     std::shared_ptr<GlooShared>* out, bool watched = true);
+
+// Makes `p2p` (kolo's TCP transport over the same ranks) the group's point-to-point and links
+// the two aborts: either one aborting aborts the other with the same cause.
+void linkP2P(const std::shared_ptr<GlooShared>& state, std::unique_ptr<TcpTransport> p2p);
 
 class GlooTransport final : public Transport {
  public:

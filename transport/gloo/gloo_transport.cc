@@ -1,7 +1,8 @@
-// The Gloo transport: rendezvous, abort notes, split and abort. Point-to-point batches live in
-// gloo_p2p.cc, the native collectives in gloo_collectives.cc, and the layer through which kolo
-// can interrupt Gloo's waits in gloo_interpose.cc (every group's device, context and buffers
-// are kolo's forwarding implementations of Gloo's public transport interfaces).
+// The Gloo transport: rendezvous, split and abort. Point-to-point batches go over kolo's own
+// TCP transport (transport/tcp, one mesh beside Gloo's), the native collectives are Gloo's
+// (gloo_collectives.cc), and the layer through which kolo can interrupt Gloo's waits is
+// gloo_interpose.cc (every group's device, context and buffers are kolo's forwarding
+// implementations of Gloo's public transport interfaces). Abort notes: transport/abort_notes.h.
 #include "transport/gloo/gloo_transport.h"
 
 #include <gloo/transport/tcp/device.h>
@@ -67,101 +68,22 @@ void ignoreSigpipe() {
 
 }  // namespace
 
-// Abort notes: "kolo/abort/<group rank>" in the group's store holds "<code>:<blamed>:<message>"
-// for the cause a rank aborted with, <blamed> being the group rank it holds responsible (-1:
-// none). It is written before the rank's connections close, so a peer that sees them close
-// finds it at once (kAbortNoteWait only covers Gloo closing a context by itself, on its own
-// timeouts). A rank that times out leaves a provisional note at once, then looks for its
-// peers' notes for a grace period: in a ring the rank waited for is often a survivor that is
-// itself waiting for the rank that really stopped, and times out at about the same moment.
-constexpr char kAbortNoteKey[] = "kolo/abort/";
-constexpr std::chrono::milliseconds kAbortNoteWait{200};
-
-namespace {
-struct Note {
-  ErrorCode code = ErrorCode::kOk;
-  int blamed = -1;
-  std::string message;
-};
-
-bool parseNote(const std::vector<uint8_t>& bytes, Note* out) {
-  std::string text(bytes.begin(), bytes.end());
-  size_t a = text.find(':');
-  size_t b = a == std::string::npos ? a : text.find(':', a + 1);
-  if (b == std::string::npos) return false;
-  int code = std::atoi(text.substr(0, a).c_str());
-  if (code <= 0 || code > static_cast<int>(ErrorCode::kJoined)) return false;
-  out->code = static_cast<ErrorCode>(code);
-  out->blamed = std::atoi(text.substr(a + 1, b - a - 1).c_str());
-  out->message = text.substr(b + 1);
-  return true;
-}
-}  // namespace
-
-void GlooShared::leaveNote(const Status& cause, int blamedRank) {
-  if (!context || !store) return;
-  // Best effort: without a store (it may be gone) peers just name this rank.
-  const std::string text = std::to_string(static_cast<int>(cause.code())) + ":" +
-                           std::to_string(blamedRank) + ":" + cause.message();
-  store->set(kAbortNoteKey + std::to_string(rank), std::vector<uint8_t>(text.begin(), text.end()))
-      .ignore();
-}
-
 void GlooShared::abortWith(const Status& cause) {
   if (!abort.set(cause)) return;
-  leaveNote(cause, blamed.load());
+  if (notes) notes->leave(cause);
   // Waits first (they wake at once); closing a connection waits for a tick of Gloo's I/O loop.
   if (waits) waits->abortAll("kolo: transport aborted: " + cause.toString());
+  if (p2p) p2p->abort(cause);
   if (context) context->closeConnections();
   for (auto& child : children.alive()) child->abortWith(cause);
 }
 
-Status GlooShared::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
-  Note note;
-  // A note that blames this rank is from a peer waiting for us: we are alive, it says nothing.
-  if (!parseNote(bytes, &note) || note.blamed == rank) return Status::ok();
-  blamed = note.blamed >= 0 ? note.blamed : groupRank;
-  return Status(note.code, note.message + " (seen by " + describe(groupRank) +
-                               ", which then closed its connections)");
-}
-
-Status GlooShared::explainLoss(int groupRank, const Status& direct) {
-  blamed = groupRank;
-  if (!store || groupRank < 0 || groupRank >= size) return direct;
-  std::vector<uint8_t> note;
-  if (!store->get(kAbortNoteKey + std::to_string(groupRank), &note, kAbortNoteWait).isOk()) {
-    return direct;  // no note: the peer itself died or closed its connections
-  }
-  Status s = relayed(groupRank, note);
-  if (s.isOk()) blamed = groupRank;
-  return s.isOk() ? direct : s;
-}
-
-Status GlooShared::explainTimeout(const std::vector<int>& peers, const Status& direct,
-                                  std::chrono::milliseconds grace) {
-  blamed = peers.empty() ? -1 : peers.front();
-  if (!store || peers.empty()) return direct;
-  leaveNote(direct, blamed.load());  // provisional: peers waiting for us learn whom we blame
-  const auto until = Clock::now() + grace;
-  do {
-    for (int p : peers) {
-      bool exists = false;
-      if (!store->check(kAbortNoteKey + std::to_string(p), &exists).isOk()) return direct;
-      std::vector<uint8_t> note;
-      if (!exists || !store->get(kAbortNoteKey + std::to_string(p), &note, kAbortNoteWait).isOk()) {
-        continue;
-      }
-      Status s = relayed(p, note);
-      if (!s.isOk()) return s;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  } while (Clock::now() < until);
-  blamed = peers.front();
-  return direct;
-}
-
-std::string GlooShared::describe(int groupRank) const {
-  return describeGroupRank(groupRank, globalRanks);
+void linkP2P(const std::shared_ptr<GlooShared>& state, std::unique_ptr<TcpTransport> p2p) {
+  std::weak_ptr<GlooShared> weak = state;
+  p2p->setAbortListener([weak](const Status& cause) {
+    if (auto s = weak.lock()) s->abortWith(cause);
+  });
+  state->p2p = std::move(p2p);
 }
 
 // Gloo marks a pair failed when its connection breaks, whether or not an operation was pending
@@ -195,6 +117,7 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
   state->size = size;
   state->globalRanks = std::move(globalRanks);
   state->store = store;
+  state->notes = std::make_unique<AbortNotes>(store, rank, state->globalRanks);
   state->device = device;
   state->waits = std::make_shared<GroupWaits>();
   StoreAdapter adapter(store, timeout);
@@ -251,6 +174,11 @@ Status GlooTransport::checkUsable() const {
   return Status::ok();
 }
 
+Status GlooTransport::post(const std::vector<P2POp>& ops, std::unique_ptr<PendingOps>* out) {
+  KOLO_RETURN_IF_ERROR(checkUsable());
+  return state_->p2p->post(ops, out);
+}
+
 Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
                             std::unique_ptr<Transport>* out) {
   *out = nullptr;
@@ -259,6 +187,9 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
     KOLO_REQUIRE(ranks[i] >= 0 && ranks[i] < state_->size && (i == 0 || ranks[i] > ranks[i - 1]),
                  kInvalidArgument, "gloo: split ranks must be ascending group ranks");
   }
+  // The point-to-point mesh splits first (every rank takes part, members or not).
+  std::unique_ptr<Transport> p2p;
+  KOLO_RETURN_IF_ERROR(state_->p2p->split(ranks, setId, &p2p));
   // Every rank counts every split, members or not, so the prefix agrees everywhere.
   const std::string prefix = "set" + std::to_string(setId) + "." + std::to_string(splits_++) + "/";
   auto it = std::lower_bound(ranks.begin(), ranks.end(), state_->rank);
@@ -269,8 +200,9 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   KOLO_RETURN_IF_ERROR(connectGroup(
       makePrefixStore(state_->store, prefix), static_cast<int>(it - ranks.begin()),
       static_cast<int>(ranks.size()), state_->device, timeout(), std::move(globals), &child));
-  child->timer = state_->timer;
+  linkP2P(child, std::unique_ptr<TcpTransport>(static_cast<TcpTransport*>(p2p.release())));
   state_->children.add(child);
+  if (state_->abort.isSet()) child->abortWith(state_->abort.cause());  // raced with an abort
   auto t = std::make_unique<GlooTransport>(std::move(child));
   t->setTimeout(timeout());
   *out = std::move(t);
@@ -323,7 +255,12 @@ Status createGlooTransport(std::shared_ptr<Store> store, int rank, int size,
   std::shared_ptr<GlooShared> state;
   KOLO_RETURN_IF_ERROR(
       connectGroup(groupStore, rank, size, device, timeout, std::move(globals), &state));
-  state->timer = std::make_shared<WaitTimer>();
+  // Point-to-point over kolo's own sockets (transport/tcp/tcp_transport.h says why), listening
+  // where Gloo's device does.
+  std::unique_ptr<TcpTransport> p2p;
+  KOLO_RETURN_IF_ERROR(createTcpTransport(makePrefixStore(groupStore, "p2p/"), rank, size, iface,
+                                          attr.hostname, timeout, &p2p));
+  linkP2P(state, std::move(p2p));
   *out = std::make_unique<GlooTransport>(std::move(state));
   return Status::ok();
 }

@@ -1,0 +1,97 @@
+#include "transport/abort_notes.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "transport/poll_support.h"
+
+namespace kolo {
+namespace {
+
+constexpr char kNoteKey[] = "kolo/abort/";
+
+struct Note {
+  ErrorCode code = ErrorCode::kOk;
+  int blamed = -1;
+  std::string message;
+};
+
+bool parseNote(const std::vector<uint8_t>& bytes, Note* out) {
+  std::string text(bytes.begin(), bytes.end());
+  size_t a = text.find(':');
+  size_t b = a == std::string::npos ? a : text.find(':', a + 1);
+  if (b == std::string::npos) return false;
+  int code = std::atoi(text.substr(0, a).c_str());
+  if (code <= 0 || code > static_cast<int>(ErrorCode::kJoined)) return false;
+  out->code = static_cast<ErrorCode>(code);
+  out->blamed = std::atoi(text.substr(a + 1, b - a - 1).c_str());
+  out->message = text.substr(b + 1);
+  return true;
+}
+
+}  // namespace
+
+AbortNotes::AbortNotes(std::shared_ptr<Store> store, int rank, std::vector<int> globalRanks)
+    : store_(std::move(store)), rank_(rank), globalRanks_(std::move(globalRanks)) {}
+
+std::string AbortNotes::describe(int groupRank) const {
+  return describeGroupRank(groupRank, globalRanks_);
+}
+
+void AbortNotes::write(const Status& cause, int blamedRank) {
+  if (!store_) return;
+  const std::string text = std::to_string(static_cast<int>(cause.code())) + ":" +
+                           std::to_string(blamedRank) + ":" + cause.message();
+  store_->set(kNoteKey + std::to_string(rank_), std::vector<uint8_t>(text.begin(), text.end()))
+      .ignore();
+}
+
+void AbortNotes::leave(const Status& cause) { write(cause, blamed_.load()); }
+
+Status AbortNotes::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
+  Note note;
+  // A note that blames this rank is from a peer waiting for us: we are alive, it says nothing.
+  if (!parseNote(bytes, &note) || note.blamed == rank_) return Status::ok();
+  blamed_ = note.blamed >= 0 ? note.blamed : groupRank;
+  return Status(note.code, note.message + " (seen by " + describe(groupRank) +
+                               ", which then closed its connections)");
+}
+
+Status AbortNotes::explainLoss(int groupRank, const Status& direct) {
+  blamed_ = groupRank;
+  if (!store_ || groupRank < 0 || groupRank >= static_cast<int>(globalRanks_.size())) {
+    return direct;
+  }
+  std::vector<uint8_t> note;
+  if (!store_->get(kNoteKey + std::to_string(groupRank), &note, kNoteWait).isOk()) {
+    return direct;  // no note: the peer itself died or closed its connections
+  }
+  Status s = relayed(groupRank, note);
+  if (s.isOk()) blamed_ = groupRank;
+  return s.isOk() ? direct : s;
+}
+
+Status AbortNotes::explainTimeout(const std::vector<int>& peers, const Status& direct,
+                                  std::chrono::milliseconds grace) {
+  blamed_ = peers.empty() ? -1 : peers.front();
+  if (!store_ || peers.empty()) return direct;
+  write(direct, blamed_.load());  // provisional: peers waiting for us learn whom we blame
+  const auto until = Clock::now() + grace;
+  do {
+    for (int p : peers) {
+      bool exists = false;
+      if (!store_->check(kNoteKey + std::to_string(p), &exists).isOk()) return direct;
+      std::vector<uint8_t> note;
+      if (!exists || !store_->get(kNoteKey + std::to_string(p), &note, kNoteWait).isOk()) {
+        continue;
+      }
+      Status s = relayed(p, note);
+      if (!s.isOk()) return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  } while (Clock::now() < until);
+  blamed_ = peers.front();
+  return direct;
+}
+
+}  // namespace kolo
