@@ -123,12 +123,8 @@ Status NcclExecutor::makeComm(const ProcessSet& set, int device, const std::vect
 }
 
 Status NcclExecutor::setUp(const ProcessSet& set, int device, SetState* st) {
-  const int n = static_cast<int>(set.ranks.size());
   KOLO_REQUIRE(set.transport != nullptr && set.myIndex >= 0, kInternal,
                "device batch of process set " + std::to_string(set.id) + " on a non-member");
-  std::vector<int> everyone(n);
-  std::iota(everyone.begin(), everyone.end(), 0);
-  KOLO_RETURN_IF_ERROR(makeComm(set, device, everyone, "all", &st->all));
   if (!cfg_.hierarchicalAllreduce) return Status::ok();
 
   std::vector<std::string> hosts;
@@ -151,6 +147,19 @@ Status NcclExecutor::setUp(const ProcessSet& set, int device, SetState* st) {
   }
   st->hierarchical = true;
   return Status::ok();
+}
+
+Status NcclExecutor::flatComm(const ProcessSet& set, int device, SetState* st) {
+  if (st->all) return Status::ok();
+  KOLO_RETURN_IF_ERROR(st->allBroken);
+  std::vector<int> everyone(set.ranks.size());
+  std::iota(everyone.begin(), everyone.end(), 0);
+  Status s = makeComm(set, device, everyone, "all", &st->all);
+  if (!s.isOk()) {
+    st->all.reset();
+    st->allBroken = s;
+  }
+  return s;
 }
 
 // ---- batch plumbing ----------------------------------------------------------------------------
@@ -297,10 +306,13 @@ Status NcclExecutor::execute(const ops::ExecContext& ctx, const Batch& rs, const
   SetState* st = nullptr;
   KOLO_RETURN_IF_ERROR(stateFor(*ctx.set, device, &st));
   const Response& first = *rs[0];
+  // Only a hierarchical allreduce does without the communicator of every member.
+  const bool hierarchical = first.type == OpType::kAllreduce && st->hierarchical &&
+                            !cuda::needsKernelReduction(first.dtype);
+  if (!hierarchical) KOLO_RETURN_IF_ERROR(flatComm(*ctx.set, device, st));
   switch (first.type) {
     case OpType::kAllreduce: {
-      const bool hier = st->hierarchical && !cuda::needsKernelReduction(first.dtype);
-      Activity a(ctx.timeline, rs, hier ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE");
+      Activity a(ctx.timeline, rs, hierarchical ? "NCCL_HIERARCHICAL_ALLREDUCE" : "NCCL_ALLREDUCE");
       return runAllreduce(ctx, *st, rs, es);
     }
     case OpType::kAllgather: {

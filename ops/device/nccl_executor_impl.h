@@ -70,7 +70,11 @@ class NcclExecutor final : public CudaDeviceBase {
  private:
   struct SetState {
     Status broken;  // setup failed: every later batch of the set fails with this
+    // Every member, made at the first batch that needs it (flatComm): a hierarchical set whose
+    // ranks share a GPU per host (KOLO_HOSTNAME on a one-GPU machine) never makes it, since
+    // NCCL refuses two ranks of one communicator on one device.
     std::unique_ptr<NcclTransport> all;
+    Status allBroken;  // making `all` failed: every later batch that needs it fails with this
     bool hierarchical = false;
     std::unique_ptr<NcclTransport> local;  // hierarchical: the members on this host
     std::unique_ptr<Transport> cross;      // hierarchical, several hosts: CPU, one per host
@@ -84,6 +88,9 @@ class NcclExecutor final : public CudaDeviceBase {
   };
 
   Status stateFor(const ProcessSet& set, int device, SetState** out);
+  // st->all, made now if it is not yet. Collective over the set's members: every member runs
+  // the same batches in the same order, so all of them reach the first one that needs it.
+  Status flatComm(const ProcessSet& set, int device, SetState* st);
   Status setUp(const ProcessSet& set, int device, SetState* st);
   Status makeComm(const ProcessSet& set, int device, const std::vector<int>& members,
                   const std::string& kind, std::unique_ptr<NcclTransport>* out);
