@@ -79,6 +79,23 @@ def test_blacklist_cooldown_doubles_up_to_max():
     assert not forever.usable("a")
 
 
+def test_the_only_host_is_forgiven_its_first_failure_not_its_second():
+    now = [0.0]
+    h = HostHealth((10.0, 25.0), clock=lambda: now[0])
+    assert h.record_failure("a", only_host=True) == 0.0
+    assert h.usable("a") and h.blacklisted() == []
+    # the second failure blacklists it; the cool-down counts blacklistings (starts at MIN)
+    assert h.record_failure("a", only_host=True) == 10.0
+    assert not h.usable("a")
+    now[0] += 10.0
+    assert h.record_failure("a", only_host=True) == 20.0
+    # a host with others beside it is blacklisted at its first failure, as before
+    assert h.record_failure("b", only_host=False) == 10.0
+    forever = HostHealth(None, clock=lambda: now[0])
+    assert forever.record_failure("a", only_host=True) == 0.0
+    assert forever.record_failure("a", only_host=True) == float("inf")
+
+
 STANDIN = textwrap.dedent("""\
     import json, os, sys, time
     sys.path.insert(0, %r)

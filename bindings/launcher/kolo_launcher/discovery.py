@@ -8,9 +8,11 @@ instead, the list is fixed.
 
 HostHealth is the blacklist. A worker that fails blacklists its host: no new worker starts
 there, for the cool-down when --blacklist-cooldown-range MIN MAX is given (MIN, doubled at each
-further failure of that host, at most MAX), else for the rest of the job (horovodrun's rule).
-Unlike horovodrun, the host's other workers are not removed: they are healthy processes, so
-one death never ends the training of the only host (scenario 0 of issue 14).
+further blacklisting of that host, at most MAX), else for the rest of the job (horovodrun's
+rule). Unlike horovodrun, one death never blacklists the only host the job can use: its first
+failure is forgiven (a replacement may start there at once), a second one blacklists it as any
+other (a host that keeps failing is still shut out). And the host's other workers are never
+removed: they are healthy processes (scenario 0 of issue 14).
 
 Both are owned by the launcher's main thread; nothing here is thread-safe or blocks longer
 than the script's time limit.
@@ -84,17 +86,24 @@ class HostHealth:
         self.clock = clock
         self.rng = rng or random.Random()
         self.failures = {}  # host -> number of failed workers
+        self.blacklistings = {}  # host -> how often it was blacklisted
         self.until = {}  # host -> clock time its blacklisting ends (inf: never)
 
-    def record_failure(self, host):
-        """Blacklists host; returns the cool-down in seconds (inf: for good)."""
+    def record_failure(self, host, only_host=False):
+        """Counts a failed worker of host and blacklists the host, unless only_host (no other
+        host the job could use now) and this is its first failure. Returns the cool-down in
+        seconds: 0 (forgiven), a period, or inf (for the rest of the job)."""
         n = self.failures.get(host, 0) + 1
         self.failures[host] = n
+        if only_host and n == 1:
+            return 0.0
+        k = self.blacklistings.get(host, 0) + 1
+        self.blacklistings[host] = k
         if self.cooldown is None:
             period = float("inf")
         else:
             lo, hi = self.cooldown
-            period = min(hi, lo * (2 ** (n - 1)))
+            period = min(hi, lo * (2 ** (k - 1)))
         self.until[host] = max(self.until.get(host, 0.0), self.clock() + period)
         return period
 

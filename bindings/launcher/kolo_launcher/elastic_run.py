@@ -280,11 +280,18 @@ class ElasticJob(GlooJob):
                                              "every worker has" % (wid, w.host))
                     finishing = True
                     continue
-                period = self.health.record_failure(w.host)
+                only_host = not any(h != w.host and s > 0 and self.health.usable(h)
+                                    for h, s in hosts)
+                period = self.health.record_failure(w.host, only_host)
                 text = "worker %d (host %s) %s" % (wid, w.host, status.describe(w.remote))
-                self.console.message("%s; host %s gets no new worker %s" % (
-                    text, w.host, "in this job" if period == float("inf")
-                    else "for %s s" % _seconds(period)))
+                if period == 0:
+                    self.console.message("%s; host %s is the only host this job can use, so "
+                                         "one failure does not blacklist it (a second one "
+                                         "would)" % (text, w.host))
+                else:
+                    self.console.message("%s; host %s gets no new worker %s" % (
+                        text, w.host, "in this job" if period == float("inf")
+                        else "for %s s" % _seconds(period)))
                 if finishing and late_failure is None:
                     late_failure = Failure(text, status.shell_code(), worker=w)
             # 2. discovery and new workers
