@@ -1,5 +1,5 @@
 // Helpers shared by the transports that complete requests on their own (MPI polls with the
-// Backoff below; Gloo blocks in Gloo's waits and uses only the rest): the first abort cause, the
+// Backoff below; tcp and Gloo block and use only the rest): the first abort cause, the
 // transports split from one (which abort with it), how a peer is named in errors, and the
 // backoff between polls. Thread safety: AbortState and SplitChildren may be used from
 // any thread; a Backoff belongs to one waiting thread.

@@ -1,20 +1,20 @@
-// The Gloo transport: kolo's Transport over Gloo's TCP pairs (one connection per pair of ranks),
-// found through kolo's rendezvous Store.
+// The Gloo transport: Gloo's native collectives over Gloo's TCP pairs, and point-to-point over
+// kolo's own TCP mesh beside them (transport/tcp), both found through kolo's rendezvous Store.
 //
-// Ownership: the transport owns its Gloo context and shares the Gloo device (the listening
-// address) with the transports split from it; the Store is shared with the caller.
+// Ownership: the transport owns its Gloo context and its tcp mesh, and shares the Gloo device
+// (the listening address) with the transports split from it; the Store is shared with the caller.
 //
 // Thread safety: as Transport (one thread at a time; abort() from any thread).
 //
 // Blocking and errors: creation is collective over the `size` ranks and waits at most `timeout`
 // for the others to publish their addresses (kTimeout naming the missing key otherwise).
-// Point-to-point batches block in Gloo's own waits until their deadline (a watchdog thread,
-// started at the first wait, interrupts them then): a peer whose connection closed gives
-// kPeerLost naming it, a silent one kTimeout naming the peers still outstanding. test() waits
-// at most ~50 us per open op. Native collectives (allreduce for every dtype -- fp16/bf16
+// Point-to-point batches are the tcp transport's (a peer whose connection closed gives
+// kPeerLost naming it, a silent one kTimeout naming the peers still outstanding; test() does
+// not block). Native collectives (allreduce for every dtype -- fp16/bf16
 // reduce through kernels/reduce_cpu --, allgatherv, broadcast, alltoallv; reducescatter is
 // kUnsupported) run Gloo's own algorithms under the transport timeout. abort() interrupts every
-// wait of the transport, ours and those inside Gloo's collectives, and closes its connections;
+// wait of the transport, the tcp mesh's and those inside Gloo's collectives, and closes its
+// connections (the mesh's own failure aborts the whole transport too);
 // after an abort, a failed native collective or an abandoned batch, every later call fails
 // with the first cause (Gloo cannot resynchronize a connection after an error).
 // Gloo writes to sockets without MSG_NOSIGNAL: creating a transport therefore sets SIGPIPE to
