@@ -467,22 +467,16 @@ Status Runtime::reducescatter(const std::string& name, const TensorView& input, 
 }
 
 Status Runtime::barrier(int32_t processSet, HandlePtr* handle) {
-  // Barriers are numbered per process set, and a number is used only by a barrier that passed
-  // validation: every member calls the same barriers of its sets in the same order, whatever
-  // other sets it is in or how many calls were refused (one counter for all sets let a rank's
-  // barrier in a set of its own shift its later global barriers to other names: a hang).
+  // One name per process set, as Horovod's BARRIER_TENSOR_NAME: a rank has at most one barrier
+  // of a set in flight (a second one is refused as a duplicate), and every member's next
+  // barrier matches, whatever happened before. Numbered barriers drifted apart when a joined
+  // rank was excused from one: its next barrier was number k, the others' k + 1, a hang.
   TensorView none;
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("barrier", "__barrier", none, processSet, &set));
-  int64_t k;
-  {
-    std::lock_guard<std::mutex> lock(countersMu_);
-    k = barrierCounts_[processSet]++;
-  }
-  std::string name = "__barrier." + std::to_string(k);
-  return enqueue(makeEntry(OpType::kBarrier, name, none, processSet), handle);
+  return enqueue(makeEntry(OpType::kBarrier, "__barrier", none, processSet), handle);
 }
 
 Status Runtime::join(HandlePtr* handle) {

@@ -122,7 +122,6 @@ class Runtime {
   // waited for) before the coordinator stops; handles that outlive the runtime hold it weakly.
   std::shared_ptr<WaiterRounds> waiterRounds_;
   std::mutex countersMu_;
-  std::map<int32_t, int64_t> barrierCounts_;  // per process set (set ids are never reused)
   int64_t processSetOps_ = 0, groupCount_ = 0;
   bool shutDown_ = false;
 };

@@ -2,7 +2,8 @@
 two sets is two ops, for every collective, through negotiation, the response cache and the
 timeline); join with allreduce for every first-joining rank, with and without the names in the
 response cache, for integer and floating dtypes; a barrier is an op of its own and does not wait
-for the rank's other pending ops (global and per set)."""
+for the rank's other pending ops (global and per set), and a barrier a joined rank was excused
+from does not shift that rank's later barriers."""
 
 import json
 import os
@@ -165,3 +166,23 @@ def test_barrier_does_not_wait_for_pending_ops(hvd, in_set):
     hvd.barrier()
     if in_set:
         hvd.remove_process_set(ps)
+
+
+@pytest.mark.parametrize("in_set", [False, True])
+def test_barrier_after_one_a_joined_rank_was_excused_from(hvd, in_set):
+    # Rank 0 joins at once; the others pass a barrier without it, then join. Every rank's next
+    # barrier must meet the others' (with barriers numbered per rank, rank 0's next one was
+    # number 0 and the others' number 1: a hang).
+    n, r = hvd.size(), hvd.rank()
+    ps = hvd.add_process_set(list(range(n))) if in_set else None
+    kw = {"process_set": ps} if in_set else {}
+    if r != 0:
+        hvd.barrier(**kw)
+    hvd.join()
+    for _ in range(3):
+        hvd.barrier(**kw)
+    out = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after_join_barriers", **kw)
+    _exact(out, torch.full((2,), float(n)))
+    if in_set:
+        hvd.remove_process_set(ps)
+
