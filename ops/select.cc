@@ -11,13 +11,14 @@
 //  4. kAuto: device-memory transports (NCCL) always use their native (our reductions run on the
 //     host). Then the measured preferences for natives: Open MPI's allreduce collapses for large
 //     messages, so "mpi" allreduces of >= 64 KiB are ours and smaller ones stay native. Gloo's
-//     natives lose to ours from 4 KiB on, for every collective that has a form of ours (below
-//     that, Gloo's own small-message algorithms win by a little), except allreduces of 8 MiB
-//     and more, where Gloo's ring wins (kGlooNativeAllreduceMinBytes). Anything else with the
-//     capability: native. Without a native, our choice by size and rank count: the table
+//     natives are never taken by themselves: since the Gloo transport's point-to-point runs on
+//     kolo's own sockets (transport/tcp), ours are ahead of Gloo's at every size and collective
+//     measured, or level within this machine's scatter (allreduce of 4-16 MiB at 4 ranks), and
+//     a failure in ours names the lost rank directly. Anything else with the capability:
+//     native (shm). Without a native, our choice by size and rank count: the table
 //     kAllreduceTable below and the broadcast / allgather limits, measured with kolo-bench over
-//     Gloo TCP (README "Algorithm choice"). The allreduce crossovers of that table can be
-//     replaced (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
+//     TCP (README "Algorithm choice"). The allreduce crossovers of that table can be replaced
+//     (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
 //     KOLO_ALLREDUCE_RING_MIN_BYTES, or the autotuner while it searches).
 // controlAllreduce / controlBroadcast (the coordinator's round) skip this rule: always ours,
 // recursive doubling and the binomial tree (the chain for a long response list).
@@ -46,13 +47,6 @@ std::vector<size_t> evenSplit(size_t rows, int size) {
 namespace {
 
 constexpr size_t kMpiRingMinBytes = 64 * 1024;
-constexpr size_t kGlooRingMinBytes = 4 * 1024;
-// Gloo's own allreduce again from here: since the transport blocks in Gloo's waits (one wake-up
-// per operation of ours), Gloo's ring, which moves each step as one operation, beats ours and
-// halving-doubling for large buffers: kolo-bench over TCP, np 2: 16 MiB 0.92 vs 0.69 GB/s
-// (ring); np 4: 8 MiB 21.8 ms vs 33.5 (halving-doubling) and 36.6 (ring), 32 MiB 101 vs 119
-// and 153 ms; one 97.5 MiB buffer through kolo-runtime-bench 10.95 vs 7.41 steps/s.
-constexpr size_t kGlooNativeAllreduceMinBytes = 8 * 1024 * 1024;
 
 // Our allreduce by size, for rank counts up to maxRanks (first matching row): recursive doubling
 // below rdBelow bytes, halving-doubling below hdBelow, the ring from there on.
@@ -61,13 +55,15 @@ struct AllreduceRow {
   size_t rdBelow;
   size_t hdBelow;
 };
-// Rows up to 4 ranks: kolo-bench over Gloo TCP on loopback at np 2, 3, 4 (README "Algorithm
-// choice"): recursive doubling was fastest through 256 KiB at every count, halving-doubling or
-// recursive doubling at 1-4 MiB, the ring or halving-doubling at 16 MiB. Past 4 ranks (not
-// measured) the alpha-beta model: recursive doubling moves log2(p)/2 times the ring's bytes, so
-// its limit shrinks as ranks grow.
+// kolo-bench over TCP on loopback (kolo's own sockets, README "Algorithm choice"): at 2 ranks
+// recursive doubling was fastest through 256 KiB, halving-doubling at 1 MiB, halving-doubling
+// and the ring within a few percent of each other from 4 MiB on; at 4 ranks recursive doubling
+// through 32 KiB, halving-doubling from 64 KiB, the ring or halving-doubling from 16 MiB. Past 4
+// ranks (not measured: 2 cores) the alpha-beta model with the measured alpha (~25 us a step)
+// and beta (~1 ns/B) puts the recursive-doubling / halving-doubling crossover at 50-100 KiB for
+// 4-16 ranks: 64 KiB.
 constexpr AllreduceRow kAllreduceTable[] = {
-    {4, 512 * 1024, 8 * 1024 * 1024},
+    {2, 512 * 1024, 8 * 1024 * 1024},
     {1 << 30, 64 * 1024, 8 * 1024 * 1024},
 };
 // Allgathers whose gathered total is below this take Bruck, larger ones the ring (measured: Bruck
@@ -96,10 +92,7 @@ bool preferNative(const Transport& t, OpType op, size_t bytes) {
   if (t.capabilities().deviceMemory) return true;
   const char* name = t.name();
   if (std::strcmp(name, "mpi") == 0) return op != OpType::kAllreduce || bytes < kMpiRingMinBytes;
-  if (std::strcmp(name, "gloo") == 0) {
-    return bytes < kGlooRingMinBytes ||
-           (op == OpType::kAllreduce && bytes >= kGlooNativeAllreduceMinBytes);
-  }
+  if (std::strcmp(name, "gloo") == 0) return false;
   return true;
 }
 

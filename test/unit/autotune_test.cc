@@ -316,6 +316,7 @@ TEST_CASE("the response list carries tuning parameters; the crossovers default t
   auto table2 = ops::effectiveCrossovers({}, 2);
   CHECK(table2.hdMinBytes == 512 * 1024);
   CHECK(table2.ringMinBytes == 8 * 1024 * 1024);
+  CHECK(ops::effectiveCrossovers({}, 3).hdMinBytes == 64 * 1024);
   CHECK(ops::effectiveCrossovers({}, 16).hdMinBytes == 64 * 1024);
   auto mixed = ops::effectiveCrossovers({1000, 0}, 2);
   CHECK(mixed.hdMinBytes == 1000);

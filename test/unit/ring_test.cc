@@ -420,7 +420,7 @@ TEST_CASE("selected entry points run the ring on loopback and name it") {
   }));
   for (int r = 0; r < n; ++r) {
     CHECK(data[r][0] == 6);
-    CHECK(names[r * 6 + 0] == "RECURSIVE_DOUBLING_ALLREDUCE");  // 400 KB < 512 KiB
+    CHECK(names[r * 6 + 0] == "HALVING_DOUBLING_ALLREDUCE");  // 3 ranks: 400 KB >= 64 KiB
     CHECK(names[r * 6 + 1] == "BRUCK_ALLGATHER");               // small: Bruck
     CHECK(names[r * 6 + 2] == "TREE_BROADCAST");
     CHECK(names[r * 6 + 3] == "PIPELINED_BROADCAST");
@@ -471,19 +471,18 @@ std::string allreduceName(Transport& t, ops::Algorithm a, size_t count) {
 
 }  // namespace
 
-TEST_CASE("auto selection: mpi native below 64 KiB, gloo ours from 4 KiB to 8 MiB, config wins") {
+TEST_CASE("auto selection: mpi native below 64 KiB, gloo always ours, config wins") {
   FakeNative mpi("mpi"), gloo("gloo"), other("shm");
   CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 1024) == "MPI_ALLREDUCE");  // 4 KiB
   CHECK(allreduceName(mpi, ops::Algorithm::kAuto, 16 * 1024) ==
         "RECURSIVE_DOUBLING_ALLREDUCE");  // 64 KiB: ours, by the size table
   CHECK(allreduceName(mpi, ops::Algorithm::kNative, 1 << 20) == "MPI_ALLREDUCE");
   CHECK(allreduceName(mpi, ops::Algorithm::kRing, 16) == "RING_ALLREDUCE");
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1023) == "GLOO_ALLREDUCE");
+  // Gloo's natives only when named: ours by the size table at every size.
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1) == "RECURSIVE_DOUBLING_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 1024) == "RECURSIVE_DOUBLING_ALLREDUCE");
-  // Just under 8 MiB: ours; from 8 MiB on Gloo's own ring allreduce wins again.
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, (2 << 20) - 1) != "GLOO_ALLREDUCE");
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 2 << 20) == "GLOO_ALLREDUCE");  // 8 MiB
-  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 4 << 20) == "GLOO_ALLREDUCE");  // 16 MiB
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, (2 << 20) - 1) == "HALVING_DOUBLING_ALLREDUCE");
+  CHECK(allreduceName(gloo, ops::Algorithm::kAuto, 2 << 20) == "RING_ALLREDUCE");  // 8 MiB
   CHECK(allreduceName(gloo, ops::Algorithm::kRing, 4 << 20) == "RING_ALLREDUCE");
   CHECK(allreduceName(gloo, ops::Algorithm::kNative, 1 << 16) == "GLOO_ALLREDUCE");
   CHECK(allreduceName(other, ops::Algorithm::kAuto, 1 << 16) == "SHM_ALLREDUCE");
@@ -493,7 +492,7 @@ TEST_CASE("auto selection: mpi native below 64 KiB, gloo ours from 4 KiB to 8 Mi
   REQUIRE(ops::broadcast(mpi, cfg, b, 8, 0, &name).isOk());
   CHECK(name == "MPI_BROADCAST");
   REQUIRE(ops::broadcast(gloo, cfg, b, 8, 0, &name).isOk());
-  CHECK(name == "GLOO_BROADCAST");
+  CHECK(name == "TREE_BROADCAST");
 }
 
 TEST_CASE("a silent peer gives a timeout naming it, mismatched sizes an error") {
