@@ -1,6 +1,7 @@
-// The Gloo transport with thread ranks over an in-memory store: rendezvous, FIFO per tag, a
-// non-blocking test(), timeouts and lost peers that name the rank, abort from another thread
-// (also inside a native collective), native collectives, split and creation errors.
+// The Gloo transport with thread ranks over an in-memory store: rendezvous, point-to-point on
+// the tcp mesh linked to Gloo's (a failure or abort of either ends both), abort inside a native
+// collective, a lost peer named by every survivor of a native collective, native collectives,
+// split and creation errors. The point-to-point contract itself: tcp_transport_test.cc.
 // Catch2 assertions are not thread-safe: rank threads record what they saw and the main thread
 // checks it after joining them. Transports come from the registry, so this file builds (and
 // its cases return early) when kolo is configured without Gloo.
@@ -15,29 +16,17 @@
 
 #include "kernels/reduce_cpu.h"
 #include "bootstrap/registry.h"
+#include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
+using kolo::testing::onRanks;
+using kolo::testing::requireAllOk;
 using namespace std::chrono_literals;
 
 namespace {
 
 using Group = std::vector<std::unique_ptr<Transport>>;
 
-// Runs fn(rank) on one thread per rank and returns the per-rank results.
-std::vector<Status> onRanks(int n, const std::function<Status(int)>& fn) {
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-void requireAllOk(const std::vector<Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    INFO("rank " << r << ": " << results[r].toString());
-    REQUIRE(results[r].isOk());
-  }
-}
 
 bool glooBuilt() {
   if (!transportBuilt(TransportKind::kGloo)) WARN("kolo was built without Gloo");
@@ -129,91 +118,37 @@ TEST_CASE("gloo: identity and capabilities") {
   CHECK(g[0]->post({sendOp(3, 1, &x, 4)}, &p).code() == ErrorCode::kInvalidArgument);
 }
 
-TEST_CASE("gloo: ring exchange keeps FIFO order per tag, tags are independent") {
+// Point-to-point is kolo's tcp transport (its contract: tcp_transport_test.cc); what is Gloo's
+// own here is the link between the two meshes: either one's failure or abort ends the other.
+TEST_CASE("gloo: point-to-point runs on the tcp mesh; a p2p failure ends the natives too") {
   if (!glooBuilt()) return;
-  constexpr int n = 3, kMsgs = 20;
-  Group g = makeGroup(n);
-  std::vector<std::vector<int>> got(n, std::vector<int>(kMsgs + 1, -1));
-  std::vector<std::vector<uint8_t>> big(n, std::vector<uint8_t>(3 << 20));
-  std::vector<std::vector<uint8_t>> bigIn(n, std::vector<uint8_t>(3 << 20));
-  requireAllOk(onRanks(n, [&](int r) {
-    Transport& t = *g[r];
-    const int next = (r + 1) % n, prev = (r + n - 1) % n;
-    std::vector<int> out(kMsgs + 1);
-    for (int i = 0; i < kMsgs; ++i) out[i] = r * 1000 + i;
-    out[kMsgs] = -7 - r;
-    for (size_t i = 0; i < big[r].size(); ++i) big[r][i] = static_cast<uint8_t>(i * 31 + r);
-    std::vector<P2POp> ops;
-    // Receives first for tag 9, sends first for tag 7: matching must not care.
-    ops.push_back(recvOp(prev, 9, &got[r][kMsgs], sizeof(int)));
-    for (int i = 0; i < kMsgs; ++i) ops.push_back(sendOp(next, 7, &out[i], sizeof(int)));
-    for (int i = 0; i < kMsgs; ++i) ops.push_back(recvOp(prev, 7, &got[r][i], sizeof(int)));
-    ops.push_back(sendOp(next, 9, &out[kMsgs], sizeof(int)));
-    ops.push_back(sendOp(next, 11, nullptr, 0));  // empty messages travel too
-    ops.push_back(recvOp(prev, 11, nullptr, 0));
-    ops.push_back(sendOp(next, 12, big[r].data(), big[r].size()));
-    ops.push_back(recvOp(prev, 12, bigIn[r].data(), bigIn[r].size()));
-    return t.exchange(ops);
+  Group g = makeGroup(3);
+  std::vector<std::vector<int>> got(3, std::vector<int>(2, -1));
+  requireAllOk(onRanks(3, [&](int r) {
+    const int next = (r + 1) % 3, prev = (r + 2) % 3;
+    int a = r * 10, b = r * 10 + 1;
+    return g[r]->exchange({sendOp(next, 7, &a, 4), sendOp(next, 7, &b, 4),
+                           recvOp(prev, 7, &got[r][0], 4), recvOp(prev, 7, &got[r][1], 4)});
   }));
-  for (int r = 0; r < n; ++r) {
-    const int prev = (r + n - 1) % n;
-    for (int i = 0; i < kMsgs; ++i) CHECK(got[r][i] == prev * 1000 + i);
-    CHECK(got[r][kMsgs] == -7 - prev);
-    CHECK(bigIn[r] == big[prev]);
-  }
-}
-
-TEST_CASE("gloo: test() does not block and completes once the peer sends") {
-  if (!glooBuilt()) return;
-  Group g = makeGroup(2);
-  int in = 0, out = 1234;
-  std::unique_ptr<PendingOps> recv;
-  REQUIRE(g[1]->post({recvOp(0, 3, &in, sizeof in)}, &recv).isOk());
-  bool done = true;
-  auto start = Clock::now();
-  REQUIRE(recv->test(&done).isOk());
-  CHECK_FALSE(done);
-  CHECK(secondsSince(start) < 0.1);
-  std::unique_ptr<PendingOps> send;
-  REQUIRE(g[0]->post({sendOp(1, 3, &out, sizeof out)}, &send).isOk());
-  auto deadline = Clock::now() + 5s;
-  while (!done && Clock::now() < deadline) {
-    REQUIRE(recv->test(&done).isOk());
-    std::this_thread::sleep_for(1ms);
-  }
-  CHECK(done);
-  CHECK(in == 1234);
-  CHECK(send->wait(Clock::now() + 5s).isOk());
-}
-
-TEST_CASE("gloo: a silent peer gives kTimeout naming it, and the abandoned batch aborts") {
-  if (!glooBuilt()) return;
-  Group g = makeGroup(2);
+  for (int r = 0; r < 3; ++r) CHECK(got[r] == std::vector<int>{(r + 2) % 3 * 10, (r + 2) % 3 * 10 + 1});
+  // A p2p batch abandoned after its timeout aborts the whole transport: its natives fail with
+  // the same cause, and the peer whose connections closed names rank 0.
   int in = 0;
   std::unique_ptr<PendingOps> p;
   REQUIRE(g[0]->post({recvOp(1, 4, &in, sizeof in)}, &p).isOk());
-  auto start = Clock::now();
-  Status s = p->wait(Clock::now() + 200ms);
-  CHECK(s.code() == ErrorCode::kTimeout);
-  CHECK_THAT(s.message(), Catch::Contains("receive from rank 1 (global 1)"));
-  CHECK(secondsSince(start) < 1.0);
-  p.reset();  // abandoned: Gloo cannot withdraw the receive
-  Status after = g[0]->post({recvOp(1, 4, &in, sizeof in)}, &p);
-  CHECK(after.code() == ErrorCode::kTimeout);  // the cause recorded is the timeout itself
-  CHECK_THAT(after.message(), Catch::Contains("receive from rank 1 (global 1)"));
-  CHECK_THAT(after.message(), Catch::Contains("abandoned"));
-  // The peer notices at once: its connection to rank 0 was closed. Rank 0 left its cause as an
-  // abort note, so rank 1 reports that cause (the timeout), relayed by rank 0.
-  std::unique_ptr<PendingOps> q;
-  auto noticed = Clock::now();
-  Status peer = g[1]->post({recvOp(0, 4, &in, sizeof in)}, &q);
-  if (peer.isOk()) peer = q->wait(Clock::now() + 5s);
-  CHECK(secondsSince(noticed) < 2.0);
+  CHECK(p->wait(Clock::now() + 100ms).code() == ErrorCode::kTimeout);
+  p.reset();
+  int x = 0;
+  Status native = g[0]->allreduce(&x, 1, DataType::kInt32, ReduceOp::kSum);
+  CHECK(native.code() == ErrorCode::kTimeout);
+  CHECK_THAT(native.message(), Catch::Contains("receive from rank 1 (global 1)"));
+  CHECK_THAT(native.message(), Catch::Contains("abandoned"));
+  Status peer = g[1]->exchange({recvOp(0, 4, &in, sizeof in)});
   CHECK((peer.code() == ErrorCode::kPeerLost || peer.code() == ErrorCode::kTimeout));
   CHECK_THAT(peer.message(), Catch::Contains("rank 0 (global 0)"));
 }
 
-TEST_CASE("gloo: abort from another thread ends a wait promptly with the cause") {
+TEST_CASE("gloo: abort from another thread ends a p2p wait, and the natives fail with the cause") {
   if (!glooBuilt()) return;
   Group g = makeGroup(2);
   int in = 0;
@@ -234,44 +169,8 @@ TEST_CASE("gloo: abort from another thread ends a wait promptly with the cause")
   CHECK(g[0]->allreduce(&x, 1, DataType::kInt32, ReduceOp::kSum).message() == cause.message());
 }
 
-TEST_CASE("gloo: abort interrupts a native allreduce that a peer never joins") {
+TEST_CASE("gloo: a peer that goes away during a p2p wait is named, and the natives fail after") {
   if (!glooBuilt()) return;
-  Group g = makeGroup(2);
-  std::vector<float> data(1000, 1.0f);
-  const Status cause(ErrorCode::kAborted, "shutting down");
-  std::thread aborter([&] {
-    std::this_thread::sleep_for(150ms);
-    g[0]->abort(cause);
-  });
-  auto start = Clock::now();
-  Status s = g[0]->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
-  aborter.join();
-  CHECK(s.message() == cause.message());
-  CHECK(secondsSince(start) < 2.0);
-}
-
-TEST_CASE("gloo: a peer that goes away gives kPeerLost naming it, well before the timeout") {
-  if (!glooBuilt()) return;
-  Group g = makeGroup(3, makeMemoryStore(), 20s);
-  int in = 0;
-  std::unique_ptr<PendingOps> p;
-  REQUIRE(g[0]->post({recvOp(2, 6, &in, sizeof in), recvOp(1, 6, &in, sizeof in)}, &p).isOk());
-  std::thread leaver([&] {
-    std::this_thread::sleep_for(100ms);
-    g[2].reset();  // closes its connections, as a dying process would
-  });
-  auto start = Clock::now();
-  Status s = p->wait(Clock::now() + 20s);
-  leaver.join();
-  CHECK(s.code() == ErrorCode::kPeerLost);
-  CHECK_THAT(s.message(), Catch::Contains("rank 2 (global 2)"));
-  CHECK(secondsSince(start) < 5.0);
-}
-
-TEST_CASE("gloo: a peer lost behind a silent one is noticed while the batch waits") {
-  if (!glooBuilt()) return;
-  // The batch waits for the silent rank 1 first: Gloo tells only the waits on rank 2's buffers
-  // that rank 2 went away, so the batch must move on to them (its slices), not wait 20 s.
   Group g = makeGroup(3, makeMemoryStore(), 20s);
   int in1 = 0, in2 = 0;
   std::unique_ptr<PendingOps> p;
@@ -286,6 +185,24 @@ TEST_CASE("gloo: a peer lost behind a silent one is noticed while the batch wait
   CHECK(s.code() == ErrorCode::kPeerLost);
   CHECK_THAT(s.message(), Catch::Contains("rank 2 (global 2)"));
   CHECK(secondsSince(start) < 5.0);
+  int x = 0;
+  CHECK(g[0]->allreduce(&x, 1, DataType::kInt32, ReduceOp::kSum).message() == s.message());
+}
+
+TEST_CASE("gloo: abort interrupts a native allreduce that a peer never joins") {
+  if (!glooBuilt()) return;
+  Group g = makeGroup(2);
+  std::vector<float> data(1000, 1.0f);
+  const Status cause(ErrorCode::kAborted, "shutting down");
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(150ms);
+    g[0]->abort(cause);
+  });
+  auto start = Clock::now();
+  Status s = g[0]->allreduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+  aborter.join();
+  CHECK(s.message() == cause.message());
+  CHECK(secondsSince(start) < 2.0);
 }
 
 TEST_CASE("gloo: a peer that goes away during a native allreduce is named by every survivor") {
@@ -309,36 +226,6 @@ TEST_CASE("gloo: a peer that goes away during a native allreduce is named by eve
     CHECK_THAT(x.message(), Catch::Contains("rank 2 (global 2)"));
   }
   CHECK(secondsSince(start) < 5.0);
-}
-
-TEST_CASE("gloo: a wait that reaches its deadline leaves the batch and the connections usable") {
-  if (!glooBuilt()) return;
-  // kolo's deadline interrupts Gloo's wait (Gloo's own timeout would close every connection).
-  Group g = makeGroup(2);
-  int in = 0, out = 4321;
-  std::unique_ptr<PendingOps> recv;
-  REQUIRE(g[1]->post({recvOp(0, 8, &in, sizeof in)}, &recv).isOk());
-  auto start = Clock::now();
-  CHECK(recv->wait(Clock::now() + 100ms).code() == ErrorCode::kTimeout);
-  CHECK(secondsSince(start) < 1.0);
-  std::unique_ptr<PendingOps> send;
-  REQUIRE(g[0]->post({sendOp(1, 8, &out, sizeof out)}, &send).isOk());
-  CHECK(recv->wait(Clock::now() + 5s).isOk());
-  CHECK(send->wait(Clock::now() + 5s).isOk());
-  CHECK(in == 4321);
-  std::vector<int32_t> v = {1, 2}, w = {3, 4};
-  requireAllOk(onRanks(2, [&](int r) {
-    return g[r]->allreduce(r == 0 ? v.data() : w.data(), 2, DataType::kInt32, ReduceOp::kSum);
-  }));
-  CHECK(v == std::vector<int32_t>{4, 6});
-  // A batch that completed meanwhile is done even for a deadline already past.
-  REQUIRE(g[1]->post({recvOp(0, 9, &in, sizeof in)}, &recv).isOk());
-  out = 99;
-  REQUIRE(g[0]->post({sendOp(1, 9, &out, sizeof out)}, &send).isOk());
-  std::this_thread::sleep_for(200ms);
-  CHECK(recv->wait(Clock::now() - 1ms).isOk());
-  CHECK(in == 99);
-  CHECK(send->wait(Clock::now() + 5s).isOk());
 }
 
 TEST_CASE("gloo: native collectives over every dtype") {

@@ -1,7 +1,8 @@
-// Runs one function per rank over an in-process loopback group, for the algorithm unit tests.
-// Each rank runs on its own thread; Catch assertions are not thread-safe, so ranks only return
-// a Status and the caller checks them (requireAllOk). Blocks until every rank returned; each
-// transport's timeout bounds a rank that waits for a peer that never comes.
+// Thread ranks for unit tests: runRanks runs one function per rank over an in-process loopback
+// group (the algorithm tests), onRanks one function per rank index on its own thread (tests that
+// build their own transports: tcp, gloo, shm). Catch assertions are not thread-safe, so ranks
+// only return a Status and the caller checks them (requireAllOk). Both block until every rank
+// returned; each transport's timeout bounds a rank that waits for a peer that never comes.
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -28,6 +29,14 @@ inline std::vector<Status> runRanks(
     ts[r]->setTimeout(timeout);
     threads.emplace_back([&, r] { results[r] = fn(*ts[r], r); });
   }
+  for (auto& th : threads) th.join();
+  return results;
+}
+
+inline std::vector<Status> onRanks(int n, const std::function<Status(int)>& fn) {
+  std::vector<Status> results(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
   for (auto& th : threads) th.join();
   return results;
 }

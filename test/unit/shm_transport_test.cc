@@ -22,8 +22,11 @@
 #include "test/mp/mp_data.h"
 #include "transport/loopback/loopback_transport.h"
 #include "bootstrap/registry.h"
+#include "test/unit/loopback_ranks.h"
 
 using namespace kolo;
+using kolo::testing::onRanks;
+using kolo::testing::requireAllOk;
 using namespace kolo::mptest;
 using namespace std::chrono_literals;
 
@@ -43,22 +46,6 @@ std::vector<ReduceOp> reduceOps(DataType dt) {
   return v;
 }
 
-// Runs fn(rank) on one thread per rank and returns each rank's Status (Catch is not
-// thread-safe: ranks report through Status, the caller checks).
-std::vector<Status> onRanks(int n, const std::function<Status(int)>& fn) {
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-void requireAllOk(const std::vector<Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    INFO("rank " << r << ": " << results[r].toString());
-    REQUIRE(results[r].isOk());
-  }
-}
 
 Group makeGroup(int n, ShmOptions options = {}, std::chrono::milliseconds timeout = 10s) {
   Group base, out(static_cast<size_t>(n));

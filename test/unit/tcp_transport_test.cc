@@ -4,6 +4,7 @@
 // peers that name the rank, abort from another thread, split, creation errors and a stray
 // connection at set-up. Rank threads record what they saw; the main thread checks it.
 #include "transport/tcp/tcp_transport.h"
+#include "test/unit/loopback_ranks.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,26 +20,14 @@
 #include <vector>
 
 using namespace kolo;
+using kolo::testing::onRanks;
+using kolo::testing::requireAllOk;
 using namespace std::chrono_literals;
 
 namespace {
 
 using Group = std::vector<std::unique_ptr<TcpTransport>>;
 
-std::vector<Status> onRanks(int n, const std::function<Status(int)>& fn) {
-  std::vector<Status> results(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { results[r] = fn(r); });
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-void requireAllOk(const std::vector<Status>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    INFO("rank " << r << ": " << results[r].toString());
-    REQUIRE(results[r].isOk());
-  }
-}
 
 Group makeGroup(int n, std::shared_ptr<Store> store = makeMemoryStore(),
                 std::chrono::milliseconds timeout = 10s) {
