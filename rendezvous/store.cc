@@ -139,4 +139,13 @@ std::shared_ptr<Store> makePrefixStore(std::shared_ptr<Store> base, const std::s
   return std::make_shared<PrefixStore>(std::move(base), prefix);
 }
 
+Status makeGenerationStore(std::shared_ptr<Store> store, const std::string& name, int size,
+                           std::shared_ptr<Store>* out) {
+  int64_t ticket = 0;
+  KOLO_RETURN_IF_ERROR(store->add(name + "/generation", 1, &ticket));
+  const int64_t generation = (ticket - 1) / (size > 0 ? size : 1);
+  *out = makePrefixStore(std::move(store), name + "/" + std::to_string(generation) + "/");
+  return Status::ok();
+}
+
 }  // namespace kolo

@@ -49,5 +49,12 @@ Status makeTcpStore(const std::string& host, int port, std::chrono::milliseconds
                     std::shared_ptr<Store>* out);
 // A view that prefixes every key ("set3/" + key); shares the underlying store.
 std::shared_ptr<Store> makePrefixStore(std::shared_ptr<Store> base, const std::string& prefix);
+// The view of the next generation of a group of `size` ranks that meet through `store` under
+// `name`: "<name>/<generation>/", the generation counted by "<name>/generation". Every rank of
+// a generation calls it exactly once, and no rank starts the next generation before the current
+// one has met (which needs all of its calls), so successive groups over one store (a job
+// re-initialized in the same process, tests) never read each other's keys. Collective.
+Status makeGenerationStore(std::shared_ptr<Store> store, const std::string& name, int size,
+                           std::shared_ptr<Store>* out);
 
 }  // namespace kolo

@@ -29,6 +29,16 @@ Status Transport::reducescatter(const void*, void*, const std::vector<size_t>&, 
   return unsupported(*this, "reducescatter");
 }
 
+Status checkSplitRanks(const Transport& t, const std::vector<int>& ranks) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= t.size() || (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return Status(ErrorCode::kInvalidArgument,
+                    std::string(t.name()) + ": split ranks must be ascending group ranks");
+    }
+  }
+  return Status::ok();
+}
+
 Status Transport::exchange(const std::vector<P2POp>& ops) {
   if (ops.empty()) return Status::ok();
   std::unique_ptr<PendingOps> pending;

@@ -126,6 +126,10 @@ class Transport {
   std::chrono::milliseconds timeout_{30000};
 };
 
+// split()'s argument check, the same for every transport: `ranks` must be ascending group ranks
+// of a group of `size`. kInvalidArgument "<name>: split ranks must be ascending group ranks".
+Status checkSplitRanks(const Transport& t, const std::vector<int>& ranks);
+
 // ---- set-up exchanges ----------------------------------------------------------------------------
 // Small collectives a transport needs while it builds itself over another transport (the shared
 // memory segment's name and the agreement that every rank mapped it), made of point-to-point

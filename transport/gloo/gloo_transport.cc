@@ -183,10 +183,7 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
                             std::unique_ptr<Transport>* out) {
   *out = nullptr;
   KOLO_RETURN_IF_ERROR(checkUsable());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    KOLO_REQUIRE(ranks[i] >= 0 && ranks[i] < state_->size && (i == 0 || ranks[i] > ranks[i - 1]),
-                 kInvalidArgument, "gloo: split ranks must be ascending group ranks");
-  }
+  KOLO_RETURN_IF_ERROR(checkSplitRanks(*this, ranks));
   // The point-to-point mesh splits first (every rank takes part, members or not).
   std::unique_ptr<Transport> p2p;
   KOLO_RETURN_IF_ERROR(state_->p2p->split(ranks, setId, &p2p));
@@ -243,12 +240,8 @@ Status createGlooTransport(std::shared_ptr<Store> store, int rank, int size,
                       ": " + glooMessage(e));
   }
 
-  // Every rank of one generation adds exactly once, and a rank cannot start the next
-  // generation before the whole current one has connected (which needs all of their adds).
-  int64_t ticket = 0;
-  KOLO_RETURN_IF_ERROR(store->add("kolo/gloo/generation", 1, &ticket));
-  const int64_t generation = (ticket - 1) / size;
-  auto groupStore = makePrefixStore(store, "kolo/gloo/" + std::to_string(generation) + "/");
+  std::shared_ptr<Store> groupStore;
+  KOLO_RETURN_IF_ERROR(makeGenerationStore(store, "kolo/gloo", size, &groupStore));
 
   std::vector<int> globals(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) globals[static_cast<size_t>(i)] = i;

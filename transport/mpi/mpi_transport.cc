@@ -355,10 +355,7 @@ Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
                            std::unique_ptr<Transport>* out) {
   *out = nullptr;
   KOLO_RETURN_IF_ERROR(checkUsable());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    KOLO_REQUIRE(ranks[i] >= 0 && ranks[i] < state_->size && (i == 0 || ranks[i] > ranks[i - 1]),
-                 kInvalidArgument, "mpi: split ranks must be ascending group ranks");
-  }
+  KOLO_RETURN_IF_ERROR(checkSplitRanks(*this, ranks));
   const bool member = std::binary_search(ranks.begin(), ranks.end(), state_->rank);
   // MPI_Comm_split blocks without a deadline; a non-blocking barrier first turns a missing
   // rank into kTimeout instead of a hang.

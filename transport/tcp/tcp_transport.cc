@@ -147,10 +147,7 @@ Status TcpTransport::split(const std::vector<int>& ranks, int32_t setId,
                            std::unique_ptr<Transport>* out) {
   *out = nullptr;
   if (mesh_->aborted()) return mesh_->abortCause();
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    KOLO_REQUIRE(ranks[i] >= 0 && ranks[i] < mesh_->size() && (i == 0 || ranks[i] > ranks[i - 1]),
-                 kInvalidArgument, "tcp: split ranks must be ascending group ranks");
-  }
+  KOLO_RETURN_IF_ERROR(checkSplitRanks(*this, ranks));
   const std::string prefix = "set" + std::to_string(setId) + "." + std::to_string(splits_++) + "/";
   auto it = std::lower_bound(ranks.begin(), ranks.end(), mesh_->rank());
   if (it == ranks.end() || *it != mesh_->rank()) return Status::ok();
@@ -193,12 +190,8 @@ Status createTcpTransport(std::shared_ptr<Store> store, int rank, int size,
   KOLO_REQUIRE(timeout.count() > 0, kInvalidArgument, "tcp: the timeout must be positive");
   tcp_detail::SocketAddress where;
   KOLO_RETURN_IF_ERROR(tcp_detail::resolveListenAddress(iface, hostnameOrAddr, &where));
-  // Every rank of one generation adds exactly once, and a rank cannot start the next generation
-  // before the whole current one has connected (which needs all of their adds).
-  int64_t ticket = 0;
-  KOLO_RETURN_IF_ERROR(store->add("kolo/tcp/generation", 1, &ticket));
-  const int64_t generation = (ticket - 1) / size;
-  auto groupStore = makePrefixStore(store, "kolo/tcp/" + std::to_string(generation) + "/");
+  std::shared_ptr<Store> groupStore;
+  KOLO_RETURN_IF_ERROR(makeGenerationStore(store, "kolo/tcp", size, &groupStore));
   std::vector<int> globals(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) globals[static_cast<size_t>(i)] = i;
   std::shared_ptr<Mesh> mesh;
