@@ -312,6 +312,7 @@ class GlooJob:
                 return Failure("kolorun was stopped by %s" % signal.Signals(sig).name,
                                128 + sig, signal=sig)
             running = 0
+            failed = []
             for w in self.workers:
                 if w.status is not None:
                     continue
@@ -319,9 +320,14 @@ class GlooJob:
                 if status is None:
                     running += 1
                 elif not status.ok:
-                    return Failure("rank %d (host %s) %s" % (w.rank, w.host,
-                                                            status.describe(w.remote)),
-                                   status.shell_code(), worker=w)
+                    failed.append((w, status))
+            if failed:
+                # Seen in one pass: a rank killed by a signal went first. A survivor exits (with
+                # its own error) only after it noticed that death, and a pass finds them both
+                # when the survivor is quick (shared memory notices a gone process at once).
+                w, status = next((f for f in failed if f[1].signal is not None), failed[0])
+                return Failure("rank %d (host %s) %s" % (w.rank, w.host, status.describe(w.remote)),
+                               status.shell_code(), worker=w)
             if running == 0:
                 return None
             for w in self.workers:
