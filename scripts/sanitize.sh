@@ -23,11 +23,11 @@ case "$kind" in
     build_dir="${KOLO_SANITIZE_BUILD_DIR:-build-asan}"
     # The codec, the negotiation logic, the stores (TCP server and client, file store), the
     # reductions and ring collectives over loopback, the timeline writer, the whole runtime with
-    # thread ranks, the fuzzers' regression cases; then the transports and the runtime (C API)
-    # as 2 real processes under mpirun and over Gloo.
+    # thread ranks, the fuzzers' regression cases, kolo's TCP point-to-point with thread ranks;
+    # then the transports and the runtime (C API) as 2 real processes under mpirun and over Gloo.
     tests=(kolo_message_test kolo_negotiator_test kolo_response_cache_test kolo_store_test
            kolo_reduce_cpu_test kolo_ring_test kolo_timeline_test kolo_runtime_test
-           kolo_fuzz_regressions_test)
+           kolo_fuzz_regressions_test kolo_tcp_transport_test)
     mp_regex='^kolo_mp_(transport|runtime)_(mpi|gloo)_np2$'
     mp_targets=(kolo_mp_transport_test kolo_mp_runtime_test kolo-store-server)
     ;;
@@ -35,11 +35,11 @@ case "$kind" in
     sanitize="thread"
     build_dir="${KOLO_SANITIZE_BUILD_DIR:-build-tsan}"
     # Everything with threads: the coordinator and runtime (enqueue from many threads), the
-    # timeline writer thread, the store server thread and blocking clients, the loopback and
-    # Gloo transports with thread ranks; then the runtime (coordinator thread, C API) as 2 real
-    # processes over Gloo and under mpirun.
+    # timeline writer thread, the store server thread and blocking clients, the loopback, tcp
+    # and Gloo transports with thread ranks (abort from another thread); then the runtime
+    # (coordinator thread, C API) as 2 real processes over Gloo and under mpirun.
     tests=(kolo_runtime_test kolo_timeline_test kolo_store_test kolo_loopback_test
-           kolo_gloo_transport_test)
+           kolo_tcp_transport_test kolo_gloo_transport_test)
     mp_regex='^kolo_mp_runtime_(mpi|gloo)_np2$'
     mp_targets=(kolo_mp_runtime_test)
     ;;
