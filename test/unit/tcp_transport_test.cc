@@ -304,9 +304,11 @@ TEST_CASE("tcp: split gives members a connected sub-group and non-members nullpt
     CHECK(sub[0]->globalRank(1) == 2);
     CHECK(sub[0]->timeout() == g[0]->timeout());
     int a = 10 + round, b = 20 + round, ina = 0, inb = 0;
-    std::thread t0([&] { CHECK(sub[0]->exchange({sendOp(1, 1, &a, 4), recvOp(1, 1, &ina, 4)}).isOk()); });
+    Status s0;  // Catch is not thread-safe: the thread reports, the main thread checks
+    std::thread t0([&] { s0 = sub[0]->exchange({sendOp(1, 1, &a, 4), recvOp(1, 1, &ina, 4)}); });
     CHECK(sub[2]->exchange({sendOp(0, 1, &b, 4), recvOp(0, 1, &inb, 4)}).isOk());
     t0.join();
+    CHECK(s0.isOk());
     CHECK(ina == 20 + round);
     CHECK(inb == 10 + round);
   }
@@ -371,18 +373,22 @@ TEST_CASE("tcp: creation errors, a stray connection, successive generations over
     REQUIRE(s0.isOk());
     REQUIRE(s1.isOk());
     int x = 5, y = 0;
-    std::thread a([&] { CHECK(t0->exchange({sendOp(1, 1, &x, 4)}).isOk()); });
+    Status sent;
+    std::thread a([&] { sent = t0->exchange({sendOp(1, 1, &x, 4)}); });
     CHECK(t1->exchange({recvOp(0, 1, &y, 4)}).isOk());
     a.join();
+    CHECK(sent.isOk());
     CHECK(y == 5);
   }
   // Two jobs one after the other over the same store: the second must not read stale keys.
   for (int job = 0; job < 2; ++job) {
     Group g = makeGroup(2, store);
     int out0 = job * 10, out1 = job * 10 + 1, in0 = -1, in1 = -1;
-    std::thread a([&] { CHECK(g[0]->exchange({sendOp(1, 1, &out0, 4), recvOp(1, 1, &in0, 4)}).isOk()); });
+    Status s0;
+    std::thread a([&] { s0 = g[0]->exchange({sendOp(1, 1, &out0, 4), recvOp(1, 1, &in0, 4)}); });
     CHECK(g[1]->exchange({sendOp(0, 1, &out1, 4), recvOp(0, 1, &in1, 4)}).isOk());
     a.join();
+    CHECK(s0.isOk());
     CHECK(in0 == job * 10 + 1);
     CHECK(in1 == job * 10);
   }
