@@ -11,10 +11,11 @@ ordered by socket, then CPU number. Modes:
          threads (torch's intra-op pool, data loaders) keep several cores when there are
          several per rank. Needs C >= L; with fewer cores nothing is bound. When the ranks'
          traffic crosses TCP (a job over several hosts, or KOLO_SHM=off) a rank also needs
-         two CPUs: Gloo's I/O thread spins on a lock its rank's other thread holds, and on a
-         shared single CPU every message then waits a scheduler slice (a 4-byte runtime
-         allreduce at 2 ranks took 3.6 ms bound against 0.4 ms unbound); below that nothing
-         is bound ('--bind-to core' still binds).
+         two CPUs: the thread that waits in its socket and the rank's coordinator thread (and,
+         for Gloo's own collectives, Gloo's I/O thread) take turns on a single CPU (a 4-byte
+         runtime allreduce at 2 ranks: 133-166 us bound to one core each against 69-102 us
+         unbound; 3.6 ms against 0.4 ms when kolo's messages went through Gloo's pairs);
+         below that nothing is bound ('--bind-to core' still binds).
   core   one core per rank (mpirun --bind-to core): rank i gets core i; needs C >= L.
   socket every rank gets all the cores of one socket, the ranks spread over the sockets in
          order (rank i on socket floor(i*S/L)).
@@ -112,8 +113,9 @@ def plan(mode, nranks, cpus, sysfs=SYSFS_CPU, tcp=False):
     if mode == "none" or nranks <= 0:
         return None, "ranks are not bound to cores (--no-bind)"
     if mode == "share" and tcp and len(cpus) < 2 * nranks:
-        return None, ("ranks are not bound to cores: over TCP each rank needs 2 CPUs (its "
-                      "transport's I/O thread runs beside it), %d local ranks, %d CPU%s available"
+        return None, ("ranks are not bound to cores: over TCP each rank needs 2 CPUs (the "
+                      "thread waiting in its socket and its coordinator thread), %d local ranks, "
+                      "%d CPU%s available"
                       % (nranks, len(cpus), "" if len(cpus) == 1 else "s"))
     cores = machine_cores(cpus, sysfs)
     n = len(cores)
