@@ -13,6 +13,7 @@
 #include <string>
 
 #include "base/tensor.h"
+#include "kernels/copy.h"
 #include "kernels/reduce_cpu.h"
 
 namespace kolo::shm {
@@ -163,7 +164,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
   if (n == 1) {
     flat.pieces(0, count, [&](size_t, const ReduceSpan& s, size_t within, size_t m) {
       const size_t elem = sizeOf(dtype);
-      if (s.out != s.in) std::memcpy(outAt(s, within, elem), inAt(s, within, elem), m * elem);
+      if (s.out != s.in) ops::copyBytes(outAt(s, within, elem), inAt(s, within, elem), m * elem);
     });
     return Status::ok();
   }
@@ -184,7 +185,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       chunkRange(len, n, q, &pb, &pe);
       const uint8_t* part = seg_->staging(q, b) + pb * elem;
       flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-        std::memcpy(outAt(s, within, elem), part + pos * elem, m * elem);
+        ops::copyBytes(outAt(s, within, elem), part + pos * elem, m * elem);
       });
     }
   };
@@ -205,7 +206,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       chunkRange(len, n, q, &pb, &pe);
       uint8_t* part = slot + pb * elem;
       flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-        std::memcpy(part + pos * elem, inAt(s, within, elem), m * elem);
+        ops::copyBytes(part + pos * elem, inAt(s, within, elem), m * elem);
       });
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
@@ -221,7 +222,7 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       };
       ops::reduce3(result, input(0), input(1), m, dtype, op);
       for (int q = 2; q < n; ++q) ops::reduceInto(result, input(q), m, dtype, op);
-      std::memcpy(outAt(s, within, elem), result, m * elem);
+      ops::copyBytes(outAt(s, within, elem), result, m * elem);
     });
     set(kReduced, g + 1);
     if (pending) {
@@ -253,7 +254,7 @@ Status Collectives::allreduceOneShot(const FlatSpans& flat, DataType dtype, Redu
   uint8_t* slot = nullptr;
   KOLO_RETURN_IF_ERROR(claim(g, mine, "allreduce", timeout, &slot));
   flat.pieces(0, count, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-    std::memcpy(slot + pos * elem, inAt(s, within, elem), m * elem);
+    ops::copyBytes(slot + pos * elem, inAt(s, within, elem), m * elem);
   });
   KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
   // Every rank folds every input, in rank order: the same bits everywhere, one wait in all.
@@ -286,9 +287,9 @@ Status Collectives::broadcast(void* data, size_t bytes, int root,
     const CallDesc mine{kBroadcast, 0, 0, root, bytes, k};
     uint8_t* slot = nullptr;
     KOLO_RETURN_IF_ERROR(claim(g, mine, "broadcast", timeout, &slot));
-    if (me == root) std::memcpy(slot, buf + first, len);
+    if (me == root) ops::copyBytes(slot, buf + first, len);
     KOLO_RETURN_IF_ERROR(publish(g, mine, "broadcast", timeout));
-    if (me != root) std::memcpy(buf + first, seg_->staging(root, b), len);
+    if (me != root) ops::copyBytes(buf + first, seg_->staging(root, b), len);
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
     set(kConsumed, g + 1);
   }
@@ -316,7 +317,7 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
   }
   auto* out = static_cast<uint8_t*>(recv);
   uint8_t* own = out + offset[static_cast<size_t>(me)];
-  if (sendBytes > 0 && send != own) std::memcpy(own, send, sendBytes);
+  if (sendBytes > 0 && send != own) ops::copyBytes(own, send, sendBytes);
   if (n == 1) return Status::ok();
   const size_t chunk = seg_->chunkBytes();
   for (size_t j = 0, rounds = ceilDiv(largest, chunk); j < rounds; ++j) {
@@ -326,12 +327,12 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
     uint8_t* slot = nullptr;
     KOLO_RETURN_IF_ERROR(claim(g, mine, "allgatherv", timeout, &slot));
     const size_t lo = j * chunk;
-    if (lo < sendBytes) std::memcpy(slot, own + lo, std::min(chunk, sendBytes - lo));
+    if (lo < sendBytes) ops::copyBytes(slot, own + lo, std::min(chunk, sendBytes - lo));
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allgatherv", timeout));
     for (int q = 0; q < n; ++q) {
       const size_t block = recvBytes[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
-      std::memcpy(out + offset[static_cast<size_t>(q)] + lo, seg_->staging(q, b),
+      ops::copyBytes(out + offset[static_cast<size_t>(q)] + lo, seg_->staging(q, b),
                   std::min(chunk, block - lo));
     }
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
@@ -360,7 +361,7 @@ Status Collectives::reducescatter(const void* send, void* recv,
   auto* out = static_cast<uint8_t*>(recv);
   const size_t mineCount = recvCounts[static_cast<size_t>(me)];
   if (n == 1) {
-    if (mineCount > 0) std::memcpy(out, in, mineCount * elem);
+    if (mineCount > 0) ops::copyBytes(out, in, mineCount * elem);
     return Status::ok();
   }
   // Each round moves up to `region` elements of every block; rank r's slot holds its
@@ -376,7 +377,7 @@ Status Collectives::reducescatter(const void* send, void* recv,
     for (int q = 0; q < n; ++q) {
       const size_t block = recvCounts[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
-      std::memcpy(slot + q * region * elem, in + (first[static_cast<size_t>(q)] + lo) * elem,
+      ops::copyBytes(slot + q * region * elem, in + (first[static_cast<size_t>(q)] + lo) * elem,
                   std::min(region, block - lo) * elem);
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "reducescatter", timeout));

@@ -12,6 +12,8 @@
 #include <string>
 #include <utility>
 
+#include "kernels/copy.h"
+
 namespace kolo::shm {
 namespace {
 
@@ -29,15 +31,15 @@ uint64_t alignUp16(uint64_t x) { return (x + 15) & ~uint64_t{15}; }
 void copyIntoRing(uint8_t* ring, size_t ringBytes, uint64_t pos, const uint8_t* src, size_t n) {
   const size_t at = static_cast<size_t>(pos & (ringBytes - 1));
   const size_t first = std::min(n, ringBytes - at);
-  std::memcpy(ring + at, src, first);
-  if (first < n) std::memcpy(ring, src + first, n - first);
+  ops::copyBytes(ring + at, src, first);
+  if (first < n) ops::copyBytes(ring, src + first, n - first);
 }
 
 void copyFromRing(uint8_t* dst, const uint8_t* ring, size_t ringBytes, uint64_t pos, size_t n) {
   const size_t at = static_cast<size_t>(pos & (ringBytes - 1));
   const size_t first = std::min(n, ringBytes - at);
-  std::memcpy(dst, ring + at, first);
-  if (first < n) std::memcpy(dst + first, ring, n - first);
+  ops::copyBytes(dst, ring + at, first);
+  if (first < n) ops::copyBytes(dst + first, ring, n - first);
 }
 
 }  // namespace
@@ -194,11 +196,11 @@ void P2PEngine::postRecv(int peer, OpState* op) {
       complete(op, mismatch(peer, it->tag, it->data.size(), op->op.bytes));
       if (arriving) p.in.stash = nullptr;  // discard the rest
     } else if (!arriving) {
-      if (!it->data.empty()) std::memcpy(op->op.data, it->data.data(), it->data.size());
+      if (!it->data.empty()) ops::copyBytes(op->op.data, it->data.data(), it->data.size());
       complete(op, Status::ok());
     } else {
       // Still arriving: take what is here and let the rest land in place.
-      if (p.in.got > 0) std::memcpy(op->op.data, it->data.data(), p.in.got);
+      if (p.in.got > 0) ops::copyBytes(op->op.data, it->data.data(), p.in.got);
       op->moved = p.in.got;
       p.in.stash = nullptr;
       p.in.op = op;
@@ -222,7 +224,7 @@ void P2PEngine::postSelfSend(OpState* op) {
       complete(op, bad);
       return;
     }
-    if (op->op.bytes > 0) std::memcpy(recv->op.data, op->op.data, op->op.bytes);
+    if (op->op.bytes > 0) ops::copyBytes(recv->op.data, op->op.data, op->op.bytes);
     complete(recv, Status::ok());
     complete(op, Status::ok());
     return;
