@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "base/little_endian.h"
+
 namespace kolo {
 
 std::string displayName(const OpKey& key) {
@@ -25,17 +27,13 @@ constexpr uint8_t kVersion = 1;
 constexpr size_t kMinRequestBytes = 12 * 4 + 2 * 8;   // 12 int32-sized fields + 2 doubles
 constexpr size_t kMinResponseBytes = 16 * 4 + 2 * 8;  // 16 int32-sized fields + 2 doubles
 
-// Explicit shifts rather than memcpy of host integers, so the format is little-endian on any host.
+// Little-endian on any host (base/little_endian.h).
 class Writer {
  public:
   explicit Writer(size_t reserve) { buf_.reserve(reserve); }
   void u8(uint8_t v) { buf_.push_back(v); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) buf_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) buf_.push_back(static_cast<uint8_t>(v >> (8 * i)));
-  }
+  void u32(uint32_t v) { appendLe(&buf_, v, 4); }
+  void u64(uint64_t v) { appendLe(&buf_, v, 8); }
   void i32(int32_t v) { u32(static_cast<uint32_t>(v)); }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
   void f64(double v) {
@@ -90,16 +88,12 @@ class Reader {
   uint32_t u32(const char* what) {
     const uint8_t* p;
     if (!bytes(4, what, &p)) return 0;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-    return v;
+    return static_cast<uint32_t>(loadLe(p, 4));
   }
   uint64_t u64(const char* what) {
     const uint8_t* p;
     if (!bytes(8, what, &p)) return 0;
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-    return v;
+    return loadLe(p, 8);
   }
   int32_t i32(const char* what) { return static_cast<int32_t>(u32(what)); }
   int64_t i64(const char* what) { return static_cast<int64_t>(u64(what)); }

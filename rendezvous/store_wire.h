@@ -1,6 +1,5 @@
 // Private to the store implementations (store.cc, file_store.cc, tcp_store.cc,
-// test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in rendezvous/store.h), the
-// little-endian codecs, the counter encoding every store shares, and deadline arithmetic.
+// test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in rendezvous/store.h), the counter encoding every store shares, and deadline arithmetic.
 //
 // Counters: add() keeps a key's value as exactly 8 bytes, the little-endian two's complement
 // int64 that the protocol's ADD reply carries, so get() of a counter returns the same bytes from
@@ -10,12 +9,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "base/clock.h"
+#include "base/little_endian.h"
 
 namespace kolo {
 namespace store_wire {
@@ -35,26 +34,16 @@ inline const char* cmdName(uint8_t cmd) {
   return cmd <= kCmdDel ? kNames[cmd] : "?";
 }
 
-inline void putLe(std::vector<uint8_t>* b, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-inline uint64_t getLe(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
 inline std::vector<uint8_t> encodeCounter(int64_t v) {
   std::vector<uint8_t> b;
-  putLe(&b, static_cast<uint64_t>(v), 8);
+  appendLe(&b, static_cast<uint64_t>(v), 8);
   return b;
 }
 
 // False when the bytes are not a counter (not exactly 8 bytes).
 inline bool decodeCounter(const std::vector<uint8_t>& bytes, int64_t* v) {
   if (bytes.size() != 8) return false;
-  *v = static_cast<int64_t>(getLe(bytes.data(), 8));
+  *v = static_cast<int64_t>(loadLe(bytes.data(), 8));
   return true;
 }
 
@@ -73,11 +62,7 @@ inline Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
   return Clock::now() + clampTimeout(timeout);
 }
 
-// Milliseconds until the deadline rounded up, for poll(): when poll times out, it has passed.
-inline int msUntil(Clock::time_point deadline) {
-  auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(left, 0, INT_MAX));
-}
+
 
 inline std::string timeoutMessage(std::chrono::milliseconds timeout, const std::string& key,
                                   const std::string& where) {

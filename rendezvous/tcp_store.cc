@@ -128,12 +128,12 @@ class TcpStore final : public Store {
 
   Status add(const std::string& key, int64_t delta, int64_t* newValue) override {
     std::vector<uint8_t> arg, reply;
-    putLe(&arg, static_cast<uint64_t>(delta), 8);
+    appendLe(&arg, static_cast<uint64_t>(delta), 8);
     KOLO_RETURN_IF_ERROR(request(kCmdAdd, key, arg, milliseconds(0), &reply));
     KOLO_REQUIRE(reply.size() == 8, kIo,
                  "store server " + peer_ + " sent a " + std::to_string(reply.size()) +
                      "-byte ADD reply for '" + key + "' (expected 8)");
-    if (newValue != nullptr) *newValue = static_cast<int64_t>(getLe(reply.data(), 8));
+    if (newValue != nullptr) *newValue = static_cast<int64_t>(loadLe(reply.data(), 8));
     return Status::ok();
   }
 
@@ -171,7 +171,7 @@ class TcpStore final : public Store {
  private:
   static std::vector<uint8_t> timeoutValue(milliseconds t) {
     std::vector<uint8_t> v;
-    putLe(&v, static_cast<uint64_t>(clampTimeout(t).count()), 4);
+    appendLe(&v, static_cast<uint64_t>(clampTimeout(t).count()), 4);
     return v;
   }
 
@@ -193,9 +193,9 @@ class TcpStore final : public Store {
     std::vector<uint8_t> head;
     head.reserve(kRequestHeader + key.size() + 8);
     head.push_back(cmd);
-    putLe(&head, key.size(), 4);
+    appendLe(&head, key.size(), 4);
     head.insert(head.end(), key.begin(), key.end());
-    putLe(&head, value.size(), 8);
+    appendLe(&head, value.size(), 8);
     auto deadline = Clock::now() + kIoTimeout;
     Status s = transfer(fd_, true, head.data(), head.size(), deadline, peer_);
     if (s.isOk()) {
@@ -206,7 +206,7 @@ class TcpStore final : public Store {
       deadline = Clock::now() + serverWait + kIoTimeout;
       s = transfer(fd_, false, rh, sizeof(rh), deadline, peer_);
     }
-    uint64_t len = s.isOk() ? getLe(rh + 1, 8) : 0;
+    uint64_t len = s.isOk() ? loadLe(rh + 1, 8) : 0;
     if (s.isOk() && (rh[0] > kReplyError || len > kMaxValueBytes)) {
       s = Status(ErrorCode::kIo, "store server " + peer_ + " sent a malformed reply");
     }

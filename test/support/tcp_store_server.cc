@@ -160,7 +160,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
 
   void reply(Conn& c, uint8_t status, const uint8_t* payload, size_t n) {
     c.out.push_back(status);
-    putLe(&c.out, n, 8);
+    appendLe(&c.out, n, 8);
     c.out.insert(c.out.end(), payload, payload + n);
   }
   void replyText(Conn& c, uint8_t status, const std::string& text) {
@@ -198,14 +198,14 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       size_t avail = c.in.size() - c.inOff;
       const uint8_t* p = c.in.data() + c.inOff;
       if (avail < kRequestHeader) break;
-      uint64_t keyLen = getLe(p + 1, 4);
+      uint64_t keyLen = loadLe(p + 1, 4);
       if (keyLen > kMaxKeyBytes) {
         replyText(c, kReplyError, "key longer than " + std::to_string(kMaxKeyBytes) + " bytes");
         c.closeAfterFlush = true;  // the stream cannot be resynchronized
         break;
       }
       if (avail < kRequestHeader + keyLen + 8) break;
-      uint64_t valLen = getLe(p + kRequestHeader + keyLen, 8);
+      uint64_t valLen = loadLe(p + kRequestHeader + keyLen, 8);
       if (valLen > kMaxValueBytes) {
         replyText(c, kReplyError, "value larger than 4 GiB");
         c.closeAfterFlush = true;
@@ -239,7 +239,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
           replyText(c, kReplyError, std::string(cmdName(cmd)) + " expects a 4-byte timeout");
           return false;
         }
-        uint32_t ms = static_cast<uint32_t>(getLe(val, 4));
+        uint32_t ms = static_cast<uint32_t>(loadLe(val, 4));
         if (data_.count(key) != 0) {
           answer(c, cmd, key);
         } else if (ms == 0) {
@@ -265,9 +265,9 @@ class TcpStoreServerImpl final : public TcpStoreServer {
                         "-byte value, not an 8-byte counter");
           return false;
         }
-        uint64_t v = (it == data_.end() ? 0 : getLe(it->second.data(), 8)) + getLe(val, 8);
+        uint64_t v = (it == data_.end() ? 0 : loadLe(it->second.data(), 8)) + loadLe(val, 8);
         std::vector<uint8_t> enc;
-        putLe(&enc, v, 8);
+        appendLe(&enc, v, 8);
         data_[key] = enc;
         reply(c, kReplyOk, enc.data(), enc.size());
         return true;

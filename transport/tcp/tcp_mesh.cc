@@ -23,6 +23,8 @@
 #include <cstring>
 #include <random>
 
+#include "base/little_endian.h"
+
 namespace kolo::tcp_detail {
 namespace {
 
@@ -35,23 +37,6 @@ constexpr int kMaxIov = 64;
 constexpr size_t kMaxWritev = 8 << 20;
 // recv() calls per connection per pass, so one streaming peer cannot starve the others.
 constexpr int kReadsPerPass = 32;
-
-void put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-uint64_t get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
 
 timespec untilTimespec(Deadline until) {
   const auto left = until - Clock::now();
@@ -161,6 +146,20 @@ void Mesh::violation(Conn& c, const std::string& what) {
   abortWith(Status(ErrorCode::kInternal, "tcp: " + what + " (from " + describe(c.peer) + ")"));
 }
 
+bool Mesh::sizesMatch(Conn& c, const Op* op, uint32_t tag, uint64_t bytes) {
+  if (op->bytes == bytes) return true;
+  violation(c, "a " + std::to_string(bytes) + "-byte message with tag " + std::to_string(tag) +
+                   " met a receive posted for " + std::to_string(op->bytes) + " bytes");
+  return false;
+}
+
+bool Mesh::deliver(Conn& c, Op* op, uint32_t tag, const std::vector<uint8_t>& message) {
+  if (!sizesMatch(c, op, tag, message.size())) return false;
+  if (op->bytes > 0) std::memcpy(op->data, message.data(), op->bytes);
+  complete(c, op);
+  return true;
+}
+
 Status Mesh::post(const std::vector<Op*>& ops) {
   if (aborted()) return abortCause();
   Conn* lastSend = nullptr;
@@ -168,9 +167,9 @@ Status Mesh::post(const std::vector<Op*>& ops) {
   for (Op* op : ops) {
     Conn& c = conn(op->peer);
     if (!op->recv) {
-      put32(op->header, op->tag);
-      put32(op->header + 4, kMagic);
-      put64(op->header + 8, op->bytes);
+      storeLe(op->header, op->tag, 4);
+      storeLe(op->header + 4, kMagic, 4);
+      storeLe(op->header + 8, op->bytes, 8);
       c.sends.push_back(op);
       ++c.waiting;
       if (lastSend != nullptr && lastSend != &c) severalSendConns = true;
@@ -179,16 +178,8 @@ Status Mesh::post(const std::vector<Op*>& ops) {
       ++c.waiting;
       auto early = c.early.find(op->tag);
       if (early != c.early.end() && !early->second.empty()) {
-        std::vector<uint8_t>& msg = early->second.front();
-        if (msg.size() != op->bytes) {
-          violation(c, "a " + std::to_string(msg.size()) + "-byte message with tag " +
-                           std::to_string(op->tag) + " met a receive posted for " +
-                           std::to_string(op->bytes) + " bytes");
-          return abortCause();
-        }
-        if (op->bytes > 0) std::memcpy(op->data, msg.data(), op->bytes);
+        if (!deliver(c, op, op->tag, early->second.front())) return abortCause();
         early->second.pop_front();
-        complete(c, op);
       } else {
         c.posted[op->tag].push_back(op);
       }
@@ -291,9 +282,9 @@ void Mesh::parse(Conn& c) {
     const uint8_t* p = c.stage.data() + c.stageBegin;
     if (!c.reading) {
       if (avail < kHeaderBytes) break;
-      const uint32_t tag = get32(p);
-      const uint32_t magic = get32(p + 4);
-      const uint64_t bytes = get64(p + 8);
+      const auto tag = static_cast<uint32_t>(loadLe(p, 4));
+      const auto magic = static_cast<uint32_t>(loadLe(p + 4, 4));
+      const uint64_t bytes = loadLe(p + 8, 8);
       c.stageBegin += kHeaderBytes;
       if (magic != kMagic || bytes > kMaxMessage) {
         violation(c, "malformed message header (the byte stream is corrupt)");
@@ -329,12 +320,7 @@ void Mesh::startMessage(Conn& c, uint32_t tag, uint64_t bytes) {
   auto posted = c.posted.find(tag);
   if (!olderEarly && posted != c.posted.end() && !posted->second.empty()) {
     Op* op = posted->second.front();
-    if (op->bytes != bytes) {
-      violation(c, "a " + std::to_string(bytes) + "-byte message with tag " +
-                       std::to_string(tag) + " met a receive posted for " +
-                       std::to_string(op->bytes) + " bytes");
-      return;
-    }
+    if (!sizesMatch(c, op, tag, bytes)) return;
     posted->second.pop_front();
     c.target = op;
   } else {
@@ -355,15 +341,8 @@ void Mesh::finishMessage(Conn& c) {
   auto posted = c.posted.find(c.tag);
   if (posted != c.posted.end() && !posted->second.empty()) {
     Op* op = posted->second.front();
-    if (op->bytes != c.bytes) {
-      violation(c, "a " + std::to_string(c.bytes) + "-byte message with tag " +
-                       std::to_string(c.tag) + " met a receive posted for " +
-                       std::to_string(op->bytes) + " bytes");
-      return;
-    }
-    if (op->bytes > 0) std::memcpy(op->data, c.buffer.data(), op->bytes);
+    if (!deliver(c, op, c.tag, c.buffer)) return;
     posted->second.pop_front();
-    complete(c, op);
     if (c.buffer.capacity() > kStageBytes) std::vector<uint8_t>().swap(c.buffer);
     return;
   }
@@ -447,9 +426,9 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
       s = connectTo(addr, deadline, &fd);
       if (!s.isOk()) return Status(s.code(), who + ": rank " + std::to_string(peer) + ": " + s.message());
       uint8_t hello[kHelloBytes];
-      put32(hello, kHelloMagic);
-      put32(hello + 4, static_cast<uint32_t>(rank));
-      put64(hello + 8, theirs);
+      storeLe(hello, kHelloMagic, 4);
+      storeLe(hello + 4, static_cast<uint32_t>(rank), 4);
+      storeLe(hello + 8, theirs, 8);
       s = sendAll(fd.get(), hello, sizeof hello, deadline);
       if (!s.isOk()) return Status(s.code(), who + ": hello to rank " + std::to_string(peer) + ": " + s.message());
       KOLO_RETURN_IF_ERROR(configureDataSocket(fd.get()));
@@ -473,8 +452,8 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
       uint8_t hello[kHelloBytes];
       const Deadline helloBy = std::min(deadline, Clock::now() + std::chrono::seconds(5));
       if (!recvAll(fd.get(), hello, sizeof hello, helloBy).isOk()) continue;
-      const int peer = static_cast<int>(get32(hello + 4));
-      if (get32(hello) != kHelloMagic || get64(hello + 8) != nonce || peer <= rank ||
+      const int peer = static_cast<int>(loadLe(hello + 4, 4));
+      if (loadLe(hello, 4) != kHelloMagic || loadLe(hello + 8, 8) != nonce || peer <= rank ||
           peer >= size || have[static_cast<size_t>(peer)]) {
         continue;
       }

@@ -113,6 +113,11 @@ class Mesh {
   void startMessage(Conn& c, uint32_t tag, uint64_t bytes);
   void finishMessage(Conn& c);
   void complete(Conn& c, Op* op);
+  // A message of `bytes` with `tag` meets the receive `op`: false (and the transport aborted,
+  // naming both counts) when the counts differ.
+  bool sizesMatch(Conn& c, const Op* op, uint32_t tag, uint64_t bytes);
+  // A message that was read before its receive was posted, copied into `op`, which completes.
+  bool deliver(Conn& c, Op* op, uint32_t tag, const std::vector<uint8_t>& message);
   // The connection broke: fails it and, when operations were waiting on it, aborts the group
   // with the loss (explained by the peer's abort note when it has one).
   void breakConn(Conn& c, const std::string& why);

@@ -17,12 +17,6 @@
 namespace kolo::tcp_detail {
 namespace {
 
-int msUntil(Deadline deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  if (left.count() <= 0) return 0;
-  return left.count() > 60000 ? 60000 : static_cast<int>(left.count()) + 1;
-}
-
 // Waits for `events` on fd until the deadline: ok, kTimeout, or kIo.
 Status waitFor(int fd, short events, Deadline deadline, const char* what) {
   for (;;) {
