@@ -52,7 +52,6 @@ class AbortNotes {
   int blamed() const { return blamed_.load(); }
   // "rank 2 (global 5)"
   std::string describe(int groupRank) const;
-  int rank() const { return rank_; }
   const std::vector<int>& globalRanks() const { return globalRanks_; }
 
  private:

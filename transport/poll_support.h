@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -78,6 +79,22 @@ inline std::string describeGroupRank(int groupRank, const std::vector<int>& glob
                          ? globalRanks[static_cast<size_t>(groupRank)]
                          : groupRank;
   return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+}
+
+// "receive from rank 1 (global 1), send to rank 2 (global 2)": a batch's unfinished operations
+// as (peer, is a receive) pairs, each distinct pair once, in order; "nothing" when none is left.
+inline std::string describeOutstanding(const std::vector<std::pair<int, bool>>& ops,
+                                       const std::vector<int>& globalRanks) {
+  std::string text;
+  std::vector<std::pair<int, bool>> named;
+  for (const auto& op : ops) {
+    if (std::find(named.begin(), named.end(), op) != named.end()) continue;
+    named.push_back(op);
+    if (!text.empty()) text += ", ";
+    text += std::string(op.second ? "receive from " : "send to ") +
+            describeGroupRank(op.first, globalRanks);
+  }
+  return text.empty() ? "nothing" : text;
 }
 
 // Polling backoff: yield for the first ~50 us (a reply is usually that close), then sleep

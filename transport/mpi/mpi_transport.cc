@@ -225,17 +225,11 @@ class MpiPending final : public PendingOps {
  private:
   // "receive from rank 1 (global 1), send to rank 2 (global 2)"
   std::string outstanding() const {
-    std::string text;
-    std::vector<std::pair<int, bool>> named;
+    std::vector<std::pair<int, bool>> open;
     for (size_t i = 0; i < handles_.size(); ++i) {
-      if (handles_[i] == MPI_REQUEST_NULL) continue;
-      auto key = std::make_pair(reqs_[i].peer, reqs_[i].recv);
-      if (std::find(named.begin(), named.end(), key) != named.end()) continue;
-      named.push_back(key);
-      if (!text.empty()) text += ", ";
-      text += std::string(key.second ? "receive from " : "send to ") + state_->describe(key.first);
+      if (handles_[i] != MPI_REQUEST_NULL) open.emplace_back(reqs_[i].peer, reqs_[i].recv);
     }
-    return text.empty() ? "nothing" : text;
+    return describeOutstanding(open, state_->globalRanks);
   }
 
   std::shared_ptr<MpiShared> state_;

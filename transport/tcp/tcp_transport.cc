@@ -89,17 +89,11 @@ class Batch final : public PendingOps {
   }
 
   std::string outstanding() const {
-    std::string text;
-    std::vector<std::pair<int, bool>> named;
+    std::vector<std::pair<int, bool>> open;
     for (const Op& op : ops_) {
-      if (op.done) continue;
-      auto key = std::make_pair(op.peer, op.recv);
-      if (std::find(named.begin(), named.end(), key) != named.end()) continue;
-      named.push_back(key);
-      if (!text.empty()) text += ", ";
-      text += std::string(op.recv ? "receive from " : "send to ") + mesh_->describe(op.peer);
+      if (!op.done) open.emplace_back(op.peer, op.recv);
     }
-    return text.empty() ? "nothing" : text;
+    return describeOutstanding(open, mesh_->globalRanks());
   }
 
   std::shared_ptr<Mesh> mesh_;
