@@ -103,7 +103,9 @@ class TorchAdapter:
     def contiguous(x):
         if not isinstance(x, torch.Tensor):
             raise ValueError("expected a torch.Tensor; got %s" % type(x).__name__)
-        if x.is_contiguous():
+        # A sparse (or other non-strided) tensor goes on as it is, to describe(), which refuses
+        # it with the op's label: torch 2.x raises a bare "unsupported memory format" here.
+        if x.layout != torch.strided or x.is_contiguous():
             return x
         with torch.no_grad():
             return x.contiguous()
