@@ -93,14 +93,18 @@ def _module_class(hvd):
     return Regression
 
 
-def _reference(n, epochs, accumulate=1, clip=None, scheduler=True):
-    """One process, batch n*BATCH*accumulate, same start and schedule."""
+def _reference(n, epochs, accumulate=1, clip=None, scheduler=True, order=None):
+    """One process, batch n*BATCH*accumulate, same start and schedule. order(epoch) gives the
+    epoch's sample order when the ranks' DistributedSampler shuffles (the ranks' batches k
+    together are then the k-th chunk of that permutation); None: in order."""
     net = _net()
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5) if scheduler else None
-    x, y = _data()
+    x0, y0 = _data()
     step = n * BATCH * accumulate
-    for _ in range(epochs):
+    for epoch in range(epochs):
+        idx = torch.arange(N_SAMPLES) if order is None else order(epoch)
+        x, y = x0[idx], y0[idx]
         for s in range(0, N_SAMPLES, step):
             opt.zero_grad()
             torch.nn.functional.mse_loss(net(x[s:s + step]), y[s:s + step]).backward()
@@ -438,7 +442,20 @@ def test_lightning_strategy_fit(hvd):
                          enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module)
     _assert_same_everywhere(hvd, list(module.parameters()), "lightning")
-    reference = _reference(hvd.size(), 2, scheduler=False)
+    # Lightning puts a DistributedSampler on the training loader and shuffles it (seed
+    # PL_GLOBAL_SEED or 0, set_epoch per epoch) whether or not the loader shuffled: the
+    # reference takes the same permutation per epoch.
+    sampler = trainer.train_dataloader.sampler
+    assert isinstance(sampler, torch.utils.data.DistributedSampler), type(sampler)
+    assert (sampler.num_replicas, sampler.rank) == (hvd.size(), hvd.rank())
+    assert trainer.global_step == 2 * N_SAMPLES // (BATCH * hvd.size())
+
+    def order(epoch):
+        if not sampler.shuffle:
+            return torch.arange(N_SAMPLES)
+        return torch.randperm(N_SAMPLES, generator=torch.Generator().manual_seed(sampler.seed +
+                                                                               epoch))
+    reference = _reference(hvd.size(), 2, scheduler=False, order=order)
     for p, q in zip(module.net.parameters(), reference):
         torch.testing.assert_close(p.detach(), q, rtol=1e-10, atol=1e-10)
     losses = hvd.allgather_object(float(trainer.callback_metrics["loss_epoch"]),
