@@ -14,6 +14,7 @@
 // is ncclAllReduce + cudaStreamSynchronize. Times are per op, the slowest rank's (MAX over ranks
 // through a kolo host allreduce), median reported; algbw = bytes / time, busbw = algbw *
 // 2 (n - 1) / n as in nccl-tests. Without enough visible GPUs it prints SKIPPED and exits 0.
+// `--calls N` first prints what each CUDA / NCCL call of a small device op costs here.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -36,12 +37,13 @@ constexpr double kWaitSeconds = 300;
 struct Options {
   size_t minBytes = 4 << 10, maxBytes = size_t{256} << 20;
   long factor = 4, iters = 20, warmup = 5;
+  long calls = 0;  // --calls N: first time the CUDA/NCCL calls a device op is made of, N each
   std::string csvPath;
 };
 
 const char kUsage[] =
     "usage: kolo-gpu-bench [--min BYTES] [--max BYTES] [--factor N] [--iters N] [--warmup N]\n"
-    "                      [--csv FILE]\n";
+    "                      [--calls N] [--csv FILE]\n";
 
 bool parseOptions(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
@@ -59,6 +61,8 @@ bool parseOptions(int argc, char** argv, Options* o) {
       o->iters = x;
     } else if (flag == "--warmup" && parseInt(v, 0, 1 << 24, &x)) {
       o->warmup = x;
+    } else if (flag == "--calls" && parseInt(v, 1, 1 << 24, &x)) {
+      o->calls = x;
     } else if (flag == "--csv") {
       o->csvPath = v;
     } else {
@@ -179,6 +183,56 @@ double wrongElements(float* buf, size_t count, std::vector<float>* host) {
   return wrong;
 }
 
+// The floor under one small device op: what each CUDA / NCCL call it is made of costs on this
+// machine, on the calling thread, averaged over o.calls calls (rank 0 prints). A 4-byte
+// ncclAllReduce waited for by polling its event is the least any runtime can do per op.
+void callCosts(float* buf, ncclComm_t comm, cudaStream_t stream, const Options& o) {
+  auto timeIt = [&](const char* what, auto&& body) {
+    body();  // warm
+    const auto start = BenchClock::now();
+    for (long i = 0; i < o.calls; ++i) body();
+    const double us =
+        std::chrono::duration<double, std::micro>(BenchClock::now() - start).count() / o.calls;
+    if (kolo_rank() == 0) std::printf("#   %-58s %8.2f us\n", what, us);
+  };
+  if (kolo_rank() == 0) std::printf("# per-call costs (mean of %ld calls each)\n", o.calls);
+  cudaEvent_t ev = nullptr;
+  cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  timeIt("cudaEventCreate + cudaEventDestroy (timing disabled)", [] {
+    cudaEvent_t e = nullptr;
+    cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    cudaEventDestroy(e);
+  });
+  timeIt("cudaEventRecord", [&] { cudaEventRecord(ev, stream); });
+  timeIt("cudaStreamWaitEvent", [&] { cudaStreamWaitEvent(stream, ev, 0); });
+  timeIt("cudaPointerGetAttributes", [&] {
+    cudaPointerAttributes a{};
+    cudaPointerGetAttributes(&a, buf);
+  });
+  timeIt("cudaGetDevice + cudaSetDevice", [] {
+    int d = 0;
+    cudaGetDevice(&d);
+    cudaSetDevice(d);
+  });
+  timeIt("cudaEventQuery (done event)", [&] { cudaEventQuery(ev); });
+  cudaStreamSynchronize(stream);
+  timeIt("ncclAllReduce 4 B, enqueue only", [&] {
+    ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, stream);
+  });
+  cudaStreamSynchronize(stream);
+  timeIt("ncclAllReduce 4 B + cudaEventRecord + cudaEventQuery spin", [&] {
+    ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, stream);
+    cudaEventRecord(ev, stream);
+    while (cudaEventQuery(ev) == cudaErrorNotReady) {
+    }
+  });
+  timeIt("ncclAllReduce 4 B + cudaStreamSynchronize", [&] {
+    ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm, stream);
+    cudaStreamSynchronize(stream);
+  });
+  cudaEventDestroy(ev);
+}
+
 int run(const Options& o) {
   const int n = kolo_size(), rank = kolo_rank();
   int devices = 0;
@@ -205,6 +259,8 @@ int run(const Options& o) {
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   float* buf = nullptr;
   if (cudaMalloc(&buf, o.maxBytes) != cudaSuccess) return 1;
+
+  if (o.calls > 0) callCosts(buf, comm, stream, o);
 
   std::FILE* csv = rank == 0 && !o.csvPath.empty() ? std::fopen(o.csvPath.c_str(), "w") : nullptr;
   if (rank == 0 && !o.csvPath.empty() && csv == nullptr) {
