@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Every GPU check of kolo in one run, for a machine with a CUDA device and a CUDA + NCCL build
+# (../shared/gpu/README.md: `bash .gpu-deps/build-gpu.sh` makes build-gpu/): the CTest label
+# gpu (C++ and kolo.torch tests: NCCL, the host-staged path with ranks sharing one device,
+# hierarchical over fake hosts), then kolo-gpu-bench (the CUDA calls an op is made of, then
+# kolo against ncclAllReduce from 4 B to 64 MiB) and a timeline of small device ops.
+#
+#   scripts/gpu_checks.sh [BUILD_DIR [LOG_DIR]]      (defaults: build-gpu, $OUT or BUILD_DIR/gpu-checks)
+#
+# Each step's full output goes to LOG_DIR/<step>.log and its last lines to stdout; the script
+# goes on after a failed step and exits 1 if any failed. Bounded: each step has a timeout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+logs=${2:-${OUT:-$build/gpu-checks}}
+mkdir -p "$logs"
+failed=()
+start=$(date +%s)
+
+step() {  # step NAME TIMEOUT_SECONDS COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local t0 rc
+  t0=$(date +%s)
+  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  echo "== $name: exit $rc in $(($(date +%s) - t0)) s (at $(($(date +%s) - start)) s)"
+  tail -n "${TAIL_LINES:-12}" "$logs/$name.log"
+  [ "$rc" -eq 0 ] || failed+=("$name")
+}
+
+nvidia-smi -L 2>&1 | tee "$logs/device.log"
+TAIL_LINES=40 step ctest_gpu 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 90
+bench=$build/bench/kolo-gpu-bench
+TAIL_LINES=30 step gpu_bench 120 "$bench" --calls 2000 --min 4 --max 64M --factor 4 --iters 200 \
+  --warmup 20
+step gpu_bench_no_caller_rounds 60 env KOLO_CALLER_ROUNDS=0 "$bench" --min 4 --max 4K \
+  --factor 32 --iters 200 --warmup 20
+step gpu_bench_async 60 env KOLO_ASYNC_COMPLETION=1 "$bench" --min 4 --max 4K --factor 32 \
+  --iters 200 --warmup 20
+# Where a small op's time goes: mean duration of each timeline activity over 200 ops of 4 KiB.
+step gpu_timeline 60 env KOLO_TIMELINE="$logs/timeline.json" "$bench" --min 4K --max 4K \
+  --iters 200 --warmup 20
+step timeline_phases 30 "${KOLO_PYTHON:-python3}" - "$logs/timeline.json" <<'EOF'
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+open_, total = {}, collections.defaultdict(list)
+for e in events:
+    key = (e.get("pid"), e.get("tid"))
+    if e.get("ph") == "B":
+        open_.setdefault(key, []).append(e)
+    elif e.get("ph") == "E" and open_.get(key):
+        b = open_[key].pop()
+        total[b["name"]].append(e["ts"] - b["ts"])
+for name, ds in sorted(total.items()):
+    ds.sort()
+    print("%-32s n=%4d median %8.1f us  mean %8.1f us" % (name, len(ds), ds[len(ds) // 2],
+                                                         sum(ds) / len(ds)))
+EOF
+# Lightning's own Trainer with KoloStrategy (skips where Lightning is not installed).
+step lightning 120 env PYTHONPATH=bindings/python KOLO_LIBRARY="$build/bindings/c/libkolo.so" \
+  "${KOLO_PYTHON:-python3}" bindings/launcher/kolorun -np 2 "${KOLO_PYTHON:-python3}" -m pytest -x \
+  -q -p no:cacheprovider -rs test/python/test_trainer.py -k lightning
+echo "== gpu_checks: $(($(date +%s) - start)) s; failed: ${failed[*]:-none}"
+[ "${#failed[@]}" -eq 0 ]
