@@ -25,6 +25,7 @@
 #include "ops/device/host_staged_executor.h"
 #endif
 #if KOLO_HAVE_NCCL
+#include "ops/device/auto_executor.h"
 #include "ops/device/nccl_executor.h"
 #endif
 #include "ops/device_executor.h"
@@ -291,7 +292,12 @@ Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
   // KOLO_GPU_OPERATIONS=host, or CUDA without NCCL: staged through pinned host memory over the
   // CPU transport (ops/device/host_staged_executor.h).
 #if KOLO_HAVE_NCCL
-  if (cfg.gpuOperations != GpuOperations::kHost) {
+  // auto: NCCL, or the host-staged path for a process set whose ranks share a GPU
+  // (ops/device/auto_executor.h); nccl: NCCL always.
+  if (cfg.gpuOperations == GpuOperations::kAuto) {
+    return createAutoDeviceExecutor(cfg, std::move(store), out);
+  }
+  if (cfg.gpuOperations == GpuOperations::kNccl) {
     return createNcclExecutor(cfg, std::move(store), out);
   }
 #endif

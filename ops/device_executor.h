@@ -1,7 +1,8 @@
 // DeviceExecutor: the data path for CUDA tensors, behind an interface so that core/ and ops/
-// compile the same way with or without CUDA. ops/device implements it (NcclExecutor); the
-// transport registry creates it when the build has NCCL (createDeviceExecutor), and the Runtime
-// owns it. A build without NCCL has none, and device tensors are rejected at submission.
+// compile the same way with or without CUDA. ops/device implements it (the NCCL, host-staged and
+// auto executors); the registry creates one when the build has CUDA (createDeviceExecutor,
+// chosen by KOLO_GPU_OPERATIONS), and the Runtime owns it. A build without CUDA has none, and
+// device tensors are rejected at submission.
 //
 // Threads: prepare() runs on the submitting thread (any thread, concurrently); execute() on the
 // coordinator thread only. The executor outlives the coordinator (the Runtime destroys it after
@@ -26,6 +27,10 @@ struct ExecContext;
 class DeviceExecutor {
  public:
   virtual ~DeviceExecutor() = default;
+
+  // "nccl", "host" (staged through host memory) or "auto" (NCCL, or host for a process set whose
+  // ranks share a GPU): for logs and tests.
+  virtual const char* name() const = 0;
 
   // Submission side. Checks that `t` (and `output` when not null) can be used: a CUDA device
   // with its ordinal is visible, it is the device this rank uses (one device per rank: the first

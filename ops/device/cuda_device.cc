@@ -9,6 +9,15 @@ namespace kolo {
 
 std::string deviceName(int device) { return "cuda:" + std::to_string(device); }
 
+std::string devicePciBusId(int device) {
+  char id[64] = {0};
+  if (cudaDeviceGetPCIBusId(id, sizeof(id), device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return deviceName(device);
+  }
+  return id;
+}
+
 bool cudaDeviceVisible(std::string* why) { return cuda::deviceCount(why) > 0; }
 
 Status cudaStreamWaitFor(void* event, int device, void* stream) {
@@ -46,23 +55,24 @@ Status CudaDeviceBase::checkPointer(const TensorView& t, const char* what) const
 Status CudaDeviceBase::prepare(const TensorView& t, const TensorView* output,
                                std::shared_ptr<void>* readyEvent) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
+    CudaDeviceChoice& c = *choice_;
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.deviceCount < 0) c.deviceCount = cuda::deviceCount(&c.noDeviceWhy);
+    if (c.deviceCount == 0) {
       return Status(ErrorCode::kUnsupported,
                     "the tensor is on " + deviceName(t.device) +
-                        " but no CUDA device is visible to this process (" + noDeviceWhy_ + ")");
+                        " but no CUDA device is visible to this process (" + c.noDeviceWhy + ")");
     }
-    if (t.device >= deviceCount_) {
+    if (t.device >= c.deviceCount) {
       return Status(ErrorCode::kInvalidArgument,
-                    deviceName(t.device) + " does not exist: " + std::to_string(deviceCount_) +
+                    deviceName(t.device) + " does not exist: " + std::to_string(c.deviceCount) +
                         " CUDA device(s) are visible to this process");
     }
-    if (device_ < 0) device_ = t.device;
-    if (device_ != t.device) {
+    if (c.device < 0) c.device = t.device;
+    if (c.device != t.device) {
       return Status(ErrorCode::kInvalidArgument,
                     "the tensor is on " + deviceName(t.device) + " but this rank uses " +
-                        deviceName(device_) +
+                        deviceName(c.device) +
                         " (kolo drives one CUDA device per rank: run one process per device)");
     }
   }
@@ -88,19 +98,20 @@ Status CudaDeviceBase::prepare(const TensorView& t, const TensorView* output,
 }
 
 Status CudaDeviceBase::executionDevice(int* device) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (device_ < 0) {
+  CudaDeviceChoice& c = *choice_;
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (c.device < 0) {
     // Only a rank that never submitted a device tensor gets here (it joined): pick its
     // launcher-given local device and keep it, so later submissions must agree.
-    if (deviceCount_ < 0) deviceCount_ = cuda::deviceCount(&noDeviceWhy_);
-    if (deviceCount_ == 0) {
+    if (c.deviceCount < 0) c.deviceCount = cuda::deviceCount(&c.noDeviceWhy);
+    if (c.deviceCount == 0) {
       return Status(
           ErrorCode::kUnsupported,
-          "a device op reached this rank but no CUDA device is visible (" + noDeviceWhy_ + ")");
+          "a device op reached this rank but no CUDA device is visible (" + c.noDeviceWhy + ")");
     }
-    device_ = std::max(0, cfg_.localRank) % deviceCount_;
+    c.device = std::max(0, cfg_.localRank) % c.deviceCount;
   }
-  *device = device_;
+  *device = c.device;
   return Status::ok();
 }
 

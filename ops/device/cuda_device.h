@@ -3,8 +3,10 @@
 // and the ready event recorded on its producer's stream. Plus the two CUDA queries the registry
 // answers for the runtime (a device visible; a consumer stream waiting on a completion event).
 //
-// Ownership: the executor owns its state; events are shared_ptrs (cuda::makeEvent). Threads:
-// prepare() runs on submitting threads (any, concurrently; the device fields are under mu_);
+// Ownership: the executor owns its state; events are shared_ptrs (cuda::makeEvent). The device
+// choice (CudaDeviceChoice) may be shared by executors that serve one rank together (the auto
+// executor and the two it routes to). Threads:
+// prepare() runs on submitting threads (any, concurrently; the device fields are under a mutex);
 // executionDevice() on the coordinator thread. Blocking: none (no wait on the device). Errors:
 // kUnsupported when no device is visible, kInvalidArgument for a bad tensor (naming its device).
 #pragma once
@@ -31,9 +33,25 @@ Status cudaStreamWaitFor(void* event, int device, void* stream);
 // "cuda:<device>"
 std::string deviceName(int device);
 
+// "<PCI bus id>" of a CUDA device (the physical GPU, whatever CUDA_VISIBLE_DEVICES numbers it),
+// or "cuda:<device>" when CUDA cannot say.
+std::string devicePciBusId(int device);
+
+// Which device this rank drives (one per rank: the first device tensor fixes it), shared by the
+// executors that serve the rank.
+struct CudaDeviceChoice {
+  std::mutex mu;
+  int deviceCount = -1;  // -1: not looked at yet
+  std::string noDeviceWhy;
+  int device = -1;  // fixed by the first device tensor
+};
+
 class CudaDeviceBase : public ops::DeviceExecutor {
  public:
-  explicit CudaDeviceBase(const Config& cfg) : cfg_(cfg) {}
+  // `choice` null: a choice of its own.
+  explicit CudaDeviceBase(const Config& cfg, std::shared_ptr<CudaDeviceChoice> choice = nullptr)
+      : cfg_(cfg),
+        choice_(choice != nullptr ? std::move(choice) : std::make_shared<CudaDeviceChoice>()) {}
 
   // Checks that the device is visible and is this rank's (one device per rank: the first device
   // tensor fixes it), that the pointers are device memory of it, then records *readyEvent on
@@ -47,14 +65,10 @@ class CudaDeviceBase : public ops::DeviceExecutor {
   Status executionDevice(int* device);
 
   const Config cfg_;
+  const std::shared_ptr<CudaDeviceChoice> choice_;  // never null
 
  private:
   Status checkPointer(const TensorView& t, const char* what) const;
-
-  mutable std::mutex mu_;  // guards the device fields (prepare() runs on user threads)
-  int deviceCount_ = -1;   // -1: not looked at yet
-  std::string noDeviceWhy_;
-  int device_ = -1;  // this rank's device, fixed by the first device tensor
 };
 
 }  // namespace kolo

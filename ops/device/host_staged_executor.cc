@@ -26,7 +26,8 @@ size_t aligned(size_t n) { return (n + kStagingAlign - 1) / kStagingAlign * kSta
 
 class HostStagedExecutor final : public CudaDeviceBase {
  public:
-  explicit HostStagedExecutor(const Config& cfg) : CudaDeviceBase(cfg) {}
+  HostStagedExecutor(const Config& cfg, std::shared_ptr<CudaDeviceChoice> choice)
+      : CudaDeviceBase(cfg, std::move(choice)) {}
   ~HostStagedExecutor() override {
     if (stream_ != nullptr) {
       cuda::DeviceGuard g(streamDevice_);
@@ -34,6 +35,7 @@ class HostStagedExecutor final : public CudaDeviceBase {
     }
   }
 
+  const char* name() const override { return "host"; }
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& rs,
                  const std::vector<TensorEntry*>& es) override;
 
@@ -185,8 +187,9 @@ Status HostStagedExecutor::execute(const ops::ExecContext& ctx,
 
 }  // namespace
 
-Status createHostStagedExecutor(const Config& cfg, std::unique_ptr<ops::DeviceExecutor>* out) {
-  *out = std::make_unique<HostStagedExecutor>(cfg);
+Status createHostStagedExecutor(const Config& cfg, std::unique_ptr<ops::DeviceExecutor>* out,
+                                std::shared_ptr<CudaDeviceChoice> choice) {
+  *out = std::make_unique<HostStagedExecutor>(cfg, std::move(choice));
   return Status::ok();
 }
 

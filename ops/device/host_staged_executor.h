@@ -26,11 +26,14 @@
 
 #include "base/config.h"
 #include "base/status.h"
+#include "ops/device/cuda_device.h"
 #include "ops/device_executor.h"
 
 namespace kolo {
 
 // Creates the executor; makes no CUDA call (the device is looked at on the first device tensor).
-Status createHostStagedExecutor(const Config& cfg, std::unique_ptr<ops::DeviceExecutor>* out);
+// `choice` (optional) is a device choice shared with other executors of this rank.
+Status createHostStagedExecutor(const Config& cfg, std::unique_ptr<ops::DeviceExecutor>* out,
+                                std::shared_ptr<CudaDeviceChoice> choice = nullptr);
 
 }  // namespace kolo

@@ -49,13 +49,15 @@ class Activity {
 }  // namespace
 
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
-                          std::unique_ptr<ops::DeviceExecutor>* out) {
-  *out = std::make_unique<NcclExecutor>(cfg, std::move(store));
+                          std::unique_ptr<ops::DeviceExecutor>* out,
+                          std::shared_ptr<CudaDeviceChoice> choice) {
+  *out = std::make_unique<NcclExecutor>(cfg, std::move(store), std::move(choice));
   return Status::ok();
 }
 
-NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store)
-    : CudaDeviceBase(cfg), store_(std::move(store)), host_(cfg.hostname) {
+NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
+                           std::shared_ptr<CudaDeviceChoice> choice)
+    : CudaDeviceBase(cfg, std::move(choice)), store_(std::move(store)), host_(cfg.hostname) {
   if (host_.empty()) {
     char name[HOST_NAME_MAX + 1] = {0};
     host_ = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";

@@ -15,8 +15,10 @@ namespace kolo {
 
 // Creates the executor. Makes no CUDA call: the device is looked at on the first device tensor,
 // communicators are made on the first batch of each process set. `store` (may be null) carries
-// the NCCL unique ids; without one they travel over the set's CPU transport.
+// the NCCL unique ids; without one they travel over the set's CPU transport. `choice` (optional)
+// is a device choice shared with other executors of this rank (cuda_device.h).
 Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
-                          std::unique_ptr<ops::DeviceExecutor>* out);
+                          std::unique_ptr<ops::DeviceExecutor>* out,
+                          std::shared_ptr<CudaDeviceChoice> choice = nullptr);
 
 }  // namespace kolo

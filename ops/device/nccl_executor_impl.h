@@ -59,8 +59,10 @@ namespace kolo {
 
 class NcclExecutor final : public CudaDeviceBase {
  public:
-  NcclExecutor(const Config& cfg, std::shared_ptr<Store> store);
+  NcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
+               std::shared_ptr<CudaDeviceChoice> choice);
   ~NcclExecutor() override;
+  const char* name() const override { return "nccl"; }
 
   Status execute(const ops::ExecContext& ctx, const std::vector<const Response*>& responses,
                  const std::vector<TensorEntry*>& entries) override;

@@ -9,9 +9,12 @@
 // the host-staged path (ops/device/host_staged_executor.h): inputs staged to pinned host memory,
 // the CPU transport, results copied back. There, ranks may share a device (the path's use case;
 // the "shared" variants set CUDA_VISIBLE_DEVICES=0, where NCCL would refuse the communicator).
+// Under auto (the "auto" variants: both ranks on device 0, no KOLO_GPU_OPERATIONS) kolo must
+// notice the shared GPU and take the host-staged path by itself (ops/device/auto_executor.h).
 //
-// Every rank prints a SKIPPED line and exits 0 when this host has fewer CUDA devices than local
-// ranks (NCCL cannot put two ranks of one communicator on one device), or none on the host path.
+// Every rank prints a SKIPPED line and exits 0 when this host has no CUDA device, or, where the
+// job forces NCCL (KOLO_GPU_OPERATIONS=nccl), fewer devices than local ranks (NCCL cannot put
+// two ranks of one communicator on one device).
 #include <kolo.h>
 
 #include <catch2/catch.hpp>
@@ -30,14 +33,16 @@ namespace {
 
 int R() { return kolo_rank(); }
 
-// Whether the job asked for the host-staged path (the variable or Horovod's name for it).
-bool hostStaged() {
+// Whether the job forces NCCL (KOLO_GPU_OPERATIONS=nccl, or Horovod's name for it): then every
+// local rank needs a device of its own. Otherwise one device does: the host-staged path
+// (host / mpi / gloo) allows ranks to share it, and auto takes that path for a set whose ranks do.
+bool ncclForced() {
   for (const char* name : {"KOLO_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS"}) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') continue;
     std::string s(v);
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s == "host" || s == "mpi" || s == "gloo";
+    return s == "nccl";
   }
   return false;
 }
@@ -254,7 +259,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int devices =
-      kolo::gputest::devicesOrSkip("kolo_gpu_mp_test", hostStaged() ? 1 : kolo_local_size());
+      kolo::gputest::devicesOrSkip("kolo_gpu_mp_test", ncclForced() ? kolo_local_size() : 1);
   int rc = 0;
   if (devices > 0) {
     gDevice = kolo_local_rank() % devices;

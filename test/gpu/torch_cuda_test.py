@@ -6,7 +6,8 @@ identical across ranks and equal a single-process step on the averaged gradient.
 
     kolorun -np 1 python3 test/gpu/torch_cuda_test.py                      # NCCL, one GPU
     KOLO_GPU_OPERATIONS=host CUDA_VISIBLE_DEVICES=0 kolorun -np 2 python3 ...  # ranks share it
-    kolorun -np 2 test/mp/fake_hosts.sh 1 python3 ... --allreduce-only        # two fake hosts
+    CUDA_VISIBLE_DEVICES=0 kolorun -np 2 python3 ...                          # auto: host-staged
+    KOLO_GPU_OPERATIONS=nccl kolorun -np 2 test/mp/fake_hosts.sh 1 python3 ... --allreduce-only
     KOLO_GPU_OPERATIONS=host kolorun -np 4 test/mp/fake_hosts.sh 2 python3 ...   # 2 hosts x 2
 
 --allreduce-only runs only the allreduce cases and starts every rank from the same seed instead
@@ -15,9 +16,10 @@ hierarchical allreduce, and any other collective would need a communicator of bo
 device, which NCCL refuses.
 
 Each rank uses device local_rank % device_count. Without torch, without CUDA, without a CUDA
-build of kolo, or on the NCCL path with fewer devices than local ranks (NCCL refuses two ranks
-of one communicator on one device) every rank prints a line starting "SKIPPED:" and exits 0,
-which CTest reports as skipped. Any failure exits 1 with the rank and the reason.
+build of kolo, or with KOLO_GPU_OPERATIONS=nccl and fewer devices than local ranks (NCCL refuses
+two ranks of one communicator on one device; auto goes host-staged for them) every rank prints a
+line starting "SKIPPED:" and exits 0, which CTest reports as skipped. Any failure exits 1 with
+the rank and the reason.
 """
 
 import os
@@ -46,12 +48,14 @@ if not ON_CPU and not torch.cuda.is_available():
 import kolo.torch as hvd  # noqa: E402
 
 
-def host_staged():
+def gpu_operations():
+    """'nccl' (forced: a device per local rank), 'host' (staged through host memory) or 'auto'
+    (NCCL, host-staged for ranks sharing a GPU), as the job set it."""
     for name in ("KOLO_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS"):
         v = os.environ.get(name, "").strip().lower()
         if v:
-            return v in ("host", "mpi", "gloo")
-    return not hvd.nccl_built()
+            return "host" if v in ("host", "mpi", "gloo") else v
+    return "auto" if hvd.nccl_built() else "host"
 
 
 def exact(got, want, what):
@@ -177,9 +181,9 @@ def main():
         if not hvd.cuda_built():
             skip("kolo was built without CUDA")
         count = torch.cuda.device_count()
-        if not host_staged() and count < hvd.local_size():
-            skip("%d CUDA device(s) for %d local ranks on the NCCL path" % (count,
-                                                                           hvd.local_size()))
+        if gpu_operations() == "nccl" and count < hvd.local_size():
+            skip("%d CUDA device(s) for %d local ranks with KOLO_GPU_OPERATIONS=nccl"
+                 % (count, hvd.local_size()))
         dev = torch.device("cuda", hvd.local_rank() % count)
         torch.cuda.set_device(dev)
     try:
@@ -193,8 +197,8 @@ def main():
               flush=True)
         os._exit(1)
     if hvd.rank() == 0:
-        where = "the CPU" if ON_CPU else "%s, %s path" % (
-            torch.cuda.get_device_name(dev), "host-staged" if host_staged() else "NCCL")
+        where = "the CPU" if ON_CPU else "%s, KOLO_GPU_OPERATIONS %s" % (
+            torch.cuda.get_device_name(dev), gpu_operations())
         print("torch %s test passed: %d rank(s) on %s, loss %.4f -> %.4f" % (
             dev.type, hvd.size(), where, first, last), flush=True)
     hvd.shutdown()

@@ -196,7 +196,8 @@ TEST_CASE("KOLO_GPU_OPERATIONS picks the device executor this build has") {
   // host: the host-staged executor in any CUDA build, none without CUDA.
   cfg.gpuOperations = GpuOperations::kHost;
   REQUIRE(createDeviceExecutor(cfg, nullptr, &ex).isOk());
-  CHECK((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
+  REQUIRE((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
+  if (ex) CHECK(std::string(ex->name()) == "host");
   // nccl: the NCCL executor where built; an error naming the knob in a CUDA build without NCCL.
   cfg.gpuOperations = GpuOperations::kNccl;
   Status s = createDeviceExecutor(cfg, nullptr, &ex);
@@ -205,10 +206,13 @@ TEST_CASE("KOLO_GPU_OPERATIONS picks the device executor this build has") {
     CHECK_THAT(s.message(), Catch::Contains("KOLO_GPU_OPERATIONS=nccl"));
   } else {
     REQUIRE(s.isOk());
-    CHECK((ex != nullptr) == (KOLO_HAVE_NCCL != 0));
+    REQUIRE((ex != nullptr) == (KOLO_HAVE_NCCL != 0));
+    if (ex) CHECK(std::string(ex->name()) == "nccl");
   }
-  // auto: NCCL where built, else the host-staged one.
+  // auto: NCCL, or host-staged for a set whose ranks share a GPU, where NCCL is built; else the
+  // host-staged one.
   cfg.gpuOperations = GpuOperations::kAuto;
   REQUIRE(createDeviceExecutor(cfg, nullptr, &ex).isOk());
-  CHECK((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
+  REQUIRE((ex != nullptr) == (KOLO_HAVE_CUDA != 0));
+  if (ex) CHECK(std::string(ex->name()) == (KOLO_HAVE_NCCL ? "auto" : "host"));
 }
