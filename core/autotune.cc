@@ -168,7 +168,7 @@ void Autotuner::observe(const std::vector<Response>& executed, Clock::time_point
     for (int64_t d : r.shape) n *= d;
     bytes += static_cast<double>(n) * static_cast<double>(sizeOf(r.dtype));
     any = true;
-    if (++steps_[r.name] >= stepsNeeded) close = true;
+    if (++steps_[keyOf(r)] >= stepsNeeded) close = true;  // per (process set, name)
   }
   if (!any) return;
   if (!started_) {

@@ -146,7 +146,7 @@ class Autotuner {
   TuningParams pending_;
   int warmupRemaining_ = 0;
   // The sample being measured.
-  std::map<std::string, int> steps_;
+  std::map<OpKey, int> steps_;  // executions per op (the same name in two sets is two ops)
   int subSample_ = 0;
   std::array<double, kSubSamples> subScores_{};
   double bytes_ = 0;

@@ -227,6 +227,34 @@ TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes th
   CHECK(first[4] == "128");
 }
 
+TEST_CASE("a step is one execution of one op: the same name in two process sets is two ops") {
+  Config c;
+  c.autotune.enabled = true;
+  c.autotune.warmupSamples = 0;
+  c.autotune.stepsPerSample = 3;
+  c.autotune.maxSamples = 50;
+  Autotuner tuner(c, 2, nullptr);
+  Clock::time_point t = Clock::now();
+  auto round = [&] {  // "grad" in the global set and in set 1, each executed once
+    std::vector<Response> rs(2);
+    for (int s = 0; s < 2; ++s) {
+      rs[s].type = OpType::kAllreduce;
+      rs[s].name = "grad";
+      rs[s].processSet = s;
+      rs[s].dtype = DataType::kUInt8;
+      rs[s].shape = {1000};
+    }
+    t += std::chrono::milliseconds(1);
+    tuner.observe(rs, t);
+  };
+  // A sample is kSubSamples sub-samples of 3 steps: 15 rounds (the first, which starts the
+  // clock, counts its steps too), not 8 as when both ops counted under one name.
+  for (int i = 0; i < Autotuner::kSubSamples * 3 - 1; ++i) round();
+  CHECK(tuner.scoredSamples() == 0);
+  round();
+  CHECK(tuner.scoredSamples() == 1);
+}
+
 TEST_CASE("with enough samples the autotuner finds the best fusion and cycle time") {
   Config c;
   c.autotune.enabled = true;
