@@ -2,8 +2,9 @@
 # Every GPU check of kolo in one run, for a machine with a CUDA device and a CUDA + NCCL build
 # (../shared/gpu/README.md: `bash .gpu-deps/build-gpu.sh` makes build-gpu/): the CTest label
 # gpu (C++ and kolo.torch tests: NCCL, the host-staged path with ranks sharing one device,
-# hierarchical over fake hosts), then kolo-gpu-bench (the CUDA calls an op is made of, then
-# kolo against ncclAllReduce from 4 B to 64 MiB) and a timeline of small device ops.
+# hierarchical over fake hosts, the auto fallback), then kolo-gpu-bench (the CUDA calls an op is
+# made of, then kolo against ncclAllReduce from 4 B to 64 MiB), a timeline of small device ops,
+# and the Python suites (label python) against the machine's torch and Lightning.
 #
 #   scripts/gpu_checks.sh [BUILD_DIR [LOG_DIR]]      (defaults: build-gpu, $OUT or BUILD_DIR/gpu-checks)
 #
@@ -30,7 +31,7 @@ step() {  # step NAME TIMEOUT_SECONDS COMMAND...
 }
 
 nvidia-smi -L 2>&1 | tee "$logs/device.log"
-TAIL_LINES=40 step ctest_gpu 300 ctest --test-dir "$build" -L gpu --output-on-failure --timeout 90
+TAIL_LINES=40 step ctest_gpu 300 ctest --test-dir "$build" -L gpu -j4 --output-on-failure --timeout 90
 bench=$build/bench/kolo-gpu-bench
 TAIL_LINES=30 step gpu_bench 120 "$bench" --calls 2000 --min 4 --max 64M --factor 4 --iters 200 \
   --warmup 20
@@ -39,9 +40,9 @@ step gpu_bench_no_caller_rounds 60 env KOLO_CALLER_ROUNDS=0 "$bench" --min 4 --m
 step gpu_bench_async 60 env KOLO_ASYNC_COMPLETION=1 "$bench" --min 4 --max 4K --factor 32 \
   --iters 200 --warmup 20
 # Where a small op's time goes: mean duration of each timeline activity over 200 ops of 4 KiB.
-step gpu_timeline 60 env KOLO_TIMELINE="$logs/timeline.json" "$bench" --min 4K --max 4K \
+step gpu_timeline 60 env KOLO_TIMELINE="$build/gpu-timeline.json" "$bench" --min 4K --max 4K \
   --iters 200 --warmup 20
-step timeline_phases 30 "${KOLO_PYTHON:-python3}" - "$logs/timeline.json" <<'EOF'
+step timeline_phases 30 "${KOLO_PYTHON:-python3}" - "$build/gpu-timeline.json" <<'EOF'
 import collections, json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 open_, total = {}, collections.defaultdict(list)
@@ -57,9 +58,10 @@ for name, ds in sorted(total.items()):
     print("%-32s n=%4d median %8.1f us  mean %8.1f us" % (name, len(ds), ds[len(ds) // 2],
                                                          sum(ds) / len(ds)))
 EOF
-# Lightning's own Trainer with KoloStrategy (skips where Lightning is not installed).
-step lightning 120 env PYTHONPATH=bindings/python KOLO_LIBRARY="$build/bindings/c/libkolo.so" \
-  "${KOLO_PYTHON:-python3}" bindings/launcher/kolorun -np 2 "${KOLO_PYTHON:-python3}" -m pytest -x \
-  -q -p no:cacheprovider -rs test/python/test_trainer.py -k lightning
+# The Python suites against this machine's torch (its Lightning too: test_trainer runs
+# Lightning's own Trainer with KoloStrategy where Lightning is installed). The build must have
+# been configured with that interpreter (-DKOLO_PYTHON=$(command -v python3)).
+TAIL_LINES=25 step python_suites 300 ctest --test-dir "$build" -L python -LE gpu -j8 \
+  --output-on-failure --timeout 150
 echo "== gpu_checks: $(($(date +%s) - start)) s; failed: ${failed[*]:-none}"
 [ "${#failed[@]}" -eq 0 ]
