@@ -67,9 +67,10 @@ bool deviceTransportAvailable(std::string* why = nullptr);
 // Creates the executor that runs batches of CUDA tensors (no CUDA call before the first device
 // tensor), by cfg.gpuOperations: kNccl over NCCL (communicators per process set, made lazily);
 // kAuto the same, except a process set whose ranks share a GPU goes host-staged
-// (ops/device/auto_executor.h); kHost, or any in a build without NCCL, the host-staged one. Sets *out to null in a build without
-// CUDA; kUnsupported for KOLO_GPU_OPERATIONS=nccl without NCCL. `store` (may be null) carries
-// NCCL unique ids; without it they travel over the process set's CPU transport.
+// (ops/device/auto_executor.h); kHost, or any in a build without NCCL, the host-staged one.
+// Sets *out to null in a build without CUDA; kUnsupported for KOLO_GPU_OPERATIONS=nccl without
+// NCCL. `store` (may be null) carries NCCL unique ids; without it they travel over the process
+// set's CPU transport.
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out);
 // Makes `stream` (a cudaStream_t; null = the default stream of `device`) wait, on the device,
