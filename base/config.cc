@@ -1,11 +1,19 @@
 #include "base/config.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
 
 namespace kolo {
+
+std::string localHostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
 
 const char* toString(TransportKind k) {
   switch (k) {

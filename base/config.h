@@ -97,4 +97,8 @@ struct Config {
   std::string toString() const;
 };
 
+// This machine's own host name (gethostname), or "localhost" when it cannot be read: the default
+// of Config::hostname, and what names a machine where KOLO_HOSTNAME may not (one machine's GPUs).
+std::string localHostname();
+
 }  // namespace kolo

@@ -3,8 +3,6 @@
 // main thread, the way the coordinator thread does inside the runtime.
 #include "bench/bench_job.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <vector>
 
@@ -13,15 +11,6 @@
 #include "transport/shm/shm_transport.h"
 
 namespace kolo::bench {
-namespace {
-
-std::string localHostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-}  // namespace
 
 Status connectBenchJob(const std::string& storePrefix, BenchJob* out) {
   Config cfg;

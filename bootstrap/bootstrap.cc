@@ -2,8 +2,6 @@
 // transport -> topology -> device executor.
 #include "bootstrap/bootstrap.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -19,12 +17,6 @@ namespace {
 
 // The newest round any rank of this store started, outside every round's key space.
 constexpr const char* kRoundKey = "kolo/round";
-
-std::string localHostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));

@@ -2,9 +2,6 @@
 // set, decided at its first device batch.
 #include "ops/device/auto_executor.h"
 
-#include <unistd.h>
-
-#include <climits>
 #include <map>
 #include <string>
 #include <vector>
@@ -19,11 +16,6 @@
 
 namespace kolo {
 namespace {
-
-std::string machineName() {
-  char name[HOST_NAME_MAX + 1] = {0};
-  return gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-}
 
 class AutoDeviceExecutor final : public CudaDeviceBase {
  public:
@@ -67,7 +59,7 @@ class AutoDeviceExecutor final : public CudaDeviceBase {
     KOLO_RETURN_IF_ERROR(executionDevice(&device));
     std::vector<std::string> gpus;
     KOLO_RETURN_IF_ERROR(ops::gatherStrings(
-        *set.transport, machineName() + "/" + devicePciBusId(device), &gpus));
+        *set.transport, localHostname() + "/" + devicePciBusId(device), &gpus));
     std::map<std::string, size_t> firstMember;  // GPU -> first member driving it
     ops::DeviceExecutor* route = nccl_.get();
     for (size_t m = 0; m < gpus.size() && route == nccl_.get(); ++m) {

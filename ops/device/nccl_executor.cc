@@ -3,10 +3,7 @@
 // nccl_collectives.cc).
 #include "ops/device/nccl_executor.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <climits>
 #include <numeric>
 
 #include "ops/handle.h"
@@ -57,12 +54,9 @@ Status createNcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
 
 NcclExecutor::NcclExecutor(const Config& cfg, std::shared_ptr<Store> store,
                            std::shared_ptr<CudaDeviceChoice> choice)
-    : CudaDeviceBase(cfg, std::move(choice)), store_(std::move(store)), host_(cfg.hostname) {
-  if (host_.empty()) {
-    char name[HOST_NAME_MAX + 1] = {0};
-    host_ = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-  }
-}
+    : CudaDeviceBase(cfg, std::move(choice)),
+      store_(std::move(store)),
+      host_(cfg.hostname.empty() ? localHostname() : cfg.hostname) {}
 
 NcclExecutor::~NcclExecutor() {
   // Communicators first (their shutdown may still use the device), then the buffers. Every rank
