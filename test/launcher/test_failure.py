@@ -46,9 +46,17 @@ def test_survivors_raise_naming_the_dead_rank_and_exit_by_themselves(np, shm, tm
                 env=train_env(KOLO_SHM=shm), timeout=90)
     took = time.monotonic() - t0
     assert r.returncode == 128 + signal.SIGKILL, r.stderr
-    assert ("rank %d (host localhost) was killed by signal 9 (SIGKILL); the other %d rank%s may "
-            "exit by themselves within 60 s" % (victim, np - 1, "" if np == 2 else "s")
-            in r.stderr), r.stderr
+    # The window is announced for the survivors still running when kolorun saw the death. A
+    # survivor notices the loss at once (a gone process, a reset connection) and may have left
+    # before kolorun's next poll (CI saw it at np=2): then nobody is waited for, nothing announced.
+    announced = re.search(r"rank %d \(host localhost\) was killed by signal 9 \(SIGKILL\); the "
+                          r"other (\d+) ranks? may exit by themselves within 60 s" % victim,
+                          r.stderr)
+    if announced is not None:
+        assert 1 <= int(announced.group(1)) <= np - 1, r.stderr
+    else:
+        assert "may exit by themselves" not in r.stderr, r.stderr
+    assert "stopping the other" not in r.stderr, r.stderr
     assert r.stderr.rstrip().endswith(
         "job failed: rank %d (host localhost) was killed by signal 9 (SIGKILL)" % victim)
     assert "still running after the grace window" not in r.stderr
