@@ -348,7 +348,9 @@ class GlooJob:
         """Stops every rank's process group: sig, then SIGKILL after the grace period (at once
         when kolorun gets another signal meanwhile), then reaps. Bounded in time."""
         started = [w for w in self.workers if w.proc is not None]
-        signals_before = len(self._signals)
+        # Only the signal that caused this stop (if one did) is not a second one: a second
+        # Ctrl-C that arrived before the stop began escalates too, not only one that comes later.
+        signals_before = min(len(self._signals), 1)
         for w in started:
             w.request_stop(sig)
         now = time.monotonic()
