@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import time
 
 import torch
 
@@ -16,6 +17,10 @@ p = argparse.ArgumentParser()
 p.add_argument("--die-rank", type=int, default=-1)
 p.add_argument("--die-step", type=int, default=-1)
 p.add_argument("--epochs", type=int, default=4)
+p.add_argument("--hold-replacements", type=int, default=-1,
+               help="N: a worker with id >= N (started after the first round, as a "
+                    "replacement) waits 60 s before its init, so it joins no round of a job "
+                    "that ends sooner (kolorun stops it then): the job ends on the survivors")
 args = p.parse_args()
 
 torch.manual_seed(5)
@@ -47,6 +52,8 @@ class Module(torch.nn.Module):
                                            shuffle=True)
 
 
+if 0 <= args.hold_replacements <= int(os.environ.get("KOLO_ELASTIC_WORKER_ID", "-1")):
+    time.sleep(60)
 module = Module()
 with torch.no_grad():
     loss0 = float(torch.nn.functional.mse_loss(module.lin(X), Y))

@@ -8,6 +8,7 @@ Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun see
   --die-in-sync ROUND:RANK   the rank RANK of round ROUND dies inside State.sync (after the
                              model's broadcast, before the optimizer's)
   --die-new-in-sync R        every worker joining at round >= R as a new worker dies in sync
+And --hold-replacements N keeps the workers kolorun starts after the first round out of the job.
 """
 
 import argparse
@@ -36,6 +37,10 @@ p.add_argument("--until-sizes", default="",
 p.add_argument("--die-after-join", default="",
                help="ROUND:RANK: that rank of that round dies after joining it, before its "
                     "init: the others wait in the round's rendezvous for a rank that never comes")
+p.add_argument("--hold-replacements", type=int, default=-1,
+               help="N: a worker with id >= N (started after the first round, as a "
+                    "replacement) waits 60 s before its init, so it joins no round of a job "
+                    "that ends sooner (kolorun stops it then): the job ends on the survivors")
 args = p.parse_args()
 
 if args.die_after_join:
@@ -53,6 +58,8 @@ if args.die_after_join:
 
     _worker.join = join
 
+if 0 <= args.hold_replacements <= int(os.environ.get("KOLO_ELASTIC_WORKER_ID", "-1")):
+    time.sleep(60)
 hvd.init()
 WID = os.environ.get("KOLO_ELASTIC_WORKER_ID", "?")
 FIRST_ROUND = hvd.elastic.current_round()

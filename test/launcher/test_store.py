@@ -154,9 +154,14 @@ def test_stop_releases_parked_clients():
         except StoreError as e:
             errors.append(str(e))
 
+    # The server asks the refusal rule each time a waiter finds its key missing, holding its
+    # lock until it parks: once the rule has seen "never", the GET is parked (not still
+    # connecting, which a fixed sleep could not tell on a loaded machine).
+    asked = threading.Event()
+    s.refuse_missing(lambda key: asked.set() if bytes(key).endswith(b"never") else None)
     t = threading.Thread(target=parked)
     t.start()
-    time.sleep(0.2)
+    assert asked.wait(20)
     t0 = time.monotonic()
     s.stop()
     t.join(5)

@@ -124,9 +124,9 @@ def wait_forever():
 def mode_fail():
     bad, code = int(sys.argv[2]), int(sys.argv[3])
     child = spawn_grandchild()
+    record_pids(child)  # before the store: the bad rank may fail as soon as every rank set it
     with store() as s:
         s.set("host/%d" % RANK, socket.gethostname())
-        record_pids(child)
         if RANK == bad:
             s.wait(["host/%d" % r for r in range(SIZE)], timeout=TIMEOUT)
             time.sleep(0.3)

@@ -341,14 +341,27 @@ TEST_CASE("join: the joined rank contributes zeros; every rank gets the same las
 }
 
 TEST_CASE("barrier holds until the slowest rank arrives") {
+  // The last rank arrives 400 ms late; every rank's barrier must complete after that arrival.
+  // The ranks share this host, so steady_clock (CLOCK_MONOTONIC) is one clock for all of them:
+  // the last rank's arrival time is broadcast and compared, not each rank's own start (the
+  // ranks leave the previous test at slightly different moments).
   Session s;
-  auto t0 = std::chrono::steady_clock::now();
-  if (R() == N() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  using namespace std::chrono;
+  if (R() == N() - 1) std::this_thread::sleep_for(milliseconds(400));
+  int64_t arrived = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
   kolo_handle_t h;
   REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
   waitOk(h);
+  const int64_t released =
+      duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
   kolo_handle_release(h);
-  REQUIRE(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(390));
+  const int64_t one[1] = {1};
+  kolo_tensor_t t{&arrived, KOLO_INT64, 1, one, KOLO_CPU_DEVICE, nullptr};
+  REQUIRE(kolo_broadcast_async("barrier.arrived", &t, N() - 1, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
+  waitOk(h);
+  kolo_handle_release(h);
+  REQUIRE(released >= arrived);
 }
 
 TEST_CASE("process sets: members only, deterministic ids, removal") {
