@@ -5,7 +5,9 @@ rank). The package is imported from this checkout's bindings/python unless
 KOLO_TEST_INSTALLED=1 (then the installed `kolo` is tested)."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -30,3 +32,12 @@ def hvd(kolo_world):
     pytest.importorskip("torch", reason="PyTorch is not installed for this interpreter")
     import kolo.torch
     return kolo.torch
+
+
+@pytest.fixture
+def rank_dir():
+    """A temporary folder of this rank's own (each rank is its own pytest process), removed
+    after the test."""
+    folder = tempfile.mkdtemp(prefix="kolo-test-")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

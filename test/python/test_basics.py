@@ -3,7 +3,6 @@ timeline. Runs under a launcher with N ranks."""
 
 import json
 import os
-import tempfile
 import threading
 import time
 
@@ -266,10 +265,9 @@ def test_barrier_and_join(kolo_world):
     assert k.join() == n - 1
 
 
-def test_timeline(kolo_world):
+def test_timeline(kolo_world, rank_dir):
     k = kolo_world
-    folder = tempfile.mkdtemp(prefix="kolo-timeline-")
-    path = os.path.join(folder, "timeline.%d.json" % k.rank())
+    path = os.path.join(rank_dir, "timeline.%d.json" % k.rank())
     k.start_timeline(path)
     k.allreduce(np.ones(16), name="timeline_op")
     k.stop_timeline()

@@ -4,10 +4,8 @@ defaults, the reduction-op values, the exception types, and the documented resul
 
 import inspect
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
 
 import pytest
@@ -308,16 +306,12 @@ def test_join_barrier_topology_and_build_info(hvd):
         assert fn() is False
 
 
-def test_timeline(hvd):
-    folder = tempfile.mkdtemp(prefix="kolo-compat-tl-")  # one per rank; rank 0 writes its file
-    try:
-        path = os.path.join(folder, "timeline.json")
-        hvd.start_timeline(path, mark_cycles=True)
-        hvd.allreduce(torch.ones(4), name="compat.timeline")
-        hvd.stop_timeline()
-        if hvd.rank() == 0:
-            with open(path) as f:
-                text = f.read()
-            assert "compat.timeline" in text
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+def test_timeline(hvd, rank_dir):
+    path = os.path.join(rank_dir, "timeline.json")  # rank 0 writes its file
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.allreduce(torch.ones(4), name="compat.timeline")
+    hvd.stop_timeline()
+    if hvd.rank() == 0:
+        with open(path) as f:
+            text = f.read()
+        assert "compat.timeline" in text
