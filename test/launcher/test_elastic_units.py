@@ -211,5 +211,49 @@ def test_elastic_worker_environment(tmp_path):
     assert "[0]<stdout>:ENV 1 0 1" in r.stdout
 
 
+class _Console:
+    def __init__(self):
+        self.lines = []
+
+    def message(self, text):
+        self.lines.append(text)
+
+
+def _job(*argv):
+    from kolo_launcher.elastic_run import ElasticJob
+    return ElasticJob(opts(*argv), {}, _Console())
+
+
+def test_store_binds_where_hosts_added_later_can_reach_it(tmp_path):
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    # A discovery script that lists only this machine now may list other hosts later.
+    job = _job("--min-np", "1", "--host-discovery-script", str(script))
+    assert job._bind_address([("localhost", 2)]) == "0.0.0.0"
+    # A fixed list of this machine's names never changes: loopback is enough.
+    job = _job("--min-np", "1", "-H", "localhost:2")
+    assert job._bind_address([("localhost", 2)]) == "127.0.0.1"
+
+
+def test_rank_0_of_a_new_round_is_a_member_of_the_last_one():
+    # Worker 2 started early but joined no round (slow start-up); worker 3 was in round 0 and
+    # holds the training state. Round 1 = {2, 3}: rank 0 must be worker 3, the state's sender.
+    from types import SimpleNamespace
+    from kolo_launcher.store_server import StoreServer
+    job = _job("--min-np", "1", "-H", "a:2,b:2")
+    job.server = StoreServer("127.0.0.1", 0).start()
+    try:
+        job.live = {2: SimpleNamespace(host="a"), 3: SimpleNamespace(host="b")}
+        job.round, job.members = 0, {3}
+        job._publish([2, 3])
+        place = {w: json.loads(job.server.get_nowait("elastic/round1/assign/%d" % w))
+                 for w in (2, 3)}
+        assert place[3]["rank"] == 0 and place[2]["rank"] == 1, place
+        assert job.console.lines[-1].endswith("rank 0 is worker 3"), job.console.lines
+    finally:
+        job.server.stop()
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))

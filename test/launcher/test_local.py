@@ -141,6 +141,39 @@ def test_rank_that_exits_zero_without_connecting_is_fine():
     assert "[0]<stdout>:done" in r.stdout and "[1]<stdout>:done" in r.stdout
 
 
+def test_python_ranks_are_unbuffered_so_their_last_lines_survive_a_kill():
+    # As horovodrun: PYTHONUNBUFFERED=1 unless the user set it. A rank killed right after a
+    # print (SIGKILL: no exit handler flushes anything) still shows the line.
+    prog = ("import os, signal; print('last words'); "
+            "os.kill(os.getpid(), signal.SIGKILL) if os.environ['KOLO_RANK'] == '1' else None")
+    r = kolorun(["-np", "2", PY, "-c", prog])
+    assert r.returncode == 128 + signal.SIGKILL, r.stderr
+    assert "[1]<stdout>:last words" in r.stdout, r.stdout
+    r = kolorun(["-np", "1", PY, "-c", "import os; print(os.environ['PYTHONUNBUFFERED'])"],
+                env=base_env(PYTHONUNBUFFERED="0"))
+    assert "[0]<stdout>:0" in r.stdout, r.stdout  # the user's own setting stays
+
+
+def test_under_nohup_a_hangup_does_not_stop_the_job(tmp_path):
+    # nohup leaves SIGHUP ignored: kolorun keeps it so, and the ranks inherit it.
+    done = tmp_path / "done"
+    p = subprocess.Popen([PY, KOLORUN, "-np", "2", "sh", "-c",
+                          "touch %s/up.$KOLO_RANK; sleep 1; echo $KOLO_RANK >> %s"
+                          % (tmp_path, done)],
+                         env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP,
+                                                                     signal.SIG_IGN))
+    deadline = time.monotonic() + 20
+    while not all((tmp_path / ("up.%d" % r)).exists() for r in (0, 1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    p.send_signal(signal.SIGHUP)  # kolorun is supervising by now (its ranks run)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert "SIGHUP" not in err, err
+    assert sorted(done.read_text().split()) == ["0", "1"]
+
+
 def test_missing_program():
     r = kolorun(["-np", "2", "/nonexistent/program"])
     assert r.returncode == 127

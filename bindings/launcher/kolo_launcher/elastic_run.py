@@ -124,9 +124,10 @@ class ElasticJob(GlooJob):
                 raise LaunchError("--network-interface %s: no such interface, or it has no IPv4 "
                                   "address" % iface)
             return addr
-        if hosts and all(self._is_local(h) for h, _ in hosts):
-            return "127.0.0.1"
-        return "0.0.0.0"
+        if (not self.eopts.discovery_script and hosts
+                and all(self._is_local(h) for h, _ in hosts)):
+            return "127.0.0.1"  # a fixed list of this machine's names only
+        return "0.0.0.0"  # a discovery script may add other hosts later: they must reach it
 
     def _discover(self):
         hosts, error = self.discovery.poll()
@@ -190,6 +191,9 @@ class ElasticJob(GlooJob):
             self.server = StoreServer(self.bind, 0).start()
             try:
                 return self._run_started(hosts)
+            except BaseException:
+                self._kill_all()  # kolorun itself failed: leave no worker behind
+                raise
             finally:
                 self.server.stop()
         finally:
@@ -387,6 +391,9 @@ class ElasticJob(GlooJob):
 
     def _publish(self, ids):
         n = self.round + 1
+        # The previous round's members first: rank 0, whose state every worker receives, is the
+        # oldest worker that holds the training state, never one that has not joined a round.
+        ids = sorted(ids, key=lambda wid: (wid not in self.members, wid))
         order = []  # hosts by their oldest worker
         on_host = {}
         for wid in ids:

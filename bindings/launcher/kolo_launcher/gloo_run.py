@@ -126,6 +126,10 @@ class GlooJob:
         env = dict(self.opts.extra_env)
         if self.opts.network_interface and "NCCL_SOCKET_IFNAME" not in self.environ:
             env["NCCL_SOCKET_IFNAME"] = self.opts.network_interface
+        if "PYTHONUNBUFFERED" not in self.environ and "PYTHONUNBUFFERED" not in env:
+            # As horovodrun: a Python rank's prints reach kolorun line by line, and the last
+            # ones before a failure are not lost in a buffer when the rank is stopped.
+            env["PYTHONUNBUFFERED"] = "1"
         env.update(self.opts.knob_env)
         env.update(horovod_knob_environment(self.opts.knob_env))
         place = {
@@ -181,6 +185,8 @@ class GlooJob:
 
     def _install_signals(self):
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+                continue  # started under nohup: the job outlives the terminal, ranks included
             try:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):
@@ -197,9 +203,16 @@ class GlooJob:
         self._install_signals()
         try:
             return self._run_started(bind, reach)
+        except BaseException:
+            self._kill_all()  # kolorun itself failed: leave no rank behind
+            raise
         finally:
             self.server.stop()
             self._restore_signals()
+
+    def _kill_all(self):
+        for w in self.workers:
+            w.signal_group(signal.SIGKILL)
 
     def _run_started(self, bind, reach):
         opts = self.opts
