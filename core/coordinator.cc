@@ -292,6 +292,9 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   }
   // Rank 0 forces a full round to send new autotune parameters to every rank.
   if (autotune_ && autotune_->hasProposal()) nothingNew = false;
+  // Rank 0 forces a full round to deliver responses it made outside one (a removed set's
+  // pending ops fail): no other rank may have anything new to ask for one.
+  if (d_.rank == 0 && negotiator_.hasImmediate()) nothingNew = false;
   // Rank 0 forces a full round when stalled ops must be failed on every rank.
   if (d_.rank == 0 && d_.config.stallCheck && d_.config.stallShutdownSeconds > 0 &&
       !negotiator_.stalled(now, d_.config.stallShutdownSeconds).empty()) {

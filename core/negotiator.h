@@ -66,6 +66,9 @@ class Negotiator {
   // Set `id` was removed: names pending on it fail with kInvalidArgument ("process set 3 was
   // removed"). Id 0 is ignored.
   void processSetRemoved(int32_t id);
+  // Responses made outside a round's requests (errors of removed sets, ...) wait for the next
+  // full round; the coordinator forces one while this is true.
+  bool hasImmediate() const { return !immediate_.empty(); }
 
   void add(const Request& r, Clock::time_point now);
   // Forgets a name completed elsewhere (the response-cache path). Unknown names are ignored.

@@ -397,6 +397,37 @@ TEST_CASE("process sets: members only, deterministic ids, removal") {
   REQUIRE(kolo_process_set_size(id, &size) == KOLO_ERR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("an op pending in a process set that is removed fails, it does not wait forever") {
+  // Rank 0 submits an op in set {0, 1} that rank 1 never submits, then every rank removes the
+  // set: rank 0's op must fail naming the removal. It waited forever once: its error was queued
+  // on the coordinator for a full round, which only another rank's next new op brought; here
+  // the others submit nothing for 4 s while rank 0 allows itself 3. (2 ranks only: the 4 s
+  // are paid once per transport.)
+  Session s;
+  if (N() != 2) return;
+  std::vector<int32_t> pair = {0, 1};
+  int32_t id = -1;
+  REQUIRE(kolo_add_process_set(pair.data(), 2, &id) == KOLO_OK);
+  std::vector<int32_t> a(4, 1);
+  std::vector<int64_t> s4 = {4};
+  kolo_tensor_t t = {a.data(), KOLO_INT32, 1, s4.data(), -1, nullptr};
+  kolo_handle_t h = 0;
+  if (R() == 0) {
+    REQUIRE(kolo_allreduce_async("orphan", &t, nullptr, KOLO_SUM, 1, 1, id, nullptr, nullptr,
+                                 &h) == KOLO_OK);
+  }
+  REQUIRE(kolo_remove_process_set(id) == KOLO_OK);
+  if (R() == 0) {
+    const int rc = kolo_handle_wait(h, 3);
+    INFO(kolo_last_error());
+    REQUIRE(rc == KOLO_ERR_INVALID_ARGUMENT);
+    REQUIRE(std::string(kolo_last_error()).find("was removed") != std::string::npos);
+    kolo_handle_release(h);
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+  }
+}
+
 TEST_CASE("shutdown, then init again, works; the stall inspector ends a stuck op") {
   REQUIRE(kolo_init() == KOLO_OK);
   REQUIRE(kolo_shutdown() == KOLO_OK);
