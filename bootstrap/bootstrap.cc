@@ -87,6 +87,12 @@ Status resolveConfig(const Config& in, Config* cfg) {
     return Status(ErrorCode::kInvalidArgument,
                   "KOLO_HEARTBEAT_SECONDS must be at most half of KOLO_TIMEOUT_SECONDS");
   }
+  // A rank with work pending sleeps up to a cycle between its rounds, and a peer waiting in a
+  // round for it would count it lost.
+  if (cfg->cycleTimeMs / 1000.0 * 2 > cfg->timeoutSeconds) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_CYCLE_TIME (ms) must be at most half of KOLO_TIMEOUT_SECONDS");
+  }
   return Status::ok();
 }
 

@@ -167,6 +167,7 @@ TEST_CASE("invalid KOLO_* values fail init naming the variable") {
       {"KOLO_TIMEOUT_SECONDS", "0", "a number"},
       {"KOLO_TIMEOUT_SECONDS", "soon", "a number"},
       {"KOLO_HEARTBEAT_SECONDS", "20", "KOLO_TIMEOUT_SECONDS"},
+      {"KOLO_CYCLE_TIME", "20000", "KOLO_TIMEOUT_SECONDS"},
       {"KOLO_HEARTBEAT_SECONDS", "0", "a number"},
       {"KOLO_START_TIMEOUT", "-1", "a number"},
       {"KOLO_STALL_CHECK_TIME_SECONDS", "-1", "a number"},
