@@ -177,6 +177,40 @@ def test_driver_worker_failure_after_success_fails_the_job(tmp_path):
     assert "job failed: worker 1 (host localhost) exited with status 5" in r.stderr
 
 
+def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
+    # Worker 0 finishes; workers 1 and 2 then ask for a new round (as after losing a peer):
+    # 2 < --min-np 3, and a finishing job starts no workers, so the job fails at once instead
+    # of after --elastic-timeout.
+    import time
+    prog = tmp_path / "p.py"
+    prog.write_text(textwrap.dedent("""\
+        import os, sys, time
+        sys.path.insert(0, %r)
+        from kolo_launcher.store_client import StoreClient
+        w = os.environ["KOLO_ELASTIC_WORKER_ID"]
+        if w == "0":
+            time.sleep(0.3)
+            sys.exit(0)
+        c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
+        time.sleep(1.0)
+        c.set("elastic/want/" + w, b"0")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if c.check("elastic/abort"):
+                sys.exit(1)
+            time.sleep(0.05)
+        sys.exit(7)
+        """) % os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                            "bindings", "launcher"))
+    t0 = time.monotonic()
+    r = kolorun(["-np", "3", "--min-np", "3", "-H", "localhost:3", "--elastic-timeout", "60",
+                 PY, str(prog)])
+    assert r.returncode == 1, r.stderr
+    assert "job failed: a worker finished while the other 2 asked for a new round; that is " \
+        "fewer than --min-np 3" in r.stderr, r.stderr
+    assert time.monotonic() - t0 < 30
+
+
 def test_driver_passes_a_signal_and_stops_every_worker(tmp_path):
     import signal
     import subprocess

@@ -333,6 +333,12 @@ class ElasticJob(GlooJob):
             if (live != self.members and not finishing) or wanted:
                 if changed_at is None:
                     changed_at = now
+                if len(live) < e.min_np and finishing:
+                    # A finishing job starts no workers: waiting for hosts cannot help.
+                    return self._abort(
+                        "a worker finished while the other %d asked for a new round; that is "
+                        "fewer than --min-np %d, and a finishing job starts no new workers" % (
+                            len(live), e.min_np))
                 if len(live) < e.min_np:
                     if short_since is None:
                         short_since = now
