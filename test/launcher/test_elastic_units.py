@@ -211,6 +211,46 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
     assert time.monotonic() - t0 < 30
 
 
+def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
+    # The host list shrinks 3 -> 2 slots: worker 2 is stopped, ignores SIGTERM, and must be
+    # killed after KOLO_LAUNCHER_KILL_GRACE_SECONDS (1 s) while the job goes on, not when it
+    # ends; until it is gone, no new worker takes its slot.
+    import signal
+    import subprocess
+    import time
+    from conftest import KOLORUN, process_alive
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:3\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    prog = tmp_path / "p.py"
+    prog.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                    "f = os.path.join(%r, 'pid.' + os.environ['KOLO_ELASTIC_WORKER_ID'])\n"
+                    "open(f + '.tmp', 'w').write(str(os.getpid()))\nos.rename(f + '.tmp', f)\n"
+                    "time.sleep(60)\n" % str(tmp_path))
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    p = subprocess.Popen([PY, KOLORUN, "-np", "3", "--min-np", "2", "--host-discovery-script",
+                          str(script), PY, str(prog)], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / ("pid.%d" % i)).exists() for i in range(3)):
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        victim = int((tmp_path / "pid.2").read_text())
+        hosts.write_text("localhost:2\n")
+        deadline = time.monotonic() + 10
+        while process_alive(victim):
+            assert time.monotonic() < deadline, "the stopped worker was not killed"
+            time.sleep(0.05)
+        assert p.poll() is None  # the job goes on
+        assert not (tmp_path / "pid.3").exists()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)
+
+
 def test_driver_passes_a_signal_and_stops_every_worker(tmp_path):
     import signal
     import subprocess

@@ -69,6 +69,7 @@ class ElasticJob(GlooJob):
         self.console = console
         self.workers = []  # every worker ever started (for the final stop)
         self.live = {}  # id -> Worker still part of the job
+        self.retiring = {}  # id -> [Worker, SIGKILL time]: stopped during the job, not yet gone
         self.server = None
         self.pump = None
         self._signals = []
@@ -303,9 +304,12 @@ class ElasticJob(GlooJob):
                 hosts = self._discover()
                 next_discovery = now + e.discovery_interval
                 self._retire(hosts)
+            self._reap_retiring()
             if not finishing:
                 for host, slots in hosts:
-                    on_host = sum(1 for w in self.live.values() if w.host == host)
+                    # a stopped worker still there keeps its slot (its GPU, its memory)
+                    on_host = sum(1 for w in list(self.live.values()) +
+                                  [r[0] for r in self.retiring.values()] if w.host == host)
                     while (on_host < slots and len(self.live) < cap
                            and self.health.usable(host)):
                         _, failure = self._start_worker(host)
@@ -382,6 +386,19 @@ class ElasticJob(GlooJob):
                         keep, "" if keep == 1 else "s"), w.rank))
                 w.request_stop(signal.SIGTERM)
                 del self.live[w.rank]
+                self.retiring[w.rank] = [w, time.monotonic() + self.grace]
+
+    def _reap_retiring(self):
+        """SIGKILL for a stopped local worker still there after the kill grace (remote ones:
+        their watcher does it); forgets those that are gone."""
+        now = time.monotonic()
+        for wid, entry in list(self.retiring.items()):
+            w, kill_at = entry
+            if w.poll() is not None:
+                del self.retiring[wid]
+            elif not w.remote and now >= kill_at:
+                w.signal_group(signal.SIGKILL)
+                entry[1] = float("inf")
 
     def _round_wanted(self, live):
         for wid in live:
