@@ -490,14 +490,13 @@ Status Runtime::join(HandlePtr* handle) {
 Status Runtime::addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* handle) {
   KOLO_RETURN_IF_ERROR(usable());
   KOLO_RETURN_IF_ERROR(validateProcessSetRanks(ranks, topo_.size));
-  int64_t k;
-  {
-    std::lock_guard<std::mutex> lock(countersMu_);
-    k = processSetOps_++;
-  }
   TensorView none;
   none.dtype = DataType::kUInt8;
-  auto e = makeEntry(OpType::kAddProcessSet, "__process_set.add." + std::to_string(k), none, 0);
+  // One name for every add (and one for every remove), not a per-rank count: an add refused on
+  // some ranks only (a joined rank was not there to submit it) must not leave the ranks'
+  // counts apart, which made every later add a hang. The ops are not cached, and a rank has at
+  // most one of each pending (a second at once is refused as a duplicate name).
+  auto e = makeEntry(OpType::kAddProcessSet, "__process_set.add", none, 0);
   // The rank list travels as the "shape" (so the response carries it) and as splits (checked).
   e->request.shape.assign(ranks.begin(), ranks.end());
   e->request.splits = e->request.shape;
@@ -512,14 +511,9 @@ Status Runtime::removeProcessSet(int32_t id, HandlePtr* handle) {
   if (!sets_->contains(id)) {
     return Status(ErrorCode::kInvalidArgument, "process set " + std::to_string(id) + " does not exist");
   }
-  int64_t k;
-  {
-    std::lock_guard<std::mutex> lock(countersMu_);
-    k = processSetOps_++;
-  }
   TensorView none;
   none.dtype = DataType::kUInt8;
-  auto e = makeEntry(OpType::kRemoveProcessSet, "__process_set.remove." + std::to_string(k), none, 0);
+  auto e = makeEntry(OpType::kRemoveProcessSet, "__process_set.remove", none, 0);
   e->request.shape = {id};
   e->request.splits = e->request.shape;
   return enqueue(std::move(e), handle);

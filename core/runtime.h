@@ -122,7 +122,7 @@ class Runtime {
   // waited for) before the coordinator stops; handles that outlive the runtime hold it weakly.
   std::shared_ptr<WaiterRounds> waiterRounds_;
   std::mutex countersMu_;
-  int64_t processSetOps_ = 0, groupCount_ = 0;
+  int64_t groupCount_ = 0;
   bool shutDown_ = false;
 };
 

@@ -186,3 +186,18 @@ def test_barrier_after_one_a_joined_rank_was_excused_from(hvd, in_set):
     if in_set:
         hvd.remove_process_set(ps)
 
+
+
+def test_process_set_changes_after_one_refused_while_a_rank_had_joined(hvd):
+    # Rank 0 joins at once; the others' add_process_set is refused (a joined rank cannot take
+    # part), then they join too. The next add and remove on every rank must meet: numbered per
+    # rank, the others' next add was number k+1 and rank 0's number k, a hang.
+    n, r = hvd.size(), hvd.rank()
+    if r != 0:
+        with pytest.raises(Exception, match="joined"):
+            hvd.add_process_set(list(range(n)))
+    hvd.join()
+    ps = hvd.add_process_set(list(range(n)))
+    out = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after_refused_add", process_set=ps)
+    _exact(out, torch.full((2,), float(n)))
+    hvd.remove_process_set(ps)
