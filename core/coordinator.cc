@@ -563,7 +563,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       if (es[k] == nullptr) continue;
       if (d_.timeline) d_.timeline->opEnd(displayName(keyOf(*rs[k])), rs[k]->dtype, rs[k]->shape);
       auto entry = d_.queue->remove(keyOf(*rs[k]));
-      if (entry) entry->handle->complete(s);
+      if (entry) entry->handle->complete(s.isOk() ? entry->localError : s);
     }
     if (!s.isOk() && isTransportFailure(s.code())) return s;
   }

@@ -242,10 +242,14 @@ Status allocateOutputs(const BatchPlan& plan, const std::vector<TensorEntry*>& e
     if (e.allocate) {
       p = e.allocate(o.bytes, o.shape);
       if (p == nullptr && o.bytes > 0) {
-        return Status(ErrorCode::kInvalidArgument,
-                      std::string(toString(e.request.type)) + " '" + e.request.name +
-                          "': the output allocator returned NULL for " + std::to_string(o.bytes) +
-                          " bytes");
+        // The other ranks are already in this collective: take part with a scratch output the
+        // handle owns, and fail this rank's op afterwards (returning here would skip the
+        // collective and leave them waiting until the timeout).
+        e.localError = Status(ErrorCode::kInvalidArgument,
+                              std::string(toString(e.request.type)) + " '" + e.request.name +
+                                  "': the output allocator returned NULL for " +
+                                  std::to_string(o.bytes) + " bytes");
+        KOLO_RETURN_IF_ERROR(own(h, o.bytes, &p));
       }
     } else {
       KOLO_RETURN_IF_ERROR(own(h, o.bytes, &p));

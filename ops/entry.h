@@ -3,7 +3,9 @@
 //
 // Ownership: the engine's TensorQueue owns entries; executors get pointers that stay valid for
 // the batch. Threading: an entry is filled by the submitting thread and then touched only by the
-// coordinator thread. Blocking: none. Errors: an allocator returning nullptr fails the op.
+// coordinator thread. Blocking: none. Errors: an allocator returning nullptr fails this rank's
+// op (localError), after the collective ran on a scratch output so that the other ranks are not
+// left waiting for this one.
 #pragma once
 
 #include <functional>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/status.h"
 #include "base/tensor.h"
 #include "ops/handle.h"
 #include "ops/message.h"
@@ -32,6 +35,9 @@ struct TensorEntry {
   std::shared_ptr<void> readyEvent;
   Clock::time_point enqueued;
   bool announced = false;  // sent to the coordinator rank in a full round
+  // This rank's own failure in a batch that still ran everywhere (see allocateOutputs): the
+  // handle completes with it when the batch succeeded.
+  Status localError;
   bool timelineOpen = false;  // the timeline holds its NEGOTIATE_<OP> begin, not yet its end
 };
 

@@ -100,7 +100,8 @@ typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void
 /* Output allocator for ops whose output size is known only after negotiation (allgather,
  * alltoall, reducescatter). Called once from the kolo thread with the output's shape; returns
  * memory of at least bytes bytes that stays valid until the caller releases it, or NULL to fail
- * the op with KOLO_ERR_INVALID_ARGUMENT. Pass NULL as allocator to let the handle own the
+ * the op with KOLO_ERR_INVALID_ARGUMENT (on this rank only: the collective still runs, into a
+ * scratch buffer here, so the other ranks get their results). Pass NULL as allocator to let the handle own the
  * output (read it with kolo_handle_output; freed by kolo_handle_release). For an input on a
  * CUDA device the allocator must return memory on that device. */
 typedef void* (*kolo_alloc_fn)(void* user, size_t bytes, int32_t ndim, const int64_t* shape);

@@ -397,6 +397,51 @@ TEST_CASE("process sets: members only, deterministic ids, removal") {
   REQUIRE(kolo_process_set_size(id, &size) == KOLO_ERR_INVALID_ARGUMENT);
 }
 
+TEST_CASE("an output allocator that returns NULL on one rank fails that rank's op only") {
+  // Rank 1's allocator fails: its allgather fails naming that, at once; the others get their
+  // result (the collective ran, rank 1 on a scratch output), and the next op lines up.
+  Session s;
+  if (N() < 2) return;
+  std::vector<int32_t> in(2, R() + 1);
+  std::vector<int64_t> shape = {2};
+  kolo_tensor_t t = {in.data(), KOLO_INT32, 1, shape.data(), -1, nullptr};
+  std::vector<int32_t> out(2 * N(), -1);
+  struct Mine {
+    std::vector<int32_t>* out;
+    bool fail;
+  } mine{&out, R() == 1};
+  kolo_alloc_fn alloc = [](void* user, size_t bytes, int32_t, const int64_t*) -> void* {
+    auto* m = static_cast<Mine*>(user);
+    return m->fail || bytes > m->out->size() * sizeof(int32_t) ? nullptr : m->out->data();
+  };
+  kolo_handle_t h;
+  REQUIRE(kolo_allgather_async("null.alloc", &t, alloc, &mine, 0, nullptr, nullptr, &h) ==
+          KOLO_OK);
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = kolo_handle_wait(h, 60);
+  INFO("rank " << R() << ": " << kolo_last_error());
+  if (R() == 1) {
+    REQUIRE(rc == KOLO_ERR_INVALID_ARGUMENT);
+    REQUIRE(std::string(kolo_last_error()).find("allocator returned NULL") != std::string::npos);
+  } else {
+    REQUIRE(rc == KOLO_OK);
+    for (int r = 0; r < N(); ++r) {
+      REQUIRE(out[2 * r] == r + 1);
+      REQUIRE(out[2 * r + 1] == r + 1);
+    }
+  }
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not a timeout
+  kolo_handle_release(h);
+  std::vector<int32_t> one(1, 1);
+  std::vector<int64_t> s1 = {1};
+  kolo_tensor_t tone = {one.data(), KOLO_INT32, 1, s1.data(), -1, nullptr};
+  REQUIRE(kolo_allreduce_async("null.alloc.after", &tone, nullptr, KOLO_SUM, 1, 1, 0, nullptr,
+                               nullptr, &h) == KOLO_OK);
+  waitOk(h);
+  kolo_handle_release(h);
+  REQUIRE(one[0] == N());
+}
+
 TEST_CASE("an op pending in a process set that is removed fails, it does not wait forever") {
   // Rank 0 submits an op in set {0, 1} that rank 1 never submits, then every rank removes the
   // set: rank 0's op must fail naming the removal. It waited forever once: its error was queued

@@ -221,10 +221,14 @@ TEST_CASE("batch plan: outputs through the allocator, the backend's own storage,
   CHECK(outputs.at(0) == et->handle->ownedOutput.data());
   CHECK(et->handle->ownedOutput.size() == 3);
 
+  // An allocator that returns NULL: the collective still gets a (scratch, owned) output, and
+  // the entry carries the error its handle completes with.
   et->allocate = [](size_t, const std::vector<int64_t>&) { return static_cast<void*>(nullptr); };
-  Status s = ops::allocateOutputs(p, {et.get()}, own, &outputs);
-  CHECK(s.code() == ErrorCode::kInvalidArgument);
-  CHECK_THAT(s.message(), Catch::Contains("'t'") && Catch::Contains("3 bytes"));
+  REQUIRE(ops::allocateOutputs(p, {et.get()}, own, &outputs).isOk());
+  CHECK(owned == 2);
+  CHECK(outputs.at(0) == et->handle->ownedOutput.data());
+  CHECK(et->localError.code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(et->localError.message(), Catch::Contains("'t'") && Catch::Contains("3 bytes"));
 
   // An allreduce allocates nothing: its output, or its input in place.
   Response a = response(OpType::kAllreduce, DataType::kInt8, {4}, "a");
