@@ -151,6 +151,16 @@ double throughputOf(const TuningParams& p) {
   return 1e9 / (1 + fusion + 2 * cycle + 0.5 * ring);
 }
 
+// Autotune on, with this many warm-up samples, steps per sample and samples in all.
+Config tuningConfig(int warmupSamples, int stepsPerSample, int maxSamples) {
+  Config c;
+  c.autotune.enabled = true;
+  c.autotune.warmupSamples = warmupSamples;
+  c.autotune.stepsPerSample = stepsPerSample;
+  c.autotune.maxSamples = maxSamples;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes the best") {
@@ -158,12 +168,8 @@ TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes th
   int fd = mkstemp(path);
   REQUIRE(fd >= 0);
   close(fd);
-  Config c;
-  c.autotune.enabled = true;
+  Config c = tuningConfig(2, 3, 8);
   c.autotune.logPath = path;
-  c.autotune.warmupSamples = 2;
-  c.autotune.stepsPerSample = 3;
-  c.autotune.maxSamples = 8;
   c.autotune.hdMinSet = true;  // as if KOLO_ALLREDUCE_HD_MIN_BYTES were set
   c.algorithms.allreduceCrossovers.hdMinBytes = 12345;
   Driver drv(c, 2);
@@ -228,11 +234,7 @@ TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes th
 }
 
 TEST_CASE("a step is one execution of one op: the same name in two process sets is two ops") {
-  Config c;
-  c.autotune.enabled = true;
-  c.autotune.warmupSamples = 0;
-  c.autotune.stepsPerSample = 3;
-  c.autotune.maxSamples = 50;
+  Config c = tuningConfig(0, 3, 50);
   Autotuner tuner(c, 2, nullptr);
   Clock::time_point t = Clock::now();
   auto round = [&] {  // "grad" in the global set and in set 1, each executed once
@@ -256,11 +258,7 @@ TEST_CASE("a step is one execution of one op: the same name in two process sets 
 }
 
 TEST_CASE("with enough samples the autotuner finds the best fusion and cycle time") {
-  Config c;
-  c.autotune.enabled = true;
-  c.autotune.warmupSamples = 0;
-  c.autotune.stepsPerSample = 1;
-  c.autotune.maxSamples = 60;
+  Config c = tuningConfig(0, 1, 60);
   c.autotune.hdMinSet = true;
   c.autotune.ringMinSet = true;
   c.algorithms.allreduceCrossovers.ringMinBytes = 4 << 20;
