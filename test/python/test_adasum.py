@@ -161,6 +161,13 @@ def test_host_path_round_trip(hvd):
     _check(xs[0], a)
     _check(xs[1], b)
     assert not _adasum_host.needs_host([a[r]], hvd.Adasum)
+    # In place into a parameter (a leaf that requires grad), as hvd.allreduce_(param,
+    # op=hvd.Adasum) on a CUDA parameter does: the copy back must not be recorded by autograd.
+    param = torch.nn.Parameter(a[r].clone())
+    out = hvd.synchronize(_adasum_host.allreduce([param], True, "host.param", hvd.Adasum, 1.0,
+                                                 1.0, hvd.global_process_set, False))
+    assert out is param and param.requires_grad
+    _check(param.detach(), a)
 
 
 def _model(seed):

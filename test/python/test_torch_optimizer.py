@@ -370,14 +370,16 @@ def test_sparse_gradients_stay_sparse_for_sparse_adam(hvd):
         ref_opt.step()
     torch.testing.assert_close(emb.weight.detach(), ref.weight.detach())
     _assert_same_on_all_ranks(hvd, list(emb.parameters()))
-    # sparse_as_dense=True hands the optimizer a dense gradient instead.
+    # sparse_as_dense=True averages a dense copy and, as Horovod, makes the result sparse again
+    # for the step (test_sparse_as_dense_gives_the_optimizer_sparse_gradients_back).
     dense = make()
     opt = hvd.DistributedOptimizer(torch.optim.SGD(dense.parameters(), lr=0.1),
                                    named_parameters=dense.named_parameters(),
                                    sparse_as_dense=True)
     (dense(idx[0, r]) ** 2).sum().backward()
     opt.step()
-    assert not dense.weight.grad.is_sparse
+    assert dense.weight.grad.is_sparse
+    _assert_same_on_all_ranks(hvd, list(dense.parameters()))
 
 
 def test_objects(hvd):
@@ -391,3 +393,70 @@ def test_objects(hvd):
     d = {"metric": r, "pad": "x" * (r * 1000)}
     gathered = hvd.allgather_object(d)
     assert gathered == [{"metric": q, "pad": "x" * (q * 1000)} for q in range(n)]
+
+
+def test_two_optimizers_with_groups_over_one_model_do_not_clash(hvd):
+    # Each group is named after its first parameter (as Horovod): two DistributedOptimizers of
+    # one model with groups=1 both submitted "allreduce.group.0" (DUPLICATE_NAME in the hook).
+    n, r = hvd.size(), hvd.rank()
+    model = _model()
+    named = list(model.named_parameters())
+    first = [(k, p) for k, p in named if k.startswith("0.")]
+    second = [(k, p) for k, p in named if k.startswith("2.")]
+    opt_a = hvd.DistributedOptimizer(torch.optim.SGD([p for _, p in first], lr=0.1),
+                                     named_parameters=first, groups=1)
+    opt_b = hvd.DistributedOptimizer(torch.optim.SGD([p for _, p in second], lr=0.1),
+                                     named_parameters=second, groups=1)
+    x = torch.full((2, 4), float(r + 1), dtype=torch.float64)
+    local = _model()
+    local(x).sum().backward()
+    model(x).sum().backward()
+    opt_a.synchronize()
+    opt_b.synchronize()
+    for (k, p), q in zip(named, local.parameters()):
+        expected = hvd.allreduce(q.grad, op=hvd.Average, name="expected." + k)
+        assert torch.allclose(p.grad, expected), k
+    assert n >= 2
+
+
+def test_sparse_as_dense_gives_the_optimizer_sparse_gradients_back(hvd):
+    # As Horovod: the dense copy is averaged, and the gradient is sparse again for the step
+    # (SparseAdam refuses dense gradients).
+    n, r = hvd.size(), hvd.rank()
+    torch.manual_seed(7)
+    emb = torch.nn.Embedding(10, 3, sparse=True)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters(), lr=0.1),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=True)
+    emb(torch.tensor([r, 5])).sum().backward()
+    opt.step()
+    assert emb.weight.grad.is_sparse
+    expected = torch.zeros(10, 3)
+    for other in range(n):
+        expected[other] += 1.0 / n
+    expected[5] += 1.0
+    assert torch.allclose(emb.weight.grad.to_dense(), expected)
+
+
+def test_elastic_job_of_one_worker_registers_the_gradient_hooks(hvd, tmp_path):
+    # An elastic job may start at one worker and grow; the optimizer is made once, so its
+    # hooks must exist at size 1 (Horovod: size() > 1 or HOROVOD_ELASTIC=1). A one-rank job in
+    # a child process, with kolorun's KOLO_ELASTIC=1 (and without it: no hooks).
+    import os
+    import subprocess
+    import sys
+    if hvd.rank() != 0:
+        return
+    prog = ("import kolo.torch as hvd, torch\nhvd.init()\n"
+            "m = torch.nn.Linear(2, 1)\n"
+            "o = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),"
+            " named_parameters=m.named_parameters())\n"
+            "print('HOOKS', len(o._requires_update))\nhvd.shutdown()\n")
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("KOLO_", "HOROVOD_")) or k == "KOLO_LIBRARY"}
+    base["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    for elastic, hooks in (("1", 2), ("0", 0)):
+        env = dict(base, KOLO_ELASTIC=elastic)
+        out = subprocess.run([sys.executable, "-c", prog], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "HOOKS %d" % hooks in out.stdout, (elastic, out.stdout, out.stderr)

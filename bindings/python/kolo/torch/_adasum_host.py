@@ -31,7 +31,8 @@ def allreduce(tensors, inplace, name, op, pre, post, process_set, grouped):
 
     def back(results):
         res = results[0] if grouped else [results[0]]
-        outs = [t.copy_(r) if inplace else r.to(t.device) for t, r in zip(tensors, res)]
+        with torch.no_grad():  # an in-place result into a leaf that requires grad (a parameter)
+            outs = [t.copy_(r) if inplace else r.to(t.device) for t, r in zip(tensors, res)]
         return outs if grouped else outs[0]
 
     return common.combine([h], back, "grouped_allreduce" if grouped else "allreduce")

@@ -10,6 +10,7 @@ rest of the backward pass. step() first waits for every allreduce (synchronize()
 runs inside `with optimizer.skip_synchronize():` after an explicit synchronize().
 """
 
+import os
 import warnings
 from contextlib import contextmanager
 
@@ -60,6 +61,10 @@ def check_named_parameters(param_groups, named_parameters):
     return named_parameters
 
 
+def _elastic():
+    return os.environ.get("KOLO_ELASTIC") == "1" or os.environ.get("HOROVOD_ELASTIC") == "1"
+
+
 class _DistributedOptimizer:
     """Methods copied into the dynamically created subclass of the user's optimizer class.
     They use super(self.__class__, self) because that class is made at run time."""
@@ -94,7 +99,9 @@ class _DistributedOptimizer:
         self._group_index = {g: i for i, g in enumerate(self._groups)}
         self._p_to_group = {p: g for g in self._groups for p in g}
         self._group_ready = {g: set() for g in self._groups}
-        if self.process_set.included() and size() > 1:
+        # An elastic job (kolorun sets KOLO_ELASTIC=1, Horovod HOROVOD_ELASTIC=1) may start at
+        # one worker and grow: the hooks must be there already, as in Horovod.
+        if self.process_set.included() and (size() > 1 or _elastic()):
             self._register_hooks()
 
     # ---- setup ------------------------------------------------------------------------------
@@ -154,15 +161,29 @@ class _DistributedOptimizer:
         if p.grad is None:
             # Another rank may have a gradient for p (a dynamic graph): contribute zeros.
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse and (self.sparse_as_dense or p in self._p_to_group):
-            p.grad = p.grad.to_dense()
+
+    @staticmethod
+    def _dense(grad):
+        # sparse_as_dense and groups reduce a dense copy of a sparse gradient; synchronize()
+        # makes the result sparse again (the optimizer may take sparse gradients only).
+        return grad.to_dense() if grad.is_sparse else grad
+
+    def _write_grad(self, p, output, ctx):
+        if output.is_sparse:  # the sparse allreduce's result
+            p.grad = output
+            return
+        value = self._compression.decompress(output, ctx)
+        if p.grad.is_sparse:
+            p.grad = value.to_sparse()
+        else:
+            p.grad.set_(value)
 
     def _allreduce_grad_async(self, p):
         self._ensure_grad(p)
         name = self._parameter_names.get(p)
-        if p.grad.is_sparse:
+        if p.grad.is_sparse and not self.sparse_as_dense:
             return sparse_allreduce_async(p.grad, name, self.op, self.process_set), None
-        compressed, ctx = self._compression.compress(p.grad)
+        compressed, ctx = self._compression.compress(self._dense(p.grad))
         pre, post = self._scales()
         handle = allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
                                   postscale_factor=post, process_set=self.process_set)
@@ -171,9 +192,12 @@ class _DistributedOptimizer:
     def _grouped_allreduce_async(self, group):
         for p in group:
             self._ensure_grad(p)
-        pairs = [self._compression.compress(p.grad) for p in group]
+        pairs = [self._compression.compress(self._dense(p.grad)) for p in group]
         pre, post = self._scales()
-        name = "allreduce.group.%d" % self._group_index[group]
+        # Named after its first parameter, as in Horovod: unique across optimizers of one model.
+        first = self._parameter_names.get(group[0])
+        name = ("allreduce.group." + first if first is not None
+                else "allreduce.group.%d" % self._group_index[group])
         handle = grouped_allreduce_async_([c for c, _ in pairs], name=name, op=self.op,
                                           prescale_factor=pre, postscale_factor=post,
                                           process_set=self.process_set)
@@ -232,13 +256,10 @@ class _DistributedOptimizer:
                 if isinstance(key, tuple):
                     for p, out, c in zip(key, output, ctx):
                         self._allreduce_delay[p] = self.backward_passes_per_step
-                        p.grad.set_(self._compression.decompress(out, c))
+                        self._write_grad(p, out, c)
                 else:
                     self._allreduce_delay[key] = self.backward_passes_per_step
-                    if key.grad.is_sparse:
-                        key.grad = output
-                    else:
-                        key.grad.set_(self._compression.decompress(output, ctx))
+                    self._write_grad(key, output, ctx)
         finally:
             self._handles.clear()
         self._synchronized = True
@@ -310,7 +331,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if getattr(type(optimizer), "_kolo_distributed", False):
         raise ValueError("the optimizer is already a DistributedOptimizer")
     set_size = (process_set or global_process_set).size() if op == Adasum else 1
-    if op == Adasum and set_size > 1:
+    if op == Adasum and (set_size > 1 or _elastic()):
         # Horovod's delta optimizer (kolo/torch/_adasum_optimizer.py); with one rank Adasum is
         # the identity and the ordinary wrapper below does the same work. As in Horovod,
         # groups and sparse_as_dense do not apply (each parameter's update is reduced alone).
