@@ -183,3 +183,18 @@ def test_sync_batch_norm_matches_global_batch(hvd):
     sync.eval()
     reference.eval()
     torch.testing.assert_close(sync(full[rows]), reference(full[rows]))
+
+
+def test_sync_batch_norm_keeps_its_precision_when_the_mean_is_large(hvd):
+    # float32 features around 1e4 with unit spread: the variance from E[x^2] - mean^2 lost every
+    # digit (outputs off by hundreds); two passes match torch's batch norm of the global batch.
+    n, r, _ = _world(hvd)
+    g = torch.Generator().manual_seed(11)
+    full = torch.randn(8 * n, 2, generator=g) + torch.tensor([1e4, -3e3])
+    reference = torch.nn.BatchNorm1d(2)
+    sync = hvd.SyncBatchNorm(2)
+    rows = slice(8 * r, 8 * (r + 1))
+    y_ref = reference(full)
+    y = sync(full[rows])
+    torch.testing.assert_close(y.detach(), y_ref.detach()[rows], atol=2e-3, rtol=1e-3)
+    torch.testing.assert_close(sync.running_var, reference.running_var, atol=1e-3, rtol=1e-3)

@@ -1,10 +1,12 @@
 """SyncBatchNorm, as horovod.torch.SyncBatchNorm: batch normalization whose training-mode
 statistics cover the whole global batch (every rank's samples), not just the local one.
 
-Per forward pass one differentiable allreduce (Sum) carries the per-channel sums, sums of
-squares and the sample count; mean and biased variance follow from them, and autograd's
-gradient through that allreduce (the same Sum allreduce of the gradients) makes the backward
-pass match a single process that saw the global batch. Statistics are accumulated in float32
+Per forward pass two small differentiable allreduces (Sum): the per-channel sums with the
+sample count give the global mean, then the sums of squared deviations from that mean give the
+biased variance (two passes, as torch's own batch norm: E[x^2] - mean^2 in one pass loses all
+precision when the mean is large against the spread). Autograd's gradient through them (the same
+Sum allreduces of the gradients) makes the backward pass match a single process that saw the
+global batch. Statistics are accumulated in float32
 for half-precision inputs. In eval mode, or in a job of one rank, it is plain batch norm.
 """
 
@@ -46,11 +48,13 @@ class SyncBatchNorm(_BatchNorm):
         dims = [0] + list(range(2, input.dim()))
         count = torch.tensor([float(input.numel() // max(1, channels))], dtype=work.dtype,
                              device=work.device)
-        stats = torch.cat([work.sum(dims), (work * work).sum(dims), count])
-        total = allreduce(stats, op=Sum, process_set=self.process_set)
-        n = total[2 * channels]
+        shape = [1, channels] + [1] * (input.dim() - 2)
+        total = allreduce(torch.cat([work.sum(dims), count]), op=Sum,
+                          process_set=self.process_set)
+        n = total[channels]
         mean = total[:channels] / n
-        var = (total[channels:2 * channels] / n - mean * mean).clamp(min=0)
+        centered = work - mean.view(shape)
+        var = allreduce((centered * centered).sum(dims), op=Sum, process_set=self.process_set) / n
         if self.track_running_stats:
             with torch.no_grad():
                 unbiased = var * (n / (n - 1)) if n.item() > 1 else var
@@ -58,8 +62,7 @@ class SyncBatchNorm(_BatchNorm):
                                                         alpha=factor)
                 self.running_var.mul_(1 - factor).add_(unbiased.to(self.running_var.dtype),
                                                        alpha=factor)
-        shape = [1, channels] + [1] * (input.dim() - 2)
-        out = (work - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
+        out = centered * torch.rsqrt(var.view(shape) + self.eps)
         if self.affine:
             out = out * self.weight.view(shape).to(out.dtype) + self.bias.view(shape).to(out.dtype)
         return out.to(input.dtype)
