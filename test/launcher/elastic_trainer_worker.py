@@ -7,9 +7,10 @@ import argparse
 import json
 import os
 import signal
-import time
 
 import torch
+
+import elastic_hold
 
 import kolo.torch as hvd
 
@@ -17,10 +18,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--die-rank", type=int, default=-1)
 p.add_argument("--die-step", type=int, default=-1)
 p.add_argument("--epochs", type=int, default=4)
-p.add_argument("--hold-replacements", type=int, default=-1,
-               help="N: a worker with id >= N (started after the first round, as a "
-                    "replacement) waits 60 s before its init, so it joins no round of a job "
-                    "that ends sooner (kolorun stops it then): the job ends on the survivors")
+elastic_hold.add_argument(p)
 args = p.parse_args()
 
 torch.manual_seed(5)
@@ -52,8 +50,7 @@ class Module(torch.nn.Module):
                                            shuffle=True)
 
 
-if 0 <= args.hold_replacements <= int(os.environ.get("KOLO_ELASTIC_WORKER_ID", "-1")):
-    time.sleep(60)
+elastic_hold.hold(args)
 module = Module()
 with torch.no_grad():
     loss0 = float(torch.nn.functional.mse_loss(module.lin(X), Y))

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+import elastic_hold
+
 import kolo.torch as hvd
 
 p = argparse.ArgumentParser()
@@ -37,10 +39,7 @@ p.add_argument("--until-sizes", default="",
 p.add_argument("--die-after-join", default="",
                help="ROUND:RANK: that rank of that round dies after joining it, before its "
                     "init: the others wait in the round's rendezvous for a rank that never comes")
-p.add_argument("--hold-replacements", type=int, default=-1,
-               help="N: a worker with id >= N (started after the first round, as a "
-                    "replacement) waits 60 s before its init, so it joins no round of a job "
-                    "that ends sooner (kolorun stops it then): the job ends on the survivors")
+elastic_hold.add_argument(p)
 args = p.parse_args()
 
 if args.die_after_join:
@@ -58,8 +57,7 @@ if args.die_after_join:
 
     _worker.join = join
 
-if 0 <= args.hold_replacements <= int(os.environ.get("KOLO_ELASTIC_WORKER_ID", "-1")):
-    time.sleep(60)
+elastic_hold.hold(args)
 hvd.init()
 WID = os.environ.get("KOLO_ELASTIC_WORKER_ID", "?")
 FIRST_ROUND = hvd.elastic.current_round()

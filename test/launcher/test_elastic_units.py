@@ -9,10 +9,13 @@ import textwrap
 
 import pytest
 
-from conftest import PY, base_env, kolorun
+from conftest import PY, REPO, base_env, kolorun
 from kolo_launcher.args import UsageError, parse
 from kolo_launcher.discovery import HostHealth, parse_discovery_output
 from kolo_launcher.hosts import HostListError
+
+
+LAUNCHER = os.path.join(REPO, "bindings", "launcher")  # kolo_launcher, for stand-in workers
 
 
 def opts(*argv):
@@ -117,8 +120,7 @@ STANDIN = textwrap.dedent("""\
 
 def standin(tmp_path):
     path = tmp_path / "standin.py"
-    path.write_text(STANDIN % os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                           os.pardir, os.pardir, "bindings", "launcher"))
+    path.write_text(STANDIN % LAUNCHER)
     return str(path)
 
 
@@ -200,8 +202,7 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
                 sys.exit(1)
             time.sleep(0.05)
         sys.exit(7)
-        """) % os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
-                            "bindings", "launcher"))
+        """) % LAUNCHER)
     t0 = time.monotonic()
     r = kolorun(["-np", "3", "--min-np", "3", "-H", "localhost:3", "--elastic-timeout", "60",
                  PY, str(prog)])

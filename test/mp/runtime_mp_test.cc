@@ -347,13 +347,15 @@ TEST_CASE("barrier holds until the slowest rank arrives") {
   // ranks leave the previous test at slightly different moments).
   Session s;
   using namespace std::chrono;
+  auto nowNs = [] {
+    return duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+  };
   if (R() == N() - 1) std::this_thread::sleep_for(milliseconds(400));
-  int64_t arrived = duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+  int64_t arrived = nowNs();
   kolo_handle_t h;
   REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &h) == KOLO_OK);
   waitOk(h);
-  const int64_t released =
-      duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count();
+  const int64_t released = nowNs();
   kolo_handle_release(h);
   const int64_t one[1] = {1};
   kolo_tensor_t t{&arrived, KOLO_INT64, 1, one, KOLO_CPU_DEVICE, nullptr};

@@ -6,8 +6,8 @@ sample count give the global mean, then the sums of squared deviations from that
 biased variance (two passes, as torch's own batch norm: E[x^2] - mean^2 in one pass loses all
 precision when the mean is large against the spread). Autograd's gradient through them (the same
 Sum allreduces of the gradients) makes the backward pass match a single process that saw the
-global batch. Statistics are accumulated in float32
-for half-precision inputs. In eval mode, or in a job of one rank, it is plain batch norm.
+global batch. Statistics are accumulated in float32 for half-precision inputs. In eval mode, or
+in a job of one rank, it is plain batch norm.
 """
 
 import torch
