@@ -181,8 +181,8 @@ def test_driver_worker_failure_after_success_fails_the_job(tmp_path):
 
 def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
     # Worker 0 finishes; workers 1 and 2 then ask for a new round (as after losing a peer):
-    # 2 < --min-np 3, and a finishing job starts no workers, so the job fails at once instead
-    # of after --elastic-timeout.
+    # 2 < --min-np 3, and a finishing job starts no workers. As horovodrun, the job succeeded
+    # with worker 0: the others are stopped at once (not after --elastic-timeout, then failed).
     import time
     prog = tmp_path / "p.py"
     prog.write_text(textwrap.dedent("""\
@@ -196,19 +196,15 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
         c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
         time.sleep(1.0)
         c.set("elastic/want/" + w, b"0")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if c.check("elastic/abort"):
-                sys.exit(1)
-            time.sleep(0.05)
+        time.sleep(60)
         sys.exit(7)
         """) % LAUNCHER)
     t0 = time.monotonic()
     r = kolorun(["-np", "3", "--min-np", "3", "-H", "localhost:3", "--elastic-timeout", "60",
                  PY, str(prog)])
-    assert r.returncode == 1, r.stderr
-    assert "job failed: a worker finished while the other 2 asked for a new round; that is " \
-        "fewer than --min-np 3" in r.stderr, r.stderr
+    assert r.returncode == 0, r.stderr
+    assert "a worker finished; the other 2 asked for a new round, fewer than --min-np 3: " \
+        "stopping them" in r.stderr, r.stderr
     assert time.monotonic() - t0 < 30
 
 

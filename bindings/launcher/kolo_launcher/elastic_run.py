@@ -338,11 +338,17 @@ class ElasticJob(GlooJob):
                 if changed_at is None:
                     changed_at = now
                 if len(live) < e.min_np and finishing:
-                    # A finishing job starts no workers: waiting for hosts cannot help.
-                    return self._abort(
-                        "a worker finished while the other %d asked for a new round; that is "
-                        "fewer than --min-np %d, and a finishing job starts no new workers" % (
-                            len(live), e.min_np))
+                    # As horovodrun: once a worker finished, the job has succeeded. The others
+                    # cannot form a round below --min-np (a finishing job starts no workers, so
+                    # waiting for hosts cannot help): stop them; a failure seen since still
+                    # fails the job.
+                    self.console.message(
+                        "a worker finished; the other %d asked for a new round, fewer than "
+                        "--min-np %d: stopping them" % (len(self.live), e.min_np))
+                    for w in self.live.values():
+                        w.request_stop(signal.SIGTERM)
+                    self.live.clear()
+                    return late_failure
                 if len(live) < e.min_np:
                     if short_since is None:
                         short_since = now
