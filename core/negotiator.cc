@@ -225,6 +225,33 @@ void Negotiator::markComplete(const OpKey& key, Entry& e) {
   completeOrder_[e.completeSeq] = key;
 }
 
+void Negotiator::failUnmatchedGroupMembers(const OpKey& key, const Entry& e) {
+  // Ranks that disagree on a group's size submit members the others never will (rank 1's third
+  // tensor of a grouped allreduce where rank 0 has two). A rank submits its whole group at once,
+  // so once a round's requests are all added every such extra is here: fail them then
+  // (takeReady), or their ranks would wait for the stall shutdown.
+  int32_t size = -1;
+  bool differ = false;
+  for (const auto& rq : e.requests) {
+    if (size >= 0 && rq.second.groupSize != size) differ = true;
+    size = rq.second.groupSize;
+  }
+  if (!differ) return;
+  std::vector<OpKey> members;
+  groupClosure(key, false, &members);
+  for (const OpKey& m : members) {
+    auto it = table_.find(m);
+    if (it == table_.end() || it->second.complete || isComplete(it->second)) continue;
+    const Request& ref = it->second.requests.begin()->second;
+    immediate_[nextSeq_++] = errorResponse(
+        ref, ErrorCode::kMismatch,
+        prefix(ref.type, m) + " is in a group whose size the ranks disagree on (" +
+            e.response.error + "); ranks " + rankList(missingRanks(it->second)) +
+            " will never submit it");
+    removeEntry(m, false);
+  }
+}
+
 void Negotiator::checkCompletions() {
   std::vector<std::pair<uint64_t, OpKey>> now;
   for (const auto& [key, e] : table_) {
@@ -367,6 +394,10 @@ bool Negotiator::groupClosure(const OpKey& name, bool requireReady,
 }
 
 std::vector<Response> Negotiator::takeReady(Clock::time_point) {
+  for (const auto& [seq, key] : completeOrder_) {
+    const Entry& e = table_.at(key);
+    if (e.response.kind == Response::Kind::kError) failUnmatchedGroupMembers(key, e);
+  }
   std::vector<std::pair<uint64_t, OpKey>> order(completeOrder_.begin(), completeOrder_.end());
   std::vector<Response> out;
   std::set<OpKey> released;

@@ -32,6 +32,8 @@
 //   is released before every group it belongs to (for any submitting rank) has all groupSize
 //   members complete; then the whole group is released consecutively and its responses share a
 //   fresh Response::group id. Members completed elsewhere must be erase()d so they still count.
+//   When a member's ranks sent different group sizes, takeReady fails the group's incomplete
+//   members at once (the shorter ranks never submit them; a rank's group arrives in one round).
 // - Ready order: the order names became complete; names completed by the same event (a join)
 //   in first-arrival order; a group at the position of its earliest-completed member.
 // - A second request from a rank for a name it already has pending, requests from ranks outside
@@ -116,6 +118,9 @@ class Negotiator {
 
   bool isComplete(const Entry& e) const;
   void markComplete(const OpKey& key, Entry& e);
+  // Fails, as immediate errors, the incomplete members grouped with `key` when its ranks sent
+  // different group sizes (members the shorter ranks never submit).
+  void failUnmatchedGroupMembers(const OpKey& key, const Entry& e);
   // Marks every incomplete entry that has become complete, in first-arrival order.
   void checkCompletions();
   Response buildResponse(const OpKey& key, const Entry& e) const;

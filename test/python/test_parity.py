@@ -101,6 +101,21 @@ def test_one_name_for_two_op_types_is_a_mismatch_on_every_rank(hvd):
         assert hvd.allgather(torch.tensor([r]), name="kind").tolist() == list(range(hvd.size()))
 
 
+def test_grouped_allreduce_of_different_lengths_fails_on_every_rank_at_once(hvd):
+    """Rank r groups 2 + r tensors: the members the others never send fail with the mismatch
+    (before, the longer ranks waited for the stall shutdown, 60 s here: the bound below is that
+    hang's detector, not a speed check), and the runtime stays usable."""
+    import time
+    r = hvd.rank()
+    if hvd.size() == 1:
+        pytest.skip("one rank: no other group length")  # same on every rank
+    start = time.monotonic()
+    with pytest.raises(hvd.HorovodInternalError, match="group size 2, rank 1 sent group size 3"):
+        hvd.grouped_allreduce([torch.ones(2)] * (2 + r), name="uneven")
+    assert time.monotonic() - start < 30
+    assert hvd.allreduce(torch.ones(1), name="after_uneven", op=hvd.Sum).item() == hvd.size()
+
+
 def test_set_ops_never_wait_for_ranks_outside_the_set(hvd, halves):
     r = hvd.rank()
     mine, other = halves

@@ -559,6 +559,37 @@ TEST_CASE("an erroneous group member is released alone; the rest of the group st
   CHECK(out[0].group >= 0);
 }
 
+TEST_CASE("ranks that disagree on a group's size: its extra members fail at once, everywhere") {
+  Neg n(3);
+  auto member = [](int32_t rank, const std::string& name, int32_t size) {
+    Request r = req(rank, name);
+    r.groupId = 0;
+    r.groupSize = size;
+    return r;
+  };
+  // Rank 0 groups two tensors, ranks 1 and 2 three: "g.2" never comes from rank 0.
+  n.add(member(0, "g.0", 2), t0);
+  n.add(member(0, "g.1", 2), t0);
+  for (int32_t r : {1, 2}) {
+    for (const char* name : {"g.0", "g.1", "g.2"}) n.add(member(r, name, 3), t0);
+  }
+  auto out = n.takeReady(t0);
+  REQUIRE(names(out) == std::vector<std::string>{"g.0", "g.1", "g.2"});
+  for (const auto& r : out) CHECK(r.errorCode == ErrorCode::kMismatch);
+  CHECK(out[0].error == "allreduce 'g.0': rank 0 sent group size 2, rank 1 sent group size 3");
+  CHECK(out[2].error ==
+        "allreduce 'g.2' is in a group whose size the ranks disagree on (allreduce 'g.0': rank 0 "
+        "sent group size 2, rank 1 sent group size 3); ranks [0] will never submit it");
+  CHECK_FALSE(n.hasPending());
+  CHECK(n.stalled(at(1e6), 0).empty());
+  // Equal sizes, one member slow: nothing is failed early.
+  n.add(member(0, "h.0", 2), t0);
+  n.add(member(1, "h.0", 2), t0);
+  n.add(member(2, "h.0", 2), t0);
+  n.add(member(0, "h.1", 2), t0);
+  CHECK(n.takeReady(t0).empty());
+}
+
 TEST_CASE("hostile requests are ignored or answered, never crash") {
   Neg n(2);
   Request r = req(5, "x");
