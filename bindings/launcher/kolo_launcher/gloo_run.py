@@ -257,8 +257,7 @@ class GlooJob:
                                          "" if len(left) == 1 else "s",
                                          _span([w.rank for w in left]), _seconds(self.grace)))
             elif left:
-                self.console.message("%s; stopping the other %d rank%s" % (
-                    failure.reason, len(left), "" if len(left) == 1 else "s"))
+                self.console.message("%s; %s" % (failure.reason, _stopping(left, failure)))
         self._stop_all(stop_signal)
         if not self.pump.finish(timeout=2.0):
             self.console.message("a rank's output stayed open after it was stopped (a process "
@@ -354,7 +353,7 @@ class GlooJob:
                     if len(late) > 1:
                         text += " (nor did rank%s %s)" % ("s" if len(late) > 2 else "",
                                                           _span([w.rank for w in late[1:]]))
-                    return Failure(text, 1)
+                    return Failure(text, 1, ranks=[w.rank for w in late])
             time.sleep(POLL_SECONDS)
 
     def _stop_all(self, sig):
@@ -400,12 +399,26 @@ class GlooJob:
 
 
 class Failure:
-    def __init__(self, reason, exit_status, signal=None, worker=None):
+    def __init__(self, reason, exit_status, signal=None, worker=None, ranks=()):
         self.reason = reason
         self.exit_status = exit_status
         self.signal = signal  # set when kolorun itself was signalled
         self.worker = worker  # the rank that failed, when one exited or died: the others then
                               # get the failure grace window
+        self.ranks = tuple(ranks)  # ranks at fault that may still run (a start timeout's)
+
+
+def _stopping(left, failure):
+    """"stopping ..." for the ranks still running after `failure`: the ones at fault by rank,
+    then how many others (a start timeout's late ranks are running, and are not "other")."""
+    culprits = [w.rank for w in left if w.rank in failure.ranks]
+    others = len(left) - len(culprits)
+    parts = []
+    if culprits:
+        parts.append("rank%s %s" % ("" if len(culprits) == 1 else "s", _span(culprits)))
+    if others:
+        parts.append("the other %d rank%s" % (others, "" if others == 1 else "s"))
+    return "stopping " + " and ".join(parts)
 
 
 def _span(ranks):
