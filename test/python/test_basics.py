@@ -252,6 +252,14 @@ def test_process_sets(kolo_world):
         k.add_process_set([0])
     everyone = k.add_process_set(list(range(n)))
     assert k.remove_process_set(everyone) and k.remove_process_set(first)
+    # An empty rank list is a Python-level error, raised before the C call on every rank.
+    for empty in ([], k.ProcessSet([])):
+        with pytest.raises(ValueError, match=r"^add_process_set: the rank list is empty"):
+            k.add_process_set(empty)
+    with pytest.raises(ValueError, match=r"^init\(process_sets=\.\.\.\): the rank list is empty"):
+        k.init(process_sets=[k.ProcessSet([])])
+    probe = k.add_process_set([0])  # the failed calls registered nothing: ids go on as before
+    assert probe.size() == 1 and k.remove_process_set(probe)
 
 
 def test_barrier_and_join(kolo_world):

@@ -127,6 +127,10 @@ def test_process_set_objects():
     for bad in ([1, 1], [-1], ["a"], 5):
         with pytest.raises(ValueError):
             ProcessSet(bad)
+    # An empty rank list fails in Python, before the runtime (not even initialized here).
+    from kolo.process_sets import add_process_set
+    with pytest.raises(ValueError, match=r"^add_process_set: the rank list is empty"):
+        add_process_set([])
     ps.process_set_id = 4
     assert ps.root_index(3) == 2
     with pytest.raises(ValueError, match="not a member"):

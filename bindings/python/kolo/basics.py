@@ -29,6 +29,8 @@ def init(comm=None, process_sets=None):
             if not isinstance(ps, _ps.ProcessSet):
                 raise ValueError("init(process_sets=...) takes ProcessSet objects; got %r"
                                  % (ps,))
+            if ps.process_set_id is None:
+                _ps._check_not_empty(ps, "init(process_sets=...)")
     elif isinstance(process_sets, str) and process_sets != "dynamic":
         raise ValueError("process_sets must be a list of ProcessSet or 'dynamic'; got %r"
                          % process_sets)

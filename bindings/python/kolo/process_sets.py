@@ -101,14 +101,22 @@ def _forget_all():
     global_process_set.ranks = []
 
 
+def _check_not_empty(process_set, caller):
+    """ValueError for a set without ranks, before it reaches the runtime."""
+    if not process_set.ranks:
+        raise ValueError("%s: the rank list is empty; a process set needs at least one rank"
+                         % caller)
+
+
 def add_process_set(process_set):
     """Registers a ProcessSet (or a sequence of ranks) with the runtime and returns it.
-    Collective over all ranks. ValueError for a set whose ranks an added set already has (as
-    Horovod; a set of every rank is allowed)."""
+    Collective over all ranks. ValueError for an empty rank list, and for a set whose ranks an
+    added set already has (as Horovod; a set of every rank is allowed)."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
         raise ValueError("%s is already registered" % process_set)
+    _check_not_empty(process_set, "add_process_set")
     ranks = (ctypes.c_int32 * max(1, len(process_set.ranks)))(*process_set.ranks)
     new_id = ctypes.c_int32(-1)
     rc = _lib.lib.kolo_add_process_set(ranks, len(process_set.ranks), ctypes.byref(new_id))
