@@ -1,5 +1,6 @@
 #include "transport/abort_notes.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -52,6 +53,25 @@ Status AbortNotes::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
   Note note;
   // A note that blames this rank is from a peer waiting for us: we are alive, it says nothing.
   if (!parseNote(bytes, &note) || note.blamed == rank_) return Status::ok();
+  // The blamed rank may itself be a survivor that timed out waiting for another (a provisional
+  // note: at 5+ ranks rank 1 waits for 0, which waits for 3, which waits for the stopped 4).
+  // Follow the blamed ranks' own notes to the first rank without one, or until the chain
+  // turns back on a rank already on it; its note's message is the cause.
+  std::vector<int> chain = {rank_, groupRank};
+  while (note.blamed >= 0 && note.blamed < static_cast<int>(globalRanks_.size()) &&
+         std::find(chain.begin(), chain.end(), note.blamed) == chain.end()) {
+    bool exists = false;
+    std::vector<uint8_t> next;
+    Note further;
+    const std::string key = kNoteKey + std::to_string(note.blamed);
+    if (!store_->check(key, &exists).isOk() || !exists ||
+        !store_->get(key, &next, kNoteWait).isOk() || !parseNote(next, &further) ||
+        further.blamed < 0 || std::find(chain.begin(), chain.end(), further.blamed) != chain.end()) {
+      break;
+    }
+    chain.push_back(note.blamed);
+    note = further;
+  }
   blamed_ = note.blamed >= 0 ? note.blamed : groupRank;
   return Status(note.code, note.message + " (seen by " + describe(groupRank) +
                                ", which then closed its connections)");

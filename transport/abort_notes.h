@@ -7,8 +7,10 @@
 // close looks for the note of that peer (explainLoss): a note that blames a third rank is relayed
 // ("... (seen by rank 1 (global 1), which then closed its connections)"); no note means the peer
 // itself died. A rank that times out leaves a provisional note blaming the peer it waited for,
-// then looks a while for its peers' notes (explainTimeout): in a ring, the rank waited for is
-// often a survivor that is itself waiting for the rank that really stopped.
+// then looks a while for its peers' notes (explainTimeout): in a ring or a tree, the rank waited
+// for is often a survivor that is itself waiting for the rank that really stopped. A relayed
+// note is followed along the blamed ranks' own notes (1 -> 0 -> 3 -> the stopped 4) to the first
+// rank that left none or a loop, so a survivor two hops away still names the stopped rank.
 //
 // Used by the socket transports (tcp, gloo). Ownership: one per group, held by the group's shared
 // state. Thread safety: every method may be called from any thread (the store is thread-safe,
