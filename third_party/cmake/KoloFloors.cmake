@@ -5,9 +5,12 @@
 #
 # and bindings/c (libkolo.so) sits on core. kolo_add_floor(NAME BELOW) creates kolo_<NAME> with
 # the settings every engine source shares and links it to the floor directly below (which brings
-# the rest, transitively). Because a static archive is searched once, in this order, a symbol that
-# a lower floor takes from a higher one does not link; scripts/check_layers.py (a CTest test)
-# catches the upward #include before that. kolo_engine is every floor at once, for tests and
+# the rest, transitively). The link order does not stop an upward call: every program links all
+# floors (kolo_engine), and the linker resolves a lower floor's reference from the higher floor's
+# objects already pulled into the binary. What holds the direction is scripts/check_layers.py
+# (CTest kolo_layers, in CI): it fails on an upward #include (or one of test/, bench/) and on a
+# floor's target linking a floor above, reading these kolo_add_floor calls and the floors'
+# target_link_libraries. kolo_engine is every floor at once, for the C library, tests and
 # benchmarks that reach inside.
 
 function(kolo_add_floor name below)
