@@ -317,9 +317,9 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
         negative |= s < 0;
         sum += static_cast<uint64_t>(s);  // wraps only on absurd input, caught below
       }
-      if (negative || sum != static_cast<uint64_t>(r.shape[0])) {
+      if (negative || sum > static_cast<uint64_t>(r.shape[0])) {
         return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " summing to " +
-                       std::to_string(static_cast<int64_t>(sum)) + ", but its first dimension is " +
+                       std::to_string(static_cast<int64_t>(sum)) + ", more than its first dimension " +
                        std::to_string(r.shape[0]));
       }
     }

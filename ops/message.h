@@ -76,7 +76,7 @@ inline OpKey keyOf(const OpSpec& s) { return {s.processSet, s.name}; }
 struct Request : OpSpec {
   int32_t rank = 0;  // global rank of the sender
   std::vector<int64_t> splits;  // alltoall: rows sent to each set rank (exactly set-size entries,
-                                // summing to shape[0]); kAddProcessSet: the rank list;
+                                // summing to at most shape[0]); kAddProcessSet: the rank list;
                                 // kRemoveProcessSet: {set id}
   int32_t groupId = -1, groupSize = 0;  // grouped allreduce: members share groupId (per rank
                                         // counter); groupSize = number of members

@@ -123,7 +123,7 @@ TEST_CASE("negative and overflowing sizes") {
     expectError(allreduce("huge", &t), KOLO_ERR_INVALID_ARGUMENT, {"'huge'", "overflows"});
   }
   Tensor t(v.data(), KOLO_FLOAT64, {8});
-  int32_t splitsNeg[1] = {-1}, splitsTwo[2] = {4, 4}, splitsShort[1] = {5};
+  int32_t splitsNeg[1] = {-1}, splitsTwo[2] = {4, 4}, splitsLong[1] = {9};
   expectError(
       kolo_alltoall_async("a2a", &t, splitsTwo, -1, nullptr, nullptr, 0, nullptr, nullptr, &h),
       KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "n_splits is negative"});
@@ -134,8 +134,8 @@ TEST_CASE("negative and overflowing sizes") {
       kolo_alltoall_async("a2a", &t, splitsTwo, 2, nullptr, nullptr, 0, nullptr, nullptr, &h),
       KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "got 2 splits for a set of 1"});
   expectError(
-      kolo_alltoall_async("a2a", &t, splitsShort, 1, nullptr, nullptr, 0, nullptr, nullptr, &h),
-      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "splits sum to 5 but dimension 0 is 8"});
+      kolo_alltoall_async("a2a", &t, splitsLong, 1, nullptr, nullptr, 0, nullptr, nullptr, &h),
+      KOLO_ERR_INVALID_ARGUMENT, {"'a2a'", "splits sum to 9, more than dimension 0 (8)"});
   for (int32_t root : {-1, 1, std::numeric_limits<int32_t>::max()}) {
     expectError(kolo_broadcast_async("bc", &t, root, 0, nullptr, nullptr, &h),
                 KOLO_ERR_INVALID_ARGUMENT,

@@ -102,7 +102,8 @@ def test_shapes_and_splits(session):
     bad(ValueError, ["scalar"], kolo.reducescatter, scalar)
     assert kolo.allreduce(scalar, op=kolo.Max).tolist() == 5.0  # allowed
     x = np.arange(8, dtype=np.int64)
-    bad(ValueError, ["splits sum to 5"], kolo.alltoall, x, splits=[5])
+    bad(ValueError, ["splits sum to 9", "more than dimension 0 (8)"], kolo.alltoall, x, splits=[9])
+    assert kolo.alltoall(x, splits=[5])[0].tolist() == [0, 1, 2, 3, 4]  # fewer rows: allowed
     bad(ValueError, ["got 2 splits"], kolo.alltoall, x, splits=[4, 4])
     bad(ValueError, [">= 0", "-1"], kolo.alltoall, x, splits=[-1])
     for root in (-1, 1, 2 ** 31):
@@ -180,7 +181,7 @@ def test_torch_front_end(session):
     bad(ValueError, ["longer than 1024 bytes"], hvd.allreduce, t, name="t" * 2000)
     bad((ValueError, TypeError), ["complex"], hvd.allreduce, torch.ones(3, dtype=torch.complex64))
     bad(ValueError, ["scalar"], hvd.allgather, torch.tensor(3.0))
-    bad(ValueError, ["splits sum to"], hvd.alltoall, torch.arange(8), splits=torch.tensor([3]))
+    bad(ValueError, ["splits sum to 9"], hvd.alltoall, torch.arange(8), splits=torch.tensor([9]))
     bad((ValueError, TypeError), [], hvd.allreduce, t, op=99)
     bad((ValueError, OverflowError), [], hvd.broadcast, t, root_rank=3)
     nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous

@@ -190,6 +190,13 @@ def test_alltoall(hvd, dtype):
     out2, received2 = hvd.synchronize(hvd.alltoall_async(x, torch.tensor(splits)))
     _exact(out2, out)
     _exact(received2, received)
+    # As Horovod: splits may cover fewer rows than dim 0; the trailing rows are not sent.
+    padded = torch.cat([x, torch.full((2, 2), 99).to(dtype)])
+    out3, received3 = hvd.alltoall(padded, splits=splits)
+    _exact(out3, out)
+    _exact(received3, received)
+    with pytest.raises(ValueError, match="more than dimension 0"):
+        hvd.alltoall(x, splits=[s + 1 for s in splits])
     with pytest.raises(ValueError, match="splits"):
         hvd.alltoall(x, splits=[-1] * n)
     with pytest.raises(ValueError, match="splits"):

@@ -12,6 +12,7 @@ Semantics kept from Horovod 0.28:
     1 sent allgather" mismatch error (and one rank may not use one name for two ops in flight).
   - broadcast's root_rank is a GLOBAL rank, also with process sets (kolo's C API wants the
     index in the set; the conversion happens here).
+  - alltoall's splits may sum to less than dim 0 (the trailing rows are not sent), not more.
   - alltoall(tensor, splits) returns (output, received_splits) when splits is given and just
     the output when splits is None; synchronize() of an alltoall_async handle always returns
     the pair.
