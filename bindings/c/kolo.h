@@ -166,8 +166,8 @@ KOLO_API int kolo_broadcast_async(const char* name, const kolo_tensor_t* tensor,
                                   kolo_handle_t* handle);
 
 /* splits[i] rows of dim 0 go to set rank i (n_splits == set size, sum <= dim 0: as Horovod,
- * rows past the sum are not sent); splits == NULL divides dim 0 evenly (it must be divisible). kolo_handle_received_splits gives the rows
- * received from each rank. */
+ * rows past the sum are not sent); splits == NULL divides dim 0 evenly (it must be divisible).
+ * kolo_handle_received_splits gives the rows received from each rank. */
 KOLO_API int kolo_alltoall_async(const char* name, const kolo_tensor_t* input,
                                  const int32_t* splits, int32_t n_splits, kolo_alloc_fn alloc,
                                  void* alloc_user, int32_t process_set, kolo_callback_t cb,
