@@ -16,6 +16,8 @@ from kolo_launcher.hosts import HostListError
 
 
 LAUNCHER = os.path.join(REPO, "bindings", "launcher")  # kolo_launcher, for stand-in workers
+# What a stand-in worker puts on sys.path: kolo_launcher, and this folder (store_client).
+STANDIN_PATH = [LAUNCHER, os.path.dirname(os.path.abspath(__file__))]
 
 
 def opts(*argv):
@@ -101,8 +103,8 @@ def test_the_only_host_is_forgiven_its_first_failure_not_its_second():
 
 STANDIN = textwrap.dedent("""\
     import json, os, sys, time
-    sys.path.insert(0, %r)
-    from kolo_launcher.store_client import StoreClient
+    sys.path[:0] = %r
+    from store_client import StoreClient
     c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
     wid = os.environ["KOLO_ELASTIC_WORKER_ID"]
     deadline = time.monotonic() + 20
@@ -120,7 +122,7 @@ STANDIN = textwrap.dedent("""\
 
 def standin(tmp_path):
     path = tmp_path / "standin.py"
-    path.write_text(STANDIN % LAUNCHER)
+    path.write_text(STANDIN % (STANDIN_PATH,))
     return str(path)
 
 
@@ -187,8 +189,8 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
     prog = tmp_path / "p.py"
     prog.write_text(textwrap.dedent("""\
         import os, sys, time
-        sys.path.insert(0, %r)
-        from kolo_launcher.store_client import StoreClient
+        sys.path[:0] = %r
+        from store_client import StoreClient
         w = os.environ["KOLO_ELASTIC_WORKER_ID"]
         if w == "0":
             time.sleep(0.3)
@@ -198,7 +200,7 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
         c.set("elastic/want/" + w, b"0")
         time.sleep(60)
         sys.exit(7)
-        """) % LAUNCHER)
+        """) % (STANDIN_PATH,))
     t0 = time.monotonic()
     r = kolorun(["-np", "3", "--min-np", "3", "-H", "localhost:3", "--elastic-timeout", "60",
                  PY, str(prog)])

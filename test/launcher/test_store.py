@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kolo_launcher.store_client import StoreClient, StoreError, StoreTimeout, encode_request
+from store_client import StoreClient, StoreError, StoreTimeout, encode_request
 from kolo_launcher.store_server import StoreServer
 
 

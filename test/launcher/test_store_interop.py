@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from conftest import kolorun
-from kolo_launcher.store_client import StoreClient, StoreTimeout
+from store_client import StoreClient, StoreTimeout
 from kolo_launcher.store_server import StoreServer
 
 CLIENT = os.environ.get("KOLO_STORE_INTEROP_BIN", "")

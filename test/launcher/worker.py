@@ -26,7 +26,7 @@ sys.path.insert(0, os.environ.get("KOLO_TEST_LAUNCHER_PKG",
                                   os.path.join(HERE, os.pardir, os.pardir, "bindings",
                                                "launcher")))
 from kolo_launcher.hosts import interface_ipv4  # noqa: E402
-from kolo_launcher.store_client import StoreClient  # noqa: E402
+from store_client import StoreClient  # noqa: E402  (test/launcher, beside this file)
 
 RANK = int(os.environ.get("KOLO_RANK", "-1"))
 SIZE = int(os.environ.get("KOLO_SIZE", "0"))

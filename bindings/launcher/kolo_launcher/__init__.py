@@ -6,7 +6,6 @@ Modules, one concern each:
   hosts         host lists (-H, --hostfile), which hosts are this machine, interface addresses
   topology      rank / local_rank / cross_rank assignment (Horovod's rules)
   store_server  the rendezvous key-value store served over TCP (protocol of rendezvous/store.h)
-  store_client  a blocking client of the same protocol (tests, tools)
   ssh           the command line that starts a rank on another host, and its remote watcher
   workers       one rank's process: start, exit status without reaping, group signals
   output        rank-prefixed forwarding of worker output

@@ -1,4 +1,9 @@
-"""A blocking client of the rendezvous store protocol (rendezvous/store.h), for tests and tools.
+"""A blocking client of the rendezvous store protocol (rendezvous/store.h), for the tests.
+
+Test code (issue 13: test-only code lives under test/): kolorun serves the store and never
+reads it this way, so this module is not installed with kolo_launcher. It takes the protocol's
+constants from kolo_launcher.store_server: the importer puts bindings/launcher on sys.path
+(conftest.py does).
 
 Not thread-safe: use one StoreClient per thread. Every call has a deadline: the connection is
 retried until connect_timeout passes, GET/WAIT wait at most their timeout, and each reply must
@@ -10,8 +15,8 @@ import socket
 import struct
 import time
 
-from .store_server import (CMD_ADD, CMD_CHECK, CMD_DEL, CMD_GET, CMD_SET, CMD_WAIT,
-                           STATUS_OK, STATUS_TIMEOUT)
+from kolo_launcher.store_server import (CMD_ADD, CMD_CHECK, CMD_DEL, CMD_GET, CMD_SET, CMD_WAIT,
+                                        STATUS_OK, STATUS_TIMEOUT)
 
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
