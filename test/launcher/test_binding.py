@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from conftest import PY, kolorun, results
+from conftest import PY, base_env, kolorun, results
 from kolo_launcher import binding
 from kolo_launcher.args import parse
 from kolo_launcher.mpi_run import build_command
@@ -74,10 +74,160 @@ def test_fewer_cores_than_ranks_binds_nothing_and_says_so():
 
 
 def test_binding_args_errors_are_usage_errors():
-    r = kolorun(["-np", "1", "--binding-args", "--map-by slot:PE=2", "true"])
-    assert r.returncode == 2 and "in Gloo mode kolorun binds ranks itself" in r.stderr
+    r = kolorun(["-np", "1", "--binding-args", "--bind-to numa", "true"])
+    assert r.returncode == 2 and "--bind-to numa is not supported" in r.stderr, r.stderr
+    assert "in Gloo mode kolorun binds the ranks on this machine itself" in r.stderr
     r = kolorun(["-np", "1", "--no-bind", "--binding-args", "--bind-to core", "true"])
     assert r.returncode == 2 and "exclude each other" in r.stderr
+
+
+def two_cpus_of_two_cores():
+    return {cores()[0][1][0], cores()[1][1][0]}
+
+
+@needs_two_cores
+@pytest.mark.parametrize("how,bound", [
+    (["-x", "KOLO_SHM=off"], False),  # a -x variable: what the ranks run with
+    (["-x", "HOROVOD_SHM=off"], False),
+    (["-x", "KOLO_SHM=auto"], True),  # over the launcher's own KOLO_SHM=off (env below)
+])
+def test_tcp_rule_reads_the_ranks_environment(how, bound):
+    # 2 ranks on 2 CPUs of 2 cores: bound over shared memory, not over TCP (2 CPUs a rank).
+    two = two_cpus_of_two_cores()
+    env = base_env(KOLO_SHM="off") if how[1] == "KOLO_SHM=auto" else base_env()
+    r = kolorun(["-np", "2"] + how + REPORT, env=env, preexec_fn=narrowed(two))
+    a, b = affinities(r, 2)
+    if bound:
+        assert len(a) == len(b) == 1 and a | b == two, (a, b)
+        assert "not bound" not in r.stderr, r.stderr
+    else:
+        assert a == b == two, (a, b)
+        assert "over TCP each rank needs 2 CPUs" in r.stderr, r.stderr
+
+
+def test_explicit_bind_to_core_needs_a_core_per_rank():
+    # As mpirun: an explicit request that does not fit fails before any rank starts; the
+    # default (test_fewer_cores_than_ranks_binds_nothing_and_says_so) warns and runs unbound.
+    one = set(cores()[0][1])
+    r = kolorun(["-np", "2", "--binding-args", "--bind-to core"] + REPORT,
+                preexec_fn=narrowed(one))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert ("kolorun: --binding-args '--bind-to core': 2 local ranks need 2 cores, this machine "
+            "has 1 available") in r.stderr, r.stderr
+    assert "overload-allowed" in r.stderr and "RESULT" not in r.stdout
+    r = kolorun(["-np", "2", "--binding-args", "--bind-to core:overload-allowed"] + REPORT,
+                preexec_fn=narrowed(one))
+    assert affinities(r, 2) == [one, one]
+
+
+@needs_two_cores
+def test_horovodrun_style_binding_args_and_report_bindings():
+    first, second = set(cores()[0][1]), set(cores()[1][1])
+    socket0 = [set(g) for s, g in cores() if s == cores()[0][0]]
+    if len(socket0) >= 2:
+        r = kolorun(["-np", "2", "--binding-args",
+                     "--bind-to core --map-by ppr:2:socket --report-bindings"] + REPORT)
+        assert affinities(r, 2) == socket0[:2]
+        assert "rank 0: CPU %s" % binding.cpu_list(socket0[0]) in r.stderr, r.stderr
+    r = kolorun(["-np", "1", "--binding-args", "--map-by slot:PE=2"] + REPORT)
+    assert affinities(r, 1) == [first | second]
+
+
+@needs_two_cores
+def test_rankfile_binds_the_named_cores(tmp_path):
+    rf = tmp_path / "rankfile"
+    rf.write_text("# Open MPI's format\nrank 0=localhost slot=1\nrank 1=+n0 slot=0\n")
+    r = kolorun(["-np", "2", "--binding-args", "--rankfile %s" % rf] + REPORT)
+    assert affinities(r, 2) == [set(cores()[1][1]), set(cores()[0][1])]
+    rf.write_text("rank 0=localhost slot=0\n")
+    r = kolorun(["-np", "2", "--binding-args", "-rf %s" % rf] + REPORT)
+    assert r.returncode == 1 and "has no line for rank 1" in r.stderr, r.stderr
+    rf.write_text("rank 0=elsewhere slot=0\nrank 1=localhost slot=1\n")
+    r = kolorun(["-np", "2", "--binding-args=--rankfile=%s" % rf] + REPORT)
+    assert r.returncode == 1 and "rank 0 runs on host localhost" in r.stderr, r.stderr
+
+
+def test_remote_ranks_with_binding_args_get_a_warning():
+    env = base_env(KOLO_LAUNCHER_FORCE_REMOTE="1", KOLO_LAUNCHER_REMOTE_SHELL="sh -c")
+    r = kolorun(["-np", "2", "--binding-args", "--bind-to core"] + REPORT, env=env)
+    assert affinities(r, 2) == [set(CPUS)] * 2
+    assert ("--binding-args binds the ranks on this machine only: ranks 0-1 on host localhost "
+            "are not bound") in r.stderr, r.stderr
+    r = kolorun(["-np", "2"] + REPORT, env=env)  # the default asked for nothing: no warning
+    assert r.returncode == 0 and "binds the ranks on this machine only" not in r.stderr
+
+
+def test_elastic_mode_refuses_binding_args():
+    r = kolorun(["-np", "2", "--min-np", "1", "-H", "localhost:2", "--binding-args",
+                 "--bind-to core", "true"])
+    assert r.returncode == 2, r.stderr
+    assert "--binding-args '--bind-to core': elastic workers are not bound to cores" in r.stderr
+    for ok in (["--no-bind"], ["--binding-args", "--bind-to none"], []):
+        o = parse(["-np", "2", "--min-np", "1", "-H", "localhost:2"] + ok + ["true"])
+        assert o.elastic is not None
+
+
+def test_gloo_binding_args_forms():
+    p = binding.parse_gloo_binding_args
+    assert p("--bind-to core") == binding.BindSpec(bind="core", text="--bind-to core")
+    s = p("--bind-to core --map-by ppr:2:socket")
+    assert (s.bind, s.map_by, s.ppr, s.pe) == ("core", "ppr", (2, "socket"), 1)
+    s = p("-map-by socket:PE=4 -bind-to=socket:overload-allowed --report-bindings")
+    assert (s.bind, s.map_by, s.pe, s.overload, s.report) == ("socket", "socket", 4, True, True)
+    assert p("--map-by hwthread").bind == "hwthread" and p("--map-by node").bind == "core"
+    assert p("--cpus-per-proc 2").pe == 2 and p("--bind-to-socket").bind == "socket"
+    s = p("--rankfile rf", read=lambda _: "rank 0=a slot=1:0-1\nrank 1=b slot=0-1,3 # x\n")
+    assert s.rankfile == {0: binding.RankfileLine("a", ((1, 0), (1, 1)), 1),
+                          1: binding.RankfileLine("b", ((None, 0), (None, 1), (None, 3)), 2)}
+    for bad, part in [("--bind-to numa", "--bind-to numa is not supported"),
+                      ("--bind-to core --map-by l3cache", "--map-by l3cache is not supported"),
+                      ("--map-by slot:span", "modifier 'span' is not supported"),
+                      ("--rank-by core", "'--rank-by' is not supported"),
+                      ("--bind-to core --bind-to socket", "--bind-to is given twice"),
+                      ("--map-by ppr:0:socket", "--map-by ppr:0:socket is not supported"),
+                      ("--map-by", "--map-by needs a value"), ("core", "'core' is not an option"),
+                      ("--rankfile rf --bind-to core", "does not combine")]:
+        with pytest.raises(binding.BindingError, match=re.escape(part)):
+            p(bad, read=lambda _: "rank 0=a slot=0\n")
+    for text, where in [("rank 0=a\n", "rf:1: expected 'rank R=HOST slot=SPEC'"),
+                        ("rank 0=a slot=0\nrank 0=a slot=1\n", "rf:2: rank 0 is listed twice"),
+                        ("rank 0=a slot=x:1\n", "rf:1: bad slot 'x:1'"), ("# none\n", "no 'rank")]:
+        with pytest.raises(binding.BindingError, match=re.escape(where)):
+            p("--rankfile rf", read=lambda _, t=text: t)
+
+
+def test_explicit_plans_place_like_mpirun(tmp_path):
+    # 2 sockets x 2 cores x 2 threads; CPU n and n+4 are one core's threads.
+    sysfs = _fake_sysfs(tmp_path, {c: (c // 2 % 2, c % 2) for c in range(8)})
+    cpus = set(range(8))
+
+    def plan(text, n):
+        return binding.plan(binding.parse_gloo_binding_args(text), n, cpus, sysfs)[0]
+
+    assert plan("--bind-to core --map-by ppr:2:socket", 4) == [{0, 4}, {1, 5}, {2, 6}, {3, 7}]
+    assert plan("--bind-to core --map-by ppr:1:socket", 2) == [{0, 4}, {2, 6}]
+    assert plan("--map-by socket", 3) == [{0, 4}, {2, 6}, {1, 5}]  # round robin
+    assert plan("--map-by slot:PE=2", 2) == [{0, 1, 4, 5}, {2, 3, 6, 7}]
+    assert plan("--bind-to socket --map-by ppr:1:socket", 2) == [{0, 1, 4, 5}, {2, 3, 6, 7}]
+    assert plan("--bind-to hwthread", 3) == [{0}, {4}, {1}]
+    assert plan("--map-by ppr:2:core", 3) == [{0, 4}, {0, 4}, {1, 5}]
+    assert plan("--bind-to core:overload-allowed", 5)[4] == {0, 4}
+    for text, n, message in [
+            ("--bind-to core", 5, "5 local ranks need 5 cores, this machine has 4 available"),
+            ("--bind-to hwthread", 9, "9 local ranks need 9 hardware threads"),
+            ("--map-by ppr:1:socket", 3, "ppr:1:socket places at most 2 ranks"),
+            ("--map-by ppr:2:node", 3, "ppr:2:node places at most 2 ranks on a host"),
+            ("--map-by socket:PE=2", 3, "the 2 ranks on socket 0 need 4 cores, it has 2")]:
+        with pytest.raises(binding.PlanError, match=re.escape(message)):
+            plan(text, n)
+    spec = binding.parse_gloo_binding_args(
+        "--rankfile rf", read=lambda _: "rank 0=h slot=1:1\nrank 1=h slot=0,3\n")
+    got, _ = binding.rankfile_plan(spec, [(0, "h"), (1, "h")], cpus, lambda a, b: a == b, sysfs)
+    assert got == {0: {3, 7}, 1: {0, 4, 3, 7}}
+    with pytest.raises(binding.PlanError, match=re.escape("rf:1: rank 0: there is no socket 2")):
+        spec = binding.parse_gloo_binding_args("--rankfile rf",
+                                               read=lambda _: "rank 0=h slot=2:0\n")
+        binding.rankfile_plan(spec, [(0, "h")], cpus, lambda a, b: True, sysfs)
 
 
 def _fake_sysfs(tmp_path, topo):

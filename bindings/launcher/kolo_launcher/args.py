@@ -15,7 +15,7 @@ import textwrap
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from . import __version__
-from .binding import BindingError, binding_options
+from .binding import BindingError, BindSpec, binding_options
 from .check_build import print_report
 from .elastic_args import ELASTIC_OPTIONS, ElasticOptions, elastic_options
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
@@ -90,10 +90,15 @@ failures:
 core binding:
   The ranks kolorun starts on this machine get disjoint blocks of whole cores out of
   kolorun's own CPU affinity (local rank i of L on C cores: cores floor(i*C/L) to
-  floor((i+1)*C/L)-1, hardware threads of a core together), when C >= L; with fewer cores
-  nothing is bound and kolorun says so. --binding-args '--bind-to core' gives one core per
-  rank, '--bind-to socket' one socket per rank, '--bind-to none' or --no-bind turns it off.
-  Ranks on other hosts are not bound in Gloo mode. MPI mode passes mpirun the same choice:
+  floor((i+1)*C/L)-1, hardware threads of a core together), when C >= L and, when their
+  traffic crosses TCP (several hosts, or KOLO_SHM=off in the ranks' environment, -x included),
+  2*L <= CPUs; otherwise nothing is bound and kolorun says so. --binding-args '--bind-to core'
+  gives one core per rank, '--bind-to socket' one socket per rank, '--map-by ppr:2:socket',
+  ':PE=n', '--rankfile FILE' place them as mpirun would, '--bind-to none' or --no-bind turns
+  it off; an explicit binding that needs more cores than there are fails the job before any
+  rank starts (exit status 1), as mpirun does. Ranks on other hosts are not bound in Gloo mode
+  (kolorun warns when --binding-args asked), elastic workers never (elastic mode refuses
+  --binding-args). MPI mode passes mpirun the same choice:
   -map-by slot:PE=C/L -bind-to core when every host is this machine (-bind-to none when
   C < L), -map-by slot -bind-to core with remote hosts (mpirun refuses a host with more
   ranks than cores: use --no-bind or --binding-args there).
@@ -110,7 +115,8 @@ horovodrun flags kolorun refuses (exit status 2, with the reason): --config-file
 
 exit status:
   0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
-  1 a rank did not connect in time (or no usable rendezvous address); 2 bad usage;
+  1 a rank did not connect in time (or no usable rendezvous address, or an explicit
+  --binding-args this machine's cores cannot give); 2 bad usage;
   126/127 COMMAND (or mpirun) could not be executed / was not found;
   128+N when kolorun was stopped by signal N (130 for Ctrl-C).
   In MPI mode kolorun becomes mpirun, and the status is mpirun's.
@@ -162,10 +168,15 @@ OPTIONS = [
         "when it has at least one core per rank); in MPI mode kolorun passes -bind-to none "
         "-map-by slot, horovodrun's placement"),
     Opt(("--binding-args",), "binding_args", "value", "'ARGS'", G_PROC,
-        "change the binding. Gloo mode understands '--bind-to core' (one core per rank), "
-        "'--bind-to socket' (each rank on the cores of one socket, ranks spread over the "
-        "sockets in order) and '--bind-to none' (as --no-bind). MPI mode passes ARGS to mpirun "
-        "instead of kolorun's placement (e.g. '--map-by slot:PE=4 --bind-to core')"),
+        "change the binding with mpirun's words. Gloo mode understands --bind-to core (one "
+        "core per rank), hwthread, socket (alone: ranks spread over the sockets in order) or "
+        "none (as --no-bind), with :overload-allowed to let ranks share; --map-by slot, core, "
+        "node, hwthread, socket (round robin), ppr:N:socket, ppr:N:node or ppr:N:core, with "
+        ":PE=n cores per rank; --rankfile FILE (Open MPI's 'rank R=HOST slot=0-1' or "
+        "'slot=SOCKET:CORES' lines); --report-bindings (print each rank's CPUs). It binds the "
+        "ranks on this machine and refuses to start when they do not fit its cores, as mpirun; "
+        "anything else is an error naming it. MPI mode passes ARGS to mpirun instead of "
+        "kolorun's placement (e.g. '--map-by slot:PE=4 --bind-to core')"),
     Opt(("--gloo",), "gloo", "flag", None, G_MODE,
         "Gloo mode (default): kolorun serves the rendezvous store and starts the ranks; no MPI "
         "needed; sets KOLO_CONTROLLER=gloo"),
@@ -329,7 +340,7 @@ class LaunchOptions(NamedTuple):
     notes: Tuple[str, ...] = ()  # what kolorun says before it starts (flags without effect)
     elastic: Optional[ElasticOptions] = None  # set when the job is elastic (elastic_args.py)
     failure_grace: float = DEFAULT_FAILURE_GRACE  # seconds survivors get after a rank failed
-    binding: str = "share"  # Gloo mode: binding.MODES
+    binding: BindSpec = BindSpec()  # Gloo mode's binding request (binding.py)
     binding_args: Optional[List[str]] = None  # MPI mode: replaces the placement when set
 
 
@@ -554,6 +565,11 @@ def parse(argv, environ=None):
                                   "HOROVOD_LAUNCHER_FAILURE_GRACE_SECONDS"),
                                  DEFAULT_FAILURE_GRACE, 0)
     binding, binding_args = _binding(ns)
+    if elastic is not None and binding.explicit and binding.bind != "none":
+        raise UsageError(
+            "--binding-args %r: elastic workers are not bound to cores (how many run on a host "
+            "changes as hosts come and go, so kolorun has no fixed share of the cores to give "
+            "them); leave --binding-args out, or use --no-bind" % ns.binding_args)
     return LaunchOptions(
         np=np, hosts=hosts, hosts_given=hosts_given, controller="mpi" if ns.mpi else "gloo",
         mpi_args=mpi_args, ssh_port=ssh_port, ssh_identity=identity,

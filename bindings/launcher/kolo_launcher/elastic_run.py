@@ -231,7 +231,8 @@ class ElasticJob(GlooJob):
         self.pump = OutputPump(self.console)
         self.pump.start()
         if self.opts.verbose:
-            self.console.message("elastic job: rendezvous store on %s:%d; hosts %s" % (
+            self.console.message("elastic job: rendezvous store on %s:%d; hosts %s; workers "
+                                 "are not bound to cores (their number on a host changes)" % (
                 self.bind, self.server.port, ",".join("%s:%d" % h for h in hosts)))
         failure = self._drive(hosts)
         stop_signal = signal.SIGTERM

@@ -4,7 +4,8 @@ Life of a job (GlooJob.run):
   1. place the ranks (topology.assign) and decide which hosts are this machine;
   2. serve the store on a free port: on --network-interface's address, else on 127.0.0.1 when
      every rank is local, else on 0.0.0.0; each rank is told the address it can reach;
-  3. start local ranks directly (bound to their cores, binding.plan) and remote ones through
+  3. start local ranks directly (bound to their cores, binding.plan, planned before anything
+     starts: an explicit binding that does not fit fails the job) and remote ones through
      ssh (ssh.remote_argv), each in its own process group, with its KOLO_* environment;
      forward their output;
   4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
@@ -82,21 +83,64 @@ class GlooJob:
         self.binding_note = None
 
     def _plan_binding(self):
-        """Fills self.cpus for the ranks on this machine (all local host names together)."""
-        local = [s.rank for s in self.slots if self.local[s.host]]
-        available = bindlib.available_cpus()
+        """Fills self.cpus for the ranks on this machine (all local host names together).
+        LaunchError when an explicit --binding-args cannot be given here (as mpirun)."""
+        spec = self.opts.binding
+        local = [(s.rank, s.host) for s in self.slots if self.local[s.host]]
+        remote = [s for s in self.slots if not self.local[s.host]]
+        if spec.explicit and spec.bind != "none" and remote:
+            hosts = []
+            for s in remote:
+                if s.host not in hosts:
+                    hosts.append(s.host)
+            self.console.message(
+                "--binding-args binds the ranks on this machine only: rank%s %s on %s %s %s "
+                "not bound (kolorun does not know the cores of other hosts; with --mpi, mpirun "
+                "binds every host's ranks)" % (
+                    "" if len(remote) == 1 else "s", _span([s.rank for s in remote]),
+                    "host" if len(hosts) == 1 else "hosts", ", ".join(hosts),
+                    "is" if len(remote) == 1 else "are"))
         if not local:
             return
+        available = bindlib.available_cpus()
         if available is None:
             self.binding_note = "ranks are not bound to cores (no CPU affinity on this platform)"
             return
-        # Traffic crosses TCP when some rank is on another host or shared memory is off.
-        tcp = (len(local) < len(self.slots)
-               or self.environ.get("KOLO_SHM", self.environ.get("HOROVOD_SHM", "")).lower() == "off")
-        blocks, self.binding_note = bindlib.plan(self.opts.binding, len(local), available,
-                                                 tcp=tcp)
+        # Traffic crosses TCP when some rank is on another host or shared memory is off in the
+        # ranks' environment (kolorun's own, with the -x variables over it).
+        tcp = len(local) < len(self.slots) or self._shm_off()
+        try:
+            if spec.rankfile is not None:
+                self.cpus, self.binding_note = bindlib.rankfile_plan(
+                    spec, local, available, self._host_matches)
+                return
+            blocks, self.binding_note = bindlib.plan(spec, len(local), available, tcp=tcp)
+        except bindlib.PlanError as e:
+            raise LaunchError(str(e)) from None
         if blocks is not None:
-            self.cpus = dict(zip(local, blocks))
+            self.cpus = dict(zip([rank for rank, _ in local], blocks))
+
+    def _shm_off(self):
+        """Whether the ranks run with shared memory off: the first non-empty of KOLO_SHM and
+        HOROVOD_SHM in their environment (as the runtime reads them) is "off"."""
+        env = dict(self.environ)
+        env.update(self.opts.extra_env)
+        for name in ("KOLO_SHM", "HOROVOD_SHM"):
+            if env.get(name):
+                return env[name].lower() == "off"
+        return False
+
+    def _host_matches(self, host, named):
+        """Whether a rankfile's host `named` is `host`: the same name, "+nK" for the K-th host
+        of the job, or two names of this machine."""
+        if named == host:
+            return True
+        hosts = [h for h, _ in used_hosts(self.slots)]
+        if named.startswith("+n") and named[2:].isdigit():
+            k = int(named[2:])
+            return k < len(hosts) and hosts[k] == host
+        return self.local.get(host, False) and hostlib.is_local(
+            named, hostlib.local_names(), hostlib.local_addresses())
 
     # ---- setup -----------------------------------------------------------------------------
     def _addresses(self):
@@ -198,6 +242,7 @@ class GlooJob:
 
     # ---- the job ---------------------------------------------------------------------------
     def run(self):
+        self._plan_binding()
         bind, reach = self._addresses()
         self.server = StoreServer(bind, 0).start()
         self._install_signals()
@@ -216,7 +261,6 @@ class GlooJob:
 
     def _run_started(self, bind, reach):
         opts = self.opts
-        self._plan_binding()
         if opts.verbose:
             layout = ", ".join("%s (%s) ranks %s" % (
                 h, "local" if self.local[h] else "remote",
@@ -226,11 +270,11 @@ class GlooJob:
                 len(self.slots), len(self.local), layout))
             self.console.message("rendezvous store listening on %s:%d; ranks connect to %s" % (
                 bind, self.server.port, ", ".join(sorted(set(reach.values())))))
-            if self.binding_note:
-                self.console.message(self.binding_note + "".join(
-                    "; rank %d: CPU %s" % (r, bindlib.cpu_list(c))
-                    for r, c in sorted(self.cpus.items())))
-        elif self.binding_note and not self.cpus and opts.binding != "none":
+        if self.binding_note and (opts.verbose or opts.binding.report):
+            self.console.message(self.binding_note + "".join(
+                "; rank %d: CPU %s" % (r, bindlib.cpu_list(c))
+                for r, c in sorted(self.cpus.items())))
+        elif self.binding_note and not self.cpus and opts.binding.bind != "none":
             self.console.message(self.binding_note)  # binding wanted but not possible
         self.pump = OutputPump(self.console)
         failure = self._start_all(reach)
