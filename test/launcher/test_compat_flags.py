@@ -1,13 +1,14 @@
 """kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
 reach the ranks with horovodrun's values, --check-build prints horovodrun's block, the elastic
-flags start an elastic job, and the flags kolo cannot honour are refused (--config-file, --jsrun)
-or accepted with a note (hierarchical allgather and friends); the autotune flags set the
-KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
+flags start an elastic job, --config-file reads horovodrun's YAML file, the flags kolo cannot
+honour are refused (--jsrun) or accepted with a note (hierarchical allgather and friends); the
+autotune flags set the KOLO_AUTOTUNE* variables (and their HOROVOD_ names)."""
 
 import ctypes
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -66,16 +67,148 @@ def test_start_timeout_falls_back_to_horovod_variable():
         parse("-np", "1", "c", env={"HOROVOD_START_TIMEOUT": "later"})
 
 
-@pytest.mark.parametrize("flag,value", [("--config-file", "c.yaml"), ("--jsrun", None)])
-def test_unsupported_horovodrun_flags_are_refused_with_the_reason(flag, value):
-    argv = ["-np", "2", flag] + ([value] if value else []) + ["c"]
-    with pytest.raises(args.UsageError, match=re.escape(flag) + ": .* not supported"):
-        parse(*argv)
+def test_unsupported_horovodrun_flags_are_refused_with_the_reason():
+    with pytest.raises(args.UsageError, match=re.escape("--jsrun") + ": .* not supported"):
+        parse("-np", "2", "--jsrun", "c")
 
 
 def test_unsupported_flag_exit_status():
-    r = kolorun(["-np", "2", "--config-file", "c.yaml", "true"])
-    assert r.returncode == 2 and "--config-file: a YAML configuration file" in r.stderr
+    r = kolorun(["-np", "2", "--jsrun", "true"])
+    assert r.returncode == 2 and "--jsrun: jsrun (LSF) mode" in r.stderr
+
+
+# ---- --config-file ----------------------------------------------------------------------------
+# Horovod's own test file (test/single/data/config.test.yaml): its keys and nesting.
+HOROVOD_CONFIG = """\
+controller: gloo
+
+params:
+  fusion_threshold_mb: 32
+  cycle_time_ms: 10
+  cache_capacity: 2048
+  hierarchical_allreduce: true
+  hierarchical_allgather: true
+
+autotune:
+  enabled: true
+  log_file: 'horovod_autotune_log.txt'
+  warmup_samples: 5
+  steps_per_sample: 20
+  bayes_opt_max_samples: 50
+  gaussian_process_noise: 0.9
+
+timeline:
+  filename: 'horovod_timeline.json'
+  mark_cycles: true
+
+stall_check:
+  enabled: true
+  warning_time_seconds: 120
+  shutdown_time_seconds: 240
+
+library_options:
+  mpi_threads_disable: true
+  num_nccl_streams: 2
+  ccl_bgt_affinity: 1
+  gloo_timeout_seconds: 60
+
+logging:
+  level: INFO
+  hide_timestamp: true
+"""
+
+
+def config(tmp_path, text):
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_config_file_sets_what_the_flags_set(tmp_path):
+    o = parse("-np", "2", "--config-file", config(tmp_path, HOROVOD_CONFIG), "c")
+    flags = parse("-np", "2", "--gloo", "--fusion-threshold-mb", "32", "--cycle-time-ms", "10",
+                  "--cache-capacity", "2048", "--hierarchical-allreduce",
+                  "--hierarchical-allgather", "--autotune", "--autotune-log-file",
+                  "horovod_autotune_log.txt", "--autotune-warmup-samples", "5",
+                  "--autotune-steps-per-sample", "20", "--autotune-bayes-opt-max-samples", "50",
+                  "--autotune-gaussian-process-noise", "0.9", "--timeline-filename",
+                  "horovod_timeline.json", "--timeline-mark-cycles",
+                  "--stall-check-warning-time-seconds", "120",
+                  "--stall-check-shutdown-time-seconds", "240", "--mpi-threads-disable",
+                  "--num-nccl-streams", "2", "--gloo-timeout-seconds", "60", "--log-level",
+                  "INFO", "--log-hide-timestamp", "c")
+    assert o.knob_env == flags.knob_env and o.knob_env["KOLO_FUSION_THRESHOLD"] == str(32 << 20)
+    assert (o.controller, o.start_timeout) == ("gloo", 60)
+    assert o.notes[:-1] == flags.notes and "ccl_bgt_affinity has no effect" in o.notes[-1]
+    o = parse("-np", "2", "--config-file", config(tmp_path, "controller: MPI\n"), "c")
+    assert o.controller == "mpi"
+    assert parse("-np", "2", "--config-file", config(tmp_path, ""), "c").knob_env == \
+        parse("-np", "2", "c").knob_env
+
+
+def test_command_line_flags_override_the_config_file(tmp_path):
+    path = config(tmp_path, "controller: mpi\nparams:\n  cycle_time_ms: 10\n"
+                  "  hierarchical_allreduce: true\nautotune:\n  enabled: false\n"
+                  "stall_check:\n  enabled: false\n  warning_time_seconds: 5\n"
+                  "library_options:\n  gloo_timeout_seconds: 60\ntimeline:\n  filename: ~\n")
+    # Before and after --config-file alike (horovodrun's override_args).
+    for argv in (["--cycle-time-ms", "3", "--config-file", path],
+                 ["--config-file", path, "--cycle-time-ms", "3"]):
+        o = parse(*(["-np", "2", "--gloo", "--no-hierarchical-allreduce", "--autotune",
+                     "--start-timeout", "30"] + argv + ["c"]))
+        assert o.controller == "gloo" and o.start_timeout == 30
+        assert o.knob_env == {"KOLO_START_TIMEOUT": "30", "KOLO_CYCLE_TIME": "3",
+                              "KOLO_HIERARCHICAL_ALLREDUCE": "0", "KOLO_AUTOTUNE": "1",
+                              "KOLO_STALL_CHECK_DISABLE": "1",
+                              "KOLO_STALL_CHECK_TIME_SECONDS": "5"}
+    # The file's values over the environment's defaults; false values say "off".
+    o = parse("-np", "2", "--config-file", path, "c", env={"KOLO_START_TIMEOUT": "9"})
+    assert o.start_timeout == 60 and o.controller == "mpi"
+    assert o.knob_env["KOLO_HIERARCHICAL_ALLREDUCE"] == "1" and "KOLO_AUTOTUNE" not in o.knob_env
+    assert "KOLO_TIMELINE" not in o.knob_env  # null: as if absent
+
+
+@pytest.mark.parametrize("text,message", [
+    ("fusion_threshold_mb: 32\n",
+     "unknown key 'fusion_threshold_mb' (the file takes controller, params, autotune, "
+     "timeline, stall_check, library_options, logging); did you mean params.fusion_threshold_mb?"),
+    ("params:\n  fusion_threshold: 32\n",
+     "unknown key 'params.fusion_threshold' in section 'params' (params takes "
+     "fusion_threshold_mb, cycle_time_ms, "),
+    ("params:\n  fusion-threshold-mb: 32\n", "did you mean params.fusion_threshold_mb?"),
+    ("autotune:\n  log_file: a\n  enable: true\n", "unknown key 'autotune.enable'"),
+    ("params:\n  fusion_threshold_mb: lots\n",
+     "params.fusion_threshold_mb: expected a number from 0 to 1048576, got 'lots'"),
+    ("params:\n  cache_capacity: -1\n", "params.cache_capacity: expected an integer"),
+    ("params:\n  hierarchical_allreduce: 1\n",
+     "params.hierarchical_allreduce: expected true or false, got 1"),
+    ("autotune:\n  enabled: true\n  warmup_samples: true\n",
+     "autotune.warmup_samples: expected a number, got True"),
+    ("timeline:\n  filename: 5\n", "timeline.filename: expected a string, got 5"),
+    ("logging:\n  level: loud\n", "logging.level: expected one of trace, "),
+    ("controller: jsrun\n", "controller: expected gloo or mpi, got 'jsrun'"),
+    ("params: 32\n", "params: expected a mapping of its keys"),
+    ("- a\n- b\n", "expected a mapping of keys (controller, params, autotune, ...), got list"),
+    ("params:\n  cycle_time_ms: [1\n", "not valid YAML (line "),
+])
+def test_config_file_errors_name_the_key(tmp_path, text, message):
+    path = config(tmp_path, text)
+    with pytest.raises(args.UsageError) as info:
+        parse("-np", "2", "--config-file", path, "c")
+    assert str(info.value).startswith("--config-file %s: " % path), info.value
+    assert message in str(info.value), info.value
+
+
+def test_config_file_missing_file_or_pyyaml(tmp_path, monkeypatch):
+    missing = str(tmp_path / "none.yaml")
+    with pytest.raises(args.UsageError, match="--config-file %s: No such file" % missing):
+        parse("-np", "2", "--config-file", missing, "c")
+    path = config(tmp_path, "params:\n  cycle_time_ms: 3\n")
+    monkeypatch.setitem(sys.modules, "yaml", None)  # "import yaml" raises ImportError
+    with pytest.raises(args.UsageError, match="needs PyYAML, which this Python .* cannot import: "
+                       "install python3-yaml"):
+        parse("-np", "2", "--config-file", path, "c")
+    assert parse("-np", "2", "c").knob_env  # only --config-file needs it
 
 
 def test_elastic_flags_are_accepted():
@@ -185,6 +318,20 @@ def test_mpi_mode_exports_horovod_knobs_not_stale_places():
     for name in ("HOROVOD_RANK", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_CONTROLLER",
                  "HOROVOD_FUSION_THRESHOLD"):
         assert name not in cmd, name
+
+
+def test_config_file_reaches_the_ranks(tmp_path):
+    path = config(tmp_path, "params:\n  fusion_threshold_mb: 8\n  cycle_time_ms: 2.5\n"
+                  "logging:\n  level: debug\n")
+    r = kolorun(["-np", "2", "--config-file", path, "--cycle-time-ms", "4", PY, "-c", _DUMP])
+    assert r.returncode == 0, r.stderr
+    envs = _rank_envs(r.stdout)
+    assert sorted(envs) == [0, 1]
+    for e in envs.values():
+        assert e["KOLO_FUSION_THRESHOLD"] == e["HOROVOD_FUSION_THRESHOLD"] == str(8 << 20)
+        assert e["KOLO_CYCLE_TIME"] == "4" and e["HOROVOD_LOG_LEVEL"] == "DEBUG"
+    r = kolorun(["-np", "2", "--config-file", config(tmp_path, "bogus: 1\n"), "true"])
+    assert r.returncode == 2 and "unknown key 'bogus'" in r.stderr, r.stderr
 
 
 # ---- --check-build ----------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """kolo_launcher: the pure-Python implementation behind `kolorun`, kolo's job launcher.
 
-Standard library only (Python >= 3.9), so it runs on any node without torch or a build.
+Standard library only (Python >= 3.9), so it runs on any node without torch or a build
+(--config-file alone imports PyYAML, when given).
 Modules, one concern each:
   args          command line: the option table, --help text, flag -> KOLO_* variables
+  config_file   --config-file: horovodrun's YAML file, under the command line's flags
   hosts         host lists (-H, --hostfile), which hosts are this machine, interface addresses
   topology      rank / local_rank / cross_rank assignment (Horovod's rules)
   store_server  the rendezvous key-value store served over TCP (protocol of rendezvous/store.h)

@@ -17,6 +17,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from . import __version__
 from .binding import BindingError, BindSpec, binding_options
 from .check_build import print_report
+from .config_file import apply_config
 from .elastic_args import ELASTIC_OPTIONS, ElasticOptions, elastic_options
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
@@ -111,7 +112,7 @@ elastic training (Gloo mode; see the README's "Elastic training" and kolo.elasti
   prints each round's members and the failures; exit status 1 when the job fails for want of
   workers (--min-np, --elastic-timeout) or at --reset-limit.
 
-horovodrun flags kolorun refuses (exit status 2, with the reason): --config-file, --jsrun.
+horovodrun flags kolorun refuses (exit status 2, with the reason): --jsrun.
 
 exit status:
   0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
@@ -219,6 +220,14 @@ OPTIONS = [
         "print which frameworks, controllers and tensor operations this kolo was built with "
         "(horovodrun's layout; reads libkolo.so, see $KOLO_LIBRARY) and exit"),
     Opt(("-h", "--help"), "help", "flag", None, G_OUT, "show this help and exit"),
+    Opt(("--config-file",), "config_file", "value", "FILE", G_TUNE,
+        "read horovodrun's YAML configuration file: controller, and the sections params "
+        "(fusion_threshold_mb, cycle_time_ms, cache_capacity, hierarchical_allreduce, ...), "
+        "autotune (enabled, log_file, warmup_samples, ...), timeline (filename, mark_cycles), "
+        "stall_check (enabled, warning_time_seconds, shutdown_time_seconds), library_options "
+        "(gloo_timeout_seconds, ...) and logging (level); each key does what its flag does, a "
+        "flag on the command line wins over the file, an unknown key or a value of the wrong "
+        "type is an error naming it. Needs PyYAML (python3-yaml)"),
     Opt(("--fusion-threshold-mb",), "fusion_mb", "value", "MB", G_TUNE,
         "fuse small tensors into buffers of up to MB mebibytes, 0 turns fusion off; sets "
         "KOLO_FUSION_THRESHOLD to MB*1048576 bytes (runtime default 128 MB)"),
@@ -312,7 +321,6 @@ OPTIONS += [
 
 # horovodrun flags with no kolo equivalent: refused with the reason (exit status 2).
 UNSUPPORTED = {
-    "--config-file": "a YAML configuration file (use the flags or KOLO_* variables)",
     "--jsrun": "jsrun (LSF) mode (use --mpi or the default Gloo mode)",
 }
 
@@ -410,7 +418,8 @@ def _number(text, flag, lo, hi):
     except (TypeError, ValueError):
         v = math.nan
     if not (math.isfinite(v) and lo <= v <= hi) or "_" in str(text):
-        raise UsageError("%s: expected a number from %g to %g, got %r" % (flag, lo, hi, text))
+        raise UsageError("%s: expected a number from %s to %s, got %r"
+                         % (flag, env_number(lo), env_number(hi), text))
     return v
 
 
@@ -425,15 +434,22 @@ def env_number(v):
     return str(int(v)) if float(v).is_integer() else repr(float(v))
 
 
+def _source(ns, dest, flag):
+    """Where a value came from, for messages: the flag, or the --config-file key that set it."""
+    return getattr(ns, "config_origin", {}).get(dest, flag)
+
+
 def knob_environment(ns, start_timeout):
     env = {"KOLO_START_TIMEOUT": env_number(start_timeout)}
+    src = lambda dest, flag: _source(ns, dest, flag)  # noqa: E731
     if ns.fusion_mb is not None:
-        mb = _number(ns.fusion_mb, "--fusion-threshold-mb", 0, 1 << 20)
+        mb = _number(ns.fusion_mb, src("fusion_mb", "--fusion-threshold-mb"), 0, 1 << 20)
         env["KOLO_FUSION_THRESHOLD"] = str(int(round(mb * 1048576)))
     if ns.cycle_ms is not None:
-        env["KOLO_CYCLE_TIME"] = env_number(_number(ns.cycle_ms, "--cycle-time-ms", 0, 60000))
+        env["KOLO_CYCLE_TIME"] = env_number(
+            _number(ns.cycle_ms, src("cycle_ms", "--cycle-time-ms"), 0, 60000))
     if ns.cache_capacity is not None:
-        cap = _integer(ns.cache_capacity, "--cache-capacity", 0, 1 << 20)
+        cap = _integer(ns.cache_capacity, src("cache_capacity", "--cache-capacity"), 0, 1 << 20)
         env["KOLO_CACHE_CAPACITY"] = str(cap)
     if ns.hierarchical and ns.no_hierarchical:
         raise UsageError("--hierarchical-allreduce and --no-hierarchical-allreduce exclude each "
@@ -444,38 +460,42 @@ def knob_environment(ns, start_timeout):
         env["KOLO_HIERARCHICAL_ALLREDUCE"] = "0"
     if ns.timeline is not None:
         if not ns.timeline:
-            raise UsageError("--timeline-filename: empty file name")
+            raise UsageError("%s: empty file name" % src("timeline", "--timeline-filename"))
         env["KOLO_TIMELINE"] = ns.timeline
     if ns.timeline_cycles:
         env["KOLO_TIMELINE_MARK_CYCLES"] = "1"
     if ns.no_stall_check:
         env["KOLO_STALL_CHECK_DISABLE"] = "1"
     if ns.stall_warn is not None:
-        env["KOLO_STALL_CHECK_TIME_SECONDS"] = env_number(
-            _number(ns.stall_warn, "--stall-check-warning-time-seconds", 0.001, 1e7))
+        env["KOLO_STALL_CHECK_TIME_SECONDS"] = env_number(_number(
+            ns.stall_warn, src("stall_warn", "--stall-check-warning-time-seconds"), 0.001, 1e7))
     if ns.stall_shutdown is not None:
-        env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(
-            _number(ns.stall_shutdown, "--stall-check-shutdown-time-seconds", 0, 1e7))
+        env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(_number(
+            ns.stall_shutdown, src("stall_shutdown", "--stall-check-shutdown-time-seconds"), 0,
+            1e7))
     if ns.autotune:
         env["KOLO_AUTOTUNE"] = "1"
     if ns.autotune_log is not None:
         if not ns.autotune_log:
-            raise UsageError("--autotune-log-file: empty file name")
+            raise UsageError("%s: empty file name" % src("autotune_log", "--autotune-log-file"))
         env["KOLO_AUTOTUNE_LOG"] = ns.autotune_log
-    for value, flag, var, lo in (
-            (ns.autotune_warmup, "--autotune-warmup-samples", "WARMUP_SAMPLES", 0),
-            (ns.autotune_steps, "--autotune-steps-per-sample", "STEPS_PER_SAMPLE", 1),
-            (ns.autotune_max, "--autotune-bayes-opt-max-samples", "BAYES_OPT_MAX_SAMPLES", 1)):
+    for dest, flag, var, lo in (
+            ("autotune_warmup", "--autotune-warmup-samples", "WARMUP_SAMPLES", 0),
+            ("autotune_steps", "--autotune-steps-per-sample", "STEPS_PER_SAMPLE", 1),
+            ("autotune_max", "--autotune-bayes-opt-max-samples", "BAYES_OPT_MAX_SAMPLES", 1)):
+        value = getattr(ns, dest)
         if value is not None:
-            env["KOLO_AUTOTUNE_" + var] = str(_integer(value, flag, lo, 1 << 20))
+            env["KOLO_AUTOTUNE_" + var] = str(_integer(value, src(dest, flag), lo, 1 << 20))
     if ns.autotune_noise is not None:
-        env["KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = env_number(
-            _number(ns.autotune_noise, "--autotune-gaussian-process-noise", 0, 1e6))
+        env["KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = env_number(_number(
+            ns.autotune_noise, src("autotune_noise", "--autotune-gaussian-process-noise"), 0,
+            1e6))
     if ns.log_level is not None:
         level = ns.log_level.lower()
         if level not in LOG_LEVELS:
-            raise UsageError("--log-level: expected one of %s, got %r"
-                             % (", ".join(LOG_LEVELS), ns.log_level))
+            raise UsageError("%s: expected one of %s, got %r"
+                             % (src("log_level", "--log-level"), ", ".join(LOG_LEVELS),
+                                ns.log_level))
         env["KOLO_LOG_LEVEL"] = level
     if ns.network_interface is not None:
         env["KOLO_GLOO_IFACE"] = ns.network_interface.split(",")[0]
@@ -513,6 +533,9 @@ def parse(argv, environ=None):
     if ns.check_build:
         print_report(verbose=bool(ns.verbose), environ=environ)
         return None
+    config_notes = ()
+    if ns.config_file is not None:
+        config_notes, ns.config_origin = apply_config(ns, ns.config_file, UsageError)
     if not command:
         raise UsageError("no command to run (usage: kolorun -np N COMMAND [ARGS...])")
     if ns.gloo and ns.mpi:
@@ -551,7 +574,8 @@ def parse(argv, environ=None):
                 if name not in names:
                     names.append(name)
         ns.network_interface = ",".join(names)
-    start_timeout = _flag_or_env(ns.start_timeout, "--start-timeout", environ,
+    start_timeout = _flag_or_env(ns.start_timeout,
+                                 _source(ns, "start_timeout", "--start-timeout"), environ,
                                  ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"),
                                  DEFAULT_START_TIMEOUT, 1)
     ssh_port = _integer(ns.ssh_port, "--ssh-port", 1, 65535) if ns.ssh_port is not None else None
@@ -577,7 +601,7 @@ def parse(argv, environ=None):
         output_dir=ns.output_dir, verbose=bool(ns.verbose),
         knob_env=knob_environment(ns, start_timeout),
         extra_env=_extra_environment(ns.env, environ), command=command,
-        notes=_ignored_notes(ns), failure_grace=failure_grace, binding=binding,
+        notes=_ignored_notes(ns) + config_notes, failure_grace=failure_grace, binding=binding,
         binding_args=binding_args, elastic=elastic)
 
 
