@@ -111,7 +111,7 @@ Status openStore(const Config& cfg, std::shared_ptr<Store>* store) {
   return Status::ok();
 }
 
-// Topology and device executor, the steps both entry points share.
+// Topology and device executor, the last steps.
 Status finish(BootstrapResult* b) {
   KOLO_RETURN_IF_ERROR(computeTopology(b->hosts, b->transport->rank(), &b->topology));
   return createDeviceExecutor(b->config, b->store, &b->device);
@@ -149,21 +149,6 @@ Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out) 
       KOLO_RETURN_IF_ERROR(gatherHostnames(*b.transport, cfg.hostname, &b.hosts));
     }
   }
-  KOLO_RETURN_IF_ERROR(finish(&b));
-  *out = std::move(b);
-  return Status::ok();
-}
-
-Status bootstrapOver(const Config& config, std::unique_ptr<Transport> transport,
-                     const std::vector<std::string>& hosts, BootstrapResult* out) {
-  KOLO_REQUIRE(transport != nullptr, kInvalidArgument, "bootstrapOver: the transport is null");
-  BootstrapResult b;
-  b.config = config;
-  b.config.rank = transport->rank();
-  b.config.size = transport->size();
-  b.hosts = hosts;
-  if (b.hosts.empty()) b.hosts.assign(transport->size(), "localhost");
-  b.transport = std::move(transport);
   KOLO_RETURN_IF_ERROR(finish(&b));
   *out = std::move(b);
   return Status::ok();

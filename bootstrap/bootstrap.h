@@ -65,11 +65,6 @@ struct BootstrapResult {
 // do not arrive, the transport's own errors. On error *out holds nothing that needs closing.
 Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out);
 
-// For a transport made by the caller (thread ranks over loopback in tests): topology from
-// `hosts` (empty: every rank on "localhost") and the device executor, no store.
-Status bootstrapOver(const Config& config, std::unique_ptr<Transport> transport,
-                     const std::vector<std::string>& hosts, BootstrapResult* out);
-
 // The key prefix of a round: "" for round 0, "round<N>/" otherwise.
 std::string roundPrefix(int64_t round);
 

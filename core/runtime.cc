@@ -59,17 +59,12 @@ std::chrono::milliseconds millis(double seconds) {
 Status Runtime::create(const Config& config, int64_t initCount, std::unique_ptr<Runtime>* out) {
   BootstrapResult boot;
   KOLO_RETURN_IF_ERROR(bootstrap(config, initCount, &boot));
-  std::unique_ptr<Runtime> rt(new Runtime());
-  KOLO_RETURN_IF_ERROR(rt->start(std::move(boot)));
-  *out = std::move(rt);
-  return Status::ok();
+  return createFrom(std::move(boot), out);
 }
 
-Status Runtime::createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
-                                    const std::vector<std::string>& hosts,
-                                    std::unique_ptr<Runtime>* out) {
-  BootstrapResult boot;
-  KOLO_RETURN_IF_ERROR(bootstrapOver(config, std::move(transport), hosts, &boot));
+Status Runtime::createFrom(BootstrapResult boot, std::unique_ptr<Runtime>* out) {
+  KOLO_REQUIRE(boot.transport != nullptr, kInvalidArgument,
+               "Runtime::createFrom: the bootstrap result has no transport");
   std::unique_ptr<Runtime> rt(new Runtime());
   KOLO_RETURN_IF_ERROR(rt->start(std::move(boot)));
   *out = std::move(rt);

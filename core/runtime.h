@@ -40,11 +40,9 @@ class Runtime {
   // host names, topology, transports), then the engine. `initCount` counts earlier init
   // attempts in this process: the rendezvous round unless KOLO_RENDEZVOUS_ROUND is set.
   static Status create(const Config& config, int64_t initCount, std::unique_ptr<Runtime>* out);
-  // Over a transport made by the caller (thread ranks over loopback in tests). `hosts` gives
-  // every rank's host name for the topology (empty: all ranks on one host).
-  static Status createWithTransport(const Config& config, std::unique_ptr<Transport> transport,
-                                    const std::vector<std::string>& hosts,
-                                    std::unique_ptr<Runtime>* out);
+  // The engine over what a bootstrap produced: `create` is bootstrap() then this. The tests'
+  // thread ranks over loopback fill `boot` themselves (test/support/runtime_over.h).
+  static Status createFrom(BootstrapResult boot, std::unique_ptr<Runtime>* out);
   ~Runtime();
 
   Status shutdown();

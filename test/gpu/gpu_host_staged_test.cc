@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/support/runtime_over.h"
 #include "test/catch_runner.h"
 #include "test/gpu/gpu_runtime_util.h"
 #include "test/gpu/gpu_test_util.h"
@@ -48,7 +49,7 @@ void onRanks(const std::function<void(Runtime&, int, std::vector<std::string>*)>
   REQUIRE(createLoopbackGroup(kRanks, &group).isOk());
   std::vector<std::unique_ptr<Runtime>> rts(kRanks);
   for (int r = 0; r < kRanks; ++r) {
-    REQUIRE(Runtime::createWithTransport(stagedConfig(), std::move(group[r]), {}, &rts[r]).isOk());
+    REQUIRE(createRuntimeOver(stagedConfig(), std::move(group[r]), {}, &rts[r]).isOk());
     REQUIRE(rts[r]->deviceEnabled());
   }
   std::vector<std::vector<std::string>> failures(kRanks);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/support/runtime_over.h"
 #include "kernels/reduce_cpu.h"
 #include "test/catch_runner.h"
 #include "test/gpu/gpu_runtime_util.h"
@@ -68,7 +69,7 @@ std::unique_ptr<Runtime> oneGpuRuntime(Config cfg = oneGpuConfig()) {
   std::vector<std::unique_ptr<Transport>> group;
   REQUIRE(createLoopbackGroup(1, &group).isOk());
   std::unique_ptr<Runtime> rt;
-  REQUIRE(Runtime::createWithTransport(cfg, std::move(group[0]), {}, &rt).isOk());
+  REQUIRE(createRuntimeOver(cfg, std::move(group[0]), {}, &rt).isOk());
   REQUIRE(rt->deviceEnabled());
   return rt;
 }

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/support/runtime_over.h"
 #include "kolo/build_config.h"
 #include "ops/device_executor.h"
 #include "ops/device_plan.h"
@@ -154,7 +155,7 @@ TEST_CASE("a CUDA tensor the runtime cannot run fails at submission; the runtime
   cfg.heartbeatSeconds = 0.05;
   cfg.stallCheck = false;
   std::unique_ptr<Runtime> rt;
-  REQUIRE(Runtime::createWithTransport(cfg, std::move(group[0]), {}, &rt).isOk());
+  REQUIRE(createRuntimeOver(cfg, std::move(group[0]), {}, &rt).isOk());
   CHECK_FALSE(rt->deviceEnabled());
 
   float x[4] = {1, 2, 3, 4};

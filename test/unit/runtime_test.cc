@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "core/runtime.h"
+#include "test/support/runtime_over.h"
 #include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
 
@@ -29,7 +30,7 @@ void onRanks(int n, const std::function<void(Runtime&, int)>& fn, Config cfg = t
   REQUIRE(createLoopbackGroup(n, &group).isOk());
   std::vector<std::unique_ptr<Runtime>> rts(n);
   for (int r = 0; r < n; ++r) {
-    REQUIRE(Runtime::createWithTransport(cfg, std::move(group[r]), {}, &rts[r]).isOk());
+    REQUIRE(createRuntimeOver(cfg, std::move(group[r]), {}, &rts[r]).isOk());
   }
   std::vector<std::thread> threads;
   std::mutex failMu;
@@ -322,8 +323,8 @@ TEST_CASE("shutdown completes pending ops with the cause") {
   std::vector<std::unique_ptr<Transport>> group;
   REQUIRE(createLoopbackGroup(2, &group).isOk());
   std::unique_ptr<Runtime> a, b;
-  REQUIRE(Runtime::createWithTransport(testConfig(), std::move(group[0]), {}, &a).isOk());
-  REQUIRE(Runtime::createWithTransport(testConfig(), std::move(group[1]), {}, &b).isOk());
+  REQUIRE(createRuntimeOver(testConfig(), std::move(group[0]), {}, &a).isOk());
+  REQUIRE(createRuntimeOver(testConfig(), std::move(group[1]), {}, &b).isOk());
   std::vector<int32_t> x(4, 1);
   HandlePtr h;
   REQUIRE(b->allreduce("never", view(x.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum, 1,
@@ -345,8 +346,8 @@ TEST_CASE("a lost peer fails pending ops on the survivor within the timeout") {
   REQUIRE(createLoopbackGroup(2, &group).isOk());
   Transport* victim = group[1].get();
   std::unique_ptr<Runtime> a, b;
-  REQUIRE(Runtime::createWithTransport(cfg, std::move(group[0]), {}, &a).isOk());
-  REQUIRE(Runtime::createWithTransport(cfg, std::move(group[1]), {}, &b).isOk());
+  REQUIRE(createRuntimeOver(cfg, std::move(group[0]), {}, &a).isOk());
+  REQUIRE(createRuntimeOver(cfg, std::move(group[1]), {}, &b).isOk());
   // Rank 1 "dies": its transport aborts, its coordinator stops answering.
   victim->abort(Status(ErrorCode::kPeerLost, "rank 1 was killed"));
   std::vector<int32_t> x(4, 1);
@@ -400,7 +401,7 @@ TEST_CASE("shutdown from another thread ends a caller that runs rounds for an op
   REQUIRE(createLoopbackGroup(2, &group).isOk());
   std::vector<std::unique_ptr<Runtime>> rts(2);
   for (int r = 0; r < 2; ++r) {
-    REQUIRE(Runtime::createWithTransport(testConfig(), std::move(group[r]), {}, &rts[r]).isOk());
+    REQUIRE(createRuntimeOver(testConfig(), std::move(group[r]), {}, &rts[r]).isOk());
   }
   float x = 1;
   HandlePtr h;
