@@ -102,7 +102,7 @@ ParameterSearch::Dim dim(std::vector<double> levels, double start, bool fixed) {
 // The grids: Horovod searches 0-64 MB of fusion and 1-100 ms of cycle time; kolo's defaults
 // (128 MB, 1 ms) and its faster rounds widen both. The crossovers span the sizes where the
 // measured table (ops/select.cc) puts them at 2 to 4 ranks and beyond.
-std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks) {
+std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool crossoversUsed) {
   std::vector<double> fusion = {0};
   for (int mb = 1; mb <= 128; mb *= 2) fusion.push_back(mb * kMiB);
   const ops::AllreduceCrossovers x =
@@ -114,22 +114,28 @@ std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks) {
   dims[Autotuner::kCycle] =
       dim({0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100}, c.cycleTimeMs, at.cycleTimeSet);
   dims[Autotuner::kHdMin] = dim({4096, 16384, 65536, 262144, 524288, 1048576, 4194304},
-                                static_cast<double>(x.hdMinBytes), at.hdMinSet);
+                                static_cast<double>(x.hdMinBytes),
+                                at.hdMinSet || !crossoversUsed);
   dims[Autotuner::kRingMin] = dim({262144, 1048576, 4194304, 8388608, 16777216, 67108864},
-                                  static_cast<double>(x.ringMinBytes), at.ringMinSet);
+                                  static_cast<double>(x.ringMinBytes),
+                                  at.ringMinSet || !crossoversUsed);
   return dims;
 }
 
 }  // namespace
 
-Autotuner::Autotuner(const Config& config, int ranks, Logger log)
+Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossoversUsed)
     : opts_(config.autotune),
       hierarchicalAllreduce_(config.hierarchicalAllreduce),
       cacheEnabled_(config.cacheCapacity > 0),
       log_(std::move(log)),
-      search_(makeDims(config, ranks), config.autotune.maxSamples) {
+      search_(makeDims(config, ranks, crossoversUsed), config.autotune.maxSamples) {
   warmupRemaining_ = opts_.warmupSamples;
   active_ = !search_.done();
+  if (log_ && !crossoversUsed) {
+    log_->info("autotune: the allreduce crossovers are not tuned (the transport's native "
+               "allreduce runs every size)");
+  }
   if (log_ && !active_) {
     log_->info("autotune: every tunable knob is set explicitly; nothing to tune");
   }

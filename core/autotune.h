@@ -27,10 +27,13 @@
 // process).
 //
 // Which knobs: those the user did not set (Config::Autotune::*Set). A set knob keeps its value
-// (Horovod's "constant parameters"). hierarchical_allreduce, hierarchical_allgather and
+// (Horovod's "constant parameters"). The crossovers are searched only where they choose
+// something (ops::allreduceCrossoversUsed): on shared memory every allreduce is native, and
+// samples spent on them would only measure noise. hierarchical_allreduce, hierarchical_allgather and
 // cache_enabled are logged with their configured values (Horovod's columns) but not tuned:
-// kolo's hierarchical allreduce is a CUDA-only path and switching the response cache on and off
-// would throw away every rank's slots.
+// the hierarchical layout (host groups and their shared-memory segments) is built once at init
+// (core/coordinator.h), and switching the response cache on and off would throw away every
+// rank's slots.
 //
 // Lockstep: only rank 0 has an Autotuner. A new parameter set becomes a proposal; rank 0's
 // coordinator then forces a full round, carries the proposal in that round's response list
@@ -112,7 +115,9 @@ class Autotuner {
 
   // `config` gives the sample sizes, the log path, the starting values and which knobs are
   // fixed; `ranks` resolves the crossovers' table defaults. log may be null (tests).
-  Autotuner(const Config& config, int ranks, Logger log);
+  // crossoversUsed = false (ops::allreduceCrossoversUsed: the transport's native allreduce runs
+  // every size, as on shared memory) keeps the two crossovers out of the search.
+  Autotuner(const Config& config, int ranks, Logger log, bool crossoversUsed = true);
 
   // Opens KOLO_AUTOTUNE_LOG (truncating it) and writes the CSV header; ok when no log is set.
   Status open();

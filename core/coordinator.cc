@@ -41,7 +41,9 @@ Coordinator::Coordinator(Deps deps)
       cache_(static_cast<size_t>(d_.config.cacheCapacity)),
       hierarchy_(d_.hosts, d_.config.shm != ShmMode::kOff) {
   if (d_.rank == 0 && d_.config.autotune.enabled) {
-    autotune_ = std::make_unique<Autotuner>(d_.config, d_.size, d_.log);
+    const bool crossoversUsed =
+        d_.global == nullptr || ops::allreduceCrossoversUsed(*d_.global, d_.config.algorithms);
+    autotune_ = std::make_unique<Autotuner>(d_.config, d_.size, d_.log, crossoversUsed);
     Status s = autotune_->open();
     if (!s.isOk()) d_.log->warn("autotune runs without a log: {}", s.message());
   }

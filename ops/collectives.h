@@ -111,6 +111,11 @@ Status reducescatter(Transport& t, const AlgorithmConfig& cfg, const void* send,
 // and the transport has nativeAllreduceSpans (shared memory).
 bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes);
 
+// Whether the allreduce crossovers (AlgorithmConfig::allreduceCrossovers) decide anything on `t`:
+// false when every allreduce size runs the transport's native one (shared memory, NCCL) or one
+// algorithm named in `cfg`. The autotuner does not search knobs that change nothing.
+bool allreduceCrossoversUsed(const Transport& t, const AlgorithmConfig& cfg);
+
 // What the entry point above runs for `bytes` of payload (never kAuto): rule in select.cc.
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 // The timeline name of what the entry point above would run for `bytes` of payload

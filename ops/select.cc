@@ -194,6 +194,22 @@ Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType
   return ourChoice(cfg, op, t.size(), bytes);
 }
 
+bool allreduceCrossoversUsed(const Transport& t, const AlgorithmConfig& cfg) {
+  // The smallest size and a size past every crossover: the rule is monotone in between (a
+  // native preferred below some size, ours above it), so ours is reachable iff one end takes it.
+  for (size_t bytes : {size_t{1}, size_t{1} << 40}) {
+    Algorithm a = selectAlgorithm(t, cfg, OpType::kAllreduce, bytes);
+    if (a == Algorithm::kNative) continue;
+    Algorithm named = configured(cfg, OpType::kAllreduce);
+    if (appliesTo(named, OpType::kAllreduce) && named != Algorithm::kAuto &&
+        named != Algorithm::kNative) {
+      return false;  // one of ours, named: the crossovers are never read
+    }
+    return true;
+  }
+  return false;
+}
+
 bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_t bytes) {
   return t.capabilities().nativeAllreduceSpans &&
          selectAlgorithm(t, cfg, OpType::kAllreduce, bytes) == Algorithm::kNative;

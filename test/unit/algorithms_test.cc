@@ -295,6 +295,14 @@ TEST_CASE("selection: configured algorithms win, auto follows the size table") {
   CHECK(pick(OpType::kAllreduce, 4) == ops::Algorithm::kRecursiveDoubling);
   CHECK(pick(OpType::kBroadcast, 4) == ops::Algorithm::kTree);
 
+  // Loopback has no native allreduce: auto reads the crossovers; a named one of ours does not.
+  ops::AlgorithmConfig fresh;
+  CHECK(ops::allreduceCrossoversUsed(t8, fresh));
+  fresh.allreduce = ops::Algorithm::kNative;  // ours by size, as auto
+  CHECK(ops::allreduceCrossoversUsed(t8, fresh));
+  fresh.allreduce = ops::Algorithm::kHalvingDoubling;
+  CHECK_FALSE(ops::allreduceCrossoversUsed(t8, fresh));
+
   CHECK(ops::appliesTo(ops::Algorithm::kTree, OpType::kBroadcast));
   CHECK_FALSE(ops::appliesTo(ops::Algorithm::kTree, OpType::kAllreduce));
   CHECK_FALSE(ops::appliesTo(ops::Algorithm::kBruck, OpType::kAllreduce));

@@ -309,6 +309,9 @@ TEST_CASE("an explicitly set knob is fixed; nothing tunable means no tuning") {
   CHECK(p.allreduceRingMinBytes == 2097152);
   CHECK(p.allreduceHdMinBytes == static_cast<int64_t>(ops::effectiveCrossovers({}, 2).hdMinBytes));
   CHECK(t.active());  // the halving-doubling crossover is still free
+  // On a transport whose native allreduce runs every size the crossovers are not searched.
+  Autotuner native(c, 2, nullptr, false);
+  CHECK_FALSE(native.active());
 
   env["KOLO_ALLREDUCE_ALGORITHM"] = "ring";  // crossovers unused: fixed too
   REQUIRE(Config::fromEnvironment(&c, get).isOk());

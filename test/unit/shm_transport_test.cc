@@ -92,6 +92,11 @@ TEST_CASE("shm: identity, capabilities and the control transport") {
   ops::AlgorithmConfig cfg;
   CHECK(ops::plannedStep(*g[0], cfg, OpType::kAllreduce, 64 << 20) == "SHM_ALLREDUCE");
   CHECK(ops::plannedStep(*g[0], cfg, OpType::kAlltoall, 4096) == "P2P_ALLTOALL");
+  // Every allreduce size is native here: the crossovers decide nothing (autotune skips them),
+  // unless one of ours is forced, which reads them neither.
+  CHECK_FALSE(ops::allreduceCrossoversUsed(*g[0], cfg));
+  cfg.allreduce = ops::Algorithm::kRing;
+  CHECK_FALSE(ops::allreduceCrossoversUsed(*g[0], cfg));
 }
 
 TEST_CASE("shm: point-to-point keeps FIFO per tag across out-of-order posts, streams, self") {
