@@ -180,3 +180,17 @@ def _env():
     for var in [v for v in env if v.startswith("KOLO_") and v != "KOLO_LIBRARY"]:
         env.pop(var)
     return env
+
+
+def test_pyproject_lists_every_package():
+    """pip installs only the packages pyproject.toml names: each folder of kolo/ with an
+    __init__.py must be there (kolo.elastic and kolo.torch.elastic were missing)."""
+    import tomllib
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python")
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = set(tomllib.load(f)["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, _, files in os.walk(os.path.join(root, "kolo")):
+        if "__init__.py" in files:
+            found.add(os.path.relpath(folder, root).replace(os.sep, "."))
+    assert found == listed, (sorted(found), sorted(listed))
