@@ -261,6 +261,12 @@ Status Config::fromEnvironment(Config* out,
   KOLO_RETURN_IF_ERROR(env.getInt("ALLREDUCE_HD_MIN_BYTES", int64_t{1}, int64_t{1} << 40, &hdMin));
   KOLO_RETURN_IF_ERROR(
       env.getInt("ALLREDUCE_RING_MIN_BYTES", int64_t{1}, int64_t{1} << 40, &ringMin));
+  if (hdMin != 0 && ringMin != 0 && hdMin > ringMin) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "KOLO_ALLREDUCE_HD_MIN_BYTES=" + std::to_string(hdMin) +
+                      " is above KOLO_ALLREDUCE_RING_MIN_BYTES=" + std::to_string(ringMin) +
+                      ": halving-doubling would never run (set them equal to skip it)");
+  }
   c.algorithms.allreduceCrossovers.hdMinBytes = static_cast<size_t>(hdMin);
   c.algorithms.allreduceCrossovers.ringMinBytes = static_cast<size_t>(ringMin);
 

@@ -1,6 +1,7 @@
 #include "core/coordinator.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "core/fusion_planner.h"
@@ -51,7 +52,37 @@ Coordinator::Coordinator(Deps deps)
 
 Coordinator::~Coordinator() { shutdown(); }
 
+void Coordinator::warnUnavailableNatives() const {
+  const ops::AlgorithmConfig& cfg = d_.config.algorithms;
+  const std::pair<OpType, ops::Algorithm> asked[] = {
+      {OpType::kAllreduce, cfg.allreduce}, {OpType::kAllgather, cfg.allgather},
+      {OpType::kBroadcast, cfg.broadcast}, {OpType::kAlltoall, cfg.alltoall},
+      {OpType::kReducescatter, cfg.reducescatter}};
+  for (const auto& [op, algorithm] : asked) {
+    if (algorithm != ops::Algorithm::kNative) continue;
+    const size_t bytes = 1 << 20;
+    if (ops::selectAlgorithm(*d_.global, cfg, op, bytes) == ops::Algorithm::kNative) continue;
+    std::string upper = toString(op);
+    for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    d_.log->warn("KOLO_{}_ALGORITHM=native, but the {} transport has no native {}: kolo's own "
+                 "runs instead ({} for 1 MiB)",
+                 upper, d_.global->name(), toString(op),
+                 ops::plannedStep(*d_.global, cfg, op, bytes));
+  }
+}
+
 void Coordinator::start() {
+  ProcessSet world;
+  if (d_.rank == 0 && d_.config.algorithms.hierarchicalAllreduce == ops::Hierarchical::kOn &&
+      d_.sets->get(0, &world)) {
+    const ops::HostLayout* layout = hierarchy_.layout(world);
+    const std::string why = layout == nullptr ? "the ranks' host names are unknown"
+                                              : ops::hierarchyUnfit(*layout);
+    if (!why.empty()) {
+      d_.log->warn("KOLO_HIERARCHICAL_ALLREDUCE=1, but {}: host allreduces run flat", why);
+    }
+  }
+  if (d_.rank == 0 && d_.global != nullptr) warnUnavailableNatives();
   running_ = true;
   thread_ = std::thread([this] { loop(); });
 }

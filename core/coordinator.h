@@ -126,6 +126,9 @@ class Coordinator {
   void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);
   // Executes an agreed kAddProcessSet / kRemoveProcessSet on the ProcessSetTable (the one owner
   // of the sets) and tells the Negotiator and the cache of a removal. *id: the set's id.
+  // Rank 0 at start: a KOLO_<OP>_ALGORITHM=native the global transport cannot honour (kolo's
+  // own algorithm runs instead, select.cc rule 2) is said once, not left silent.
+  void warnUnavailableNatives() const;
   Status changeProcessSet(const Response& r, int32_t* id);
   void finish(const Status& cause);
   // Every rank, in the round whose response list carries them: the autotuner's knobs.

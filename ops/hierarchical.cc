@@ -39,6 +39,13 @@ bool hierarchicalFits(const HostLayout& layout) {
   return layout.homogeneous && layout.hosts > 1 && layout.local.size() > 1;
 }
 
+std::string hierarchyUnfit(const HostLayout& layout) {
+  if (layout.hosts <= 1) return "every rank is on one host";
+  if (!layout.homogeneous) return "the hosts hold different numbers of ranks";
+  if (layout.local.size() <= 1) return "each host holds one rank";
+  return "";
+}
+
 bool useHierarchical(const AlgorithmConfig& cfg, const HostLayout& layout, size_t bytes) {
   if (!hierarchicalFits(layout)) return false;
   switch (cfg.hierarchicalAllreduce) {

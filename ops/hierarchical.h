@@ -58,6 +58,11 @@ struct HostGroups {
   std::vector<unsigned char> shard;  // scratch for this rank's shard (grow-only)
 };
 
+// Why `layout` cannot run the hierarchical allreduce ("" when it can): one host, one member on
+// this host, or hosts of different sizes. For the warning when KOLO_HIERARCHICAL_ALLREDUCE=1
+// asks for it anyway (the allreduce then runs flat, as Horovod's falls back).
+std::string hierarchyUnfit(const HostLayout& layout);
+
 // Builds the groups of `set` (a transport over the set's members) for `layout` (planHosts over
 // the members' host names). Collective over every member of `set`; `setId` keeps rendezvous
 // keys apart. With `sharedMemory` (KOLO_SHM is not off) the local group tries shared memory

@@ -4,6 +4,8 @@
   missing rank once KOLO_STALL_CHECK_TIME_SECONDS has passed, also when the op was announced
   long ago and rounds carry nothing new (KOLO_STALL_SHUTDOWN_TIME_SECONDS=0: warn only), and the
   op then completes.
+- Settings the job cannot honour are said once by rank 0, not left silent: a forced
+  hierarchical allreduce on one host, a native algorithm the transport lacks.
 - Barriers are numbered per process set: a rank's barrier in a set of its own, or a refused one,
   does not shift its later global barriers (it did: a hang until the stall shutdown).
 Each job runs the kolo runtime (KOLO_LIBRARY, set by CTest) and ends within a bound; a
@@ -75,3 +77,18 @@ def test_barriers_are_numbered_per_process_set(np, tmp_path):
     assert "stall" not in r.stderr, r.stderr
     for rank in range(np):
         assert "[%d]<stdout>:DONE %d" % (rank, rank) in r.stdout, r.stdout
+
+
+def test_settings_that_cannot_be_honoured_are_warned_about(tmp_path):
+    r = run_job(tmp_path, 2, """
+        out = kolo.reducescatter(np.ones((2, 3), dtype=np.float32), op=kolo.Sum)
+        assert out.tolist() == [[2.0, 2.0, 2.0]], out
+        """, KOLO_SHM="off", KOLO_HIERARCHICAL_ALLREDUCE="1",
+        KOLO_REDUCESCATTER_ALGORITHM="native")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stderr.splitlines()
+    hier = [l for l in lines if "KOLO_HIERARCHICAL_ALLREDUCE=1, but every rank is on one host"
+            in l]
+    native = [l for l in lines if "KOLO_REDUCESCATTER_ALGORITHM=native, but the gloo transport "
+              "has no native reducescatter" in l and "RING_REDUCESCATTER" in l]
+    assert len(hier) == 1 and len(native) == 1, r.stderr

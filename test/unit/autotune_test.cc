@@ -318,6 +318,15 @@ TEST_CASE("an explicitly set knob is fixed; nothing tunable means no tuning") {
   Autotuner none(c, 2, nullptr);
   CHECK_FALSE(none.active());
 
+  env["KOLO_ALLREDUCE_HD_MIN_BYTES"] = "4194304";  // above the ring's 2 MiB: contradictory
+  Status crossed = Config::fromEnvironment(&c, get);
+  CHECK(crossed.code() == ErrorCode::kInvalidArgument);
+  CHECK(crossed.message() ==
+        "KOLO_ALLREDUCE_HD_MIN_BYTES=4194304 is above KOLO_ALLREDUCE_RING_MIN_BYTES=2097152: "
+        "halving-doubling would never run (set them equal to skip it)");
+  env["KOLO_ALLREDUCE_HD_MIN_BYTES"] = "2097152";  // equal: no halving-doubling, accepted
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+
   env["KOLO_AUTOTUNE_STEPS_PER_SAMPLE"] = "0";
   Status s = Config::fromEnvironment(&c, get);
   CHECK(s.message().find("KOLO_AUTOTUNE_STEPS_PER_SAMPLE='0'") != std::string::npos);

@@ -65,6 +65,11 @@ TEST_CASE("hierarchical rule: only homogeneous multi-host layouts; auto, on, off
   CHECK_FALSE(hierarchicalFits(oneHost));
   CHECK_FALSE(hierarchicalFits(onePerHost));
   CHECK_FALSE(hierarchicalFits(uneven));
+  // The reason the coordinator warns with when KOLO_HIERARCHICAL_ALLREDUCE=1 cannot be honoured.
+  CHECK(hierarchyUnfit(twoByTwo).empty());
+  CHECK(hierarchyUnfit(oneHost) == "every rank is on one host");
+  CHECK(hierarchyUnfit(onePerHost) == "each host holds one rank");
+  CHECK(hierarchyUnfit(uneven) == "the hosts hold different numbers of ranks");
   AlgorithmConfig cfg;
   for (size_t bytes : {size_t{4}, size_t{1} << 26}) {
     CHECK(useHierarchical(cfg, twoByTwo, bytes) == (bytes >= kHierarchicalMinBytes));
