@@ -331,17 +331,20 @@ def short(a):
 
 
 def markdown(rows, large):
+    # the large column in ms from 1 MiB up, else in us: a 4 KiB allreduce (--quick) takes tens
+    # of us, which "%.1f" ms printed as 0.0
+    unit, lscale, ldigits = ("ms", 1e-3, 1) if large >= (1 << 20) else ("us", 1.0, 0)
     lines = [
         "| np | mode | kolo runtime 4 B (us) | Gloo ring 4 B | Gloo HD 4 B | runtime / best Gloo "
         "| kolo-bench 4 B: best kolo / Gloo ring / Gloo HD (us) | kolo-bench %s: best kolo / "
-        "Gloo ring / Gloo HD (ms) |" % human(large),
+        "Gloo ring / Gloo HD (%s) |" % (human(large), unit),
         "| ---: | --- | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         g = best_gloo(r)
         rt = num(r["runtime_us"])
         ratio = "%.1f" % (rt / g) if rt is not None and g else "-"
         cells = []
-        for size, scale, digits in (("small", 1.0, 0), ("large", 1e-3, 1)):
+        for size, scale, digits in (("small", 1.0, 0), ("large", lscale, ldigits)):
             b = best_kolo(r, size)
             k = "-" if b is None else "%.*f (%s)" % (digits, b[1] * scale, short(b[0]))
             gr, gh = num(r["kb_%s_gloo_ring_us" % size]), num(r["kb_%s_gloo_hd_us" % size])
