@@ -296,21 +296,41 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   bool nothingNew = !shutdownRequested_;
   bool idle = !shutdownRequested_;
   bool joined = false;
+  // A grouped allreduce takes the cache only as a whole: its members are enqueued at once
+  // (TensorQueue::addGroup), so each rank sets all of a group's bits in one round or none, and
+  // the AND over the ranks releases the group together. One miss sends every member of the
+  // group through the Negotiator, whose group record would otherwise wait for members that
+  // went the cache's way.
+  looked_.clear();
+  missedGroups_.clear();
   d_.queue->forEach([&](TensorEntry& e) {
     beginNegotiation(e);
     idle = false;
     if (e.request.type == OpType::kJoin) joined = true;
-    uint32_t bit = 0;
-    // Grouped members always go through the Negotiator, which releases a group as a whole.
-    auto hit = e.request.groupSize > 0 ? ResponseCache::Lookup::kMiss : cache_.lookup(e.request, &bit);
-    if (hit == ResponseCache::Lookup::kHit) {
-      (*view)[kFlagCount + bit] = 1;
-      if (piggy_.carries(bit)) piggy_.fill(bit, e, cache_.response(bit), view->data() + payloadAt);
+    Looked l{&e, ResponseCache::Lookup::kMiss, 0};
+    l.hit = cache_.lookup(e.request, &l.bit);
+    if (e.request.groupSize > 0 && l.hit != ResponseCache::Lookup::kHit) {
+      missedGroups_.push_back(e.request.groupId);
     }
-    if (!e.announced && (hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
+    looked_.push_back(l);
+  });
+  for (Looked& l : looked_) {
+    TensorEntry& e = *l.entry;
+    if (e.request.groupSize > 0 && std::find(missedGroups_.begin(), missedGroups_.end(),
+                                             e.request.groupId) != missedGroups_.end()) {
+      l.hit = ResponseCache::Lookup::kMiss;
+    }
+    if (l.hit == ResponseCache::Lookup::kHit) {
+      (*view)[kFlagCount + l.bit] = 1;
+      if (piggy_.carries(l.bit)) {
+        piggy_.fill(l.bit, e, cache_.response(l.bit), view->data() + payloadAt);
+      }
+    }
+    if (!e.announced &&
+        (l.hit != ResponseCache::Lookup::kHit || now - e.enqueued > announceAfter)) {
       nothingNew = false;
     }
-  });
+  }
   if (joined) {
     // A joined rank takes part through full negotiation only (it has no entries to match).
     nothingNew = false;

@@ -156,6 +156,16 @@ class Coordinator {
   bool globalIdle_ = true;  // (roundMu_) last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
+  // exchangeCacheView's scratch (kept to reuse the allocations): each queued entry's cache
+  // lookup, and the groups with a member that missed (coordinator thread only). Entries stay
+  // valid through the round: only this thread removes them.
+  struct Looked {
+    TensorEntry* entry;
+    ResponseCache::Lookup hit;
+    uint32_t bit;
+  };
+  std::vector<Looked> looked_;
+  std::vector<int32_t> missedGroups_;
   std::unique_ptr<Autotuner> autotune_;              // rank 0 with KOLO_AUTOTUNE, else null
   uint64_t rounds_ = 0;                              // rounds run (the same on every rank)
   mutable std::mutex statusMu_;
