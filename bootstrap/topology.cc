@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "base/clock.h"
+
 namespace kolo {
 
 Status computeTopology(const std::vector<std::string>& hostnameOfRank, int rank, Topology* out) {
@@ -48,14 +50,12 @@ Status exchangeHostnames(Store& store, int rank, int size, const std::string& my
                    std::to_string(size) + " is invalid");
   KOLO_REQUIRE(!myHost.empty(), kInvalidArgument, "exchangeHostnames: empty hostname");
   // Clamped so that "effectively forever" cannot overflow the clock.
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::clamp(timeout, timeout.zero(), std::chrono::milliseconds(UINT32_MAX));
+  Deadline deadline = deadlineAfter(timeout);
   KOLO_RETURN_IF_ERROR(store.set("host/" + std::to_string(rank),
                                  std::vector<uint8_t>(myHost.begin(), myHost.end())));
   std::vector<std::string> result(size);
   for (int r = 0; r < size; ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     std::vector<uint8_t> value;
     Status s = store.get("host/" + std::to_string(r), &value, std::max(left, left.zero()));
     if (!s.isOk()) {

@@ -1,5 +1,7 @@
 // Private to the store implementations (store.cc, file_store.cc, tcp_store.cc,
-// test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in rendezvous/store.h), the counter encoding every store shares, and deadline arithmetic.
+// test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in
+// rendezvous/store.h), the counter encoding every store shares, and the timeout message (the
+// deadline arithmetic is base/clock.h's clampTimeout and deadlineAfter).
 //
 // Counters: add() keeps a key's value as exactly 8 bytes, the little-endian two's complement
 // int64 that the protocol's ADD reply carries, so get() of a counter returns the same bytes from
@@ -7,7 +9,6 @@
 // that holds anything other than 8 bytes fails rather than reinterpreting it.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -53,16 +54,10 @@ inline int64_t addWrapping(int64_t a, int64_t b) {
 }
 
 // Timeouts are clamped to [0, what the wire's u32 milliseconds can say], so "check once" is a
-// negative or zero timeout and huge ones cannot overflow the clock.
-inline std::chrono::milliseconds clampTimeout(std::chrono::milliseconds t) {
-  return std::clamp(t, std::chrono::milliseconds(0), std::chrono::milliseconds(UINT32_MAX));
-}
-
-inline Clock::time_point deadlineAfter(std::chrono::milliseconds timeout) {
-  return Clock::now() + clampTimeout(timeout);
-}
-
-
+// negative or zero timeout and huge ones cannot overflow the clock: base's clampTimeout and
+// deadlineAfter (base/clock.h), which the bootstrap's hostname exchange uses too.
+using kolo::clampTimeout;
+using kolo::deadlineAfter;
 
 inline std::string timeoutMessage(std::chrono::milliseconds timeout, const std::string& key,
                                   const std::string& where) {
