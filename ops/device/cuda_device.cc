@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_util.h"
+#include "ops/handle.h"
 
 namespace kolo {
 
@@ -29,6 +30,20 @@ Status cudaStreamWaitFor(void* event, int device, void* stream) {
   if (e != cudaSuccess) (void)cudaGetLastError();  // not left behind for the caller's next check
   return cuda::check(e, "cudaStreamWaitEvent (consumer stream after kolo's completion event)",
                      device);
+}
+
+Status allocateDeviceOutputs(const ops::BatchPlan& plan, const std::vector<TensorEntry*>& entries,
+                             int device, std::vector<void*>* outputs) {
+  return ops::allocateOutputs(
+      plan, entries,
+      [device](HandleState& h, size_t bytes, void** out) {
+        std::shared_ptr<void> mem;
+        KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
+        *out = mem.get();
+        h.ownedDeviceOutput = std::move(mem);
+        return Status::ok();
+      },
+      outputs);
 }
 
 Status CudaDeviceBase::checkPointer(const TensorView& t, const char* what) const {

@@ -1,7 +1,8 @@
 // CudaDeviceBase: the submission side every CUDA executor shares (the NCCL one, and the host-staged
 // one of KOLO_GPU_OPERATIONS=host): which device this rank drives, the checks on a device tensor,
 // and the ready event recorded on its producer's stream. Plus the two CUDA queries the registry
-// answers for the runtime (a device visible; a consumer stream waiting on a completion event).
+// answers for the runtime (a device visible; a consumer stream waiting on a completion event),
+// and the device outputs of a batch both executors allocate (allocateDeviceOutputs).
 //
 // Ownership: the executor owns its state; events are shared_ptrs (cuda::makeEvent). The device
 // choice (CudaDeviceChoice) may be shared by executors that serve one rank together (the auto
@@ -14,10 +15,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/config.h"
 #include "base/status.h"
 #include "base/tensor.h"
+#include "ops/batch_plan.h"
 #include "ops/device_executor.h"
 
 namespace kolo {
@@ -36,6 +39,11 @@ std::string deviceName(int device);
 // "<PCI bus id>" of a CUDA device (the physical GPU, whatever CUDA_VISIBLE_DEVICES numbers it),
 // or "cuda:<device>" when CUDA cannot say.
 std::string devicePciBusId(int device);
+
+// ops::allocateOutputs for a device batch: through each entry's allocator (it must return device
+// memory), else cudaMalloc'ed on `device` and owned by the handle (HandleState::ownedDeviceOutput).
+Status allocateDeviceOutputs(const ops::BatchPlan& plan, const std::vector<TensorEntry*>& entries,
+                             int device, std::vector<void*>* outputs);
 
 // Which device this rank drives (one per rank: the first device tensor fixes it), shared by the
 // executors that serve the rank.

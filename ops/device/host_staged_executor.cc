@@ -158,16 +158,7 @@ Status HostStagedExecutor::execute(const ops::ExecContext& ctx,
 
   // 4. Device outputs, the results back, one completion event.
   std::vector<void*> outputs;
-  KOLO_RETURN_IF_ERROR(ops::allocateOutputs(
-      plan, es,
-      [device](HandleState& h, size_t bytes, void** out) {
-        std::shared_ptr<void> mem;
-        KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
-        *out = mem.get();
-        h.ownedDeviceOutput = std::move(mem);
-        return Status::ok();
-      },
-      &outputs));
+  KOLO_RETURN_IF_ERROR(allocateDeviceOutputs(plan, es, device, &outputs));
   for (size_t i = 0; i < m; ++i) {
     if (es[i] == nullptr) continue;
     void* dst = plan.type == OpType::kBroadcast ? es[i]->input.data : outputs[i];

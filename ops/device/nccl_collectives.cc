@@ -59,20 +59,6 @@ Status NcclExecutor::plan(const ops::ExecContext& ctx, const Batch& rs, const En
                         out);
 }
 
-Status NcclExecutor::ownedOutputs(const ops::BatchPlan& p, const Entries& es, int device,
-                                  std::vector<void*>* outputs) {
-  return ops::allocateOutputs(
-      p, es,
-      [device](HandleState& h, size_t bytes, void** out) {
-        std::shared_ptr<void> mem;
-        KOLO_RETURN_IF_ERROR(cuda::allocateShared(device, bytes, &mem));
-        *out = mem.get();
-        h.ownedDeviceOutput = std::move(mem);
-        return Status::ok();
-      },
-      outputs);
-}
-
 Status NcclExecutor::runAllreduce(const ops::ExecContext& ctx, SetState& st, const Batch& rs,
                                   const Entries& es) {
   const Response& first = *rs[0];
@@ -154,7 +140,7 @@ Status NcclExecutor::runAllgather(const ops::ExecContext& ctx, SetState& st, con
   ops::BatchPlan p;
   KOLO_RETURN_IF_ERROR(plan(ctx, rs, es, {}, &p));
   std::vector<void*> outputs;
-  KOLO_RETURN_IF_ERROR(ownedOutputs(p, es, t.device(), &outputs));
+  KOLO_RETURN_IF_ERROR(allocateDeviceOutputs(p, es, t.device(), &outputs));
   KOLO_RETURN_IF_ERROR(waitReady(t, es));
   if (!p.fused) {
     KOLO_RETURN_IF_ERROR(
@@ -187,7 +173,7 @@ Status NcclExecutor::runAlltoall(const ops::ExecContext& ctx, SetState& st, cons
   ops::BatchPlan p;
   KOLO_RETURN_IF_ERROR(plan(ctx, Batch{rs[0]}, {&e}, {}, &p));  // one tensor
   std::vector<void*> outputs;
-  KOLO_RETURN_IF_ERROR(ownedOutputs(p, {&e}, t.device(), &outputs));
+  KOLO_RETURN_IF_ERROR(allocateDeviceOutputs(p, {&e}, t.device(), &outputs));
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));
   KOLO_RETURN_IF_ERROR(t.enqueueAlltoallv(e.input.data, p.sendBytes, outputs[0], p.recvBytes));
   return finish(t, {&e});
@@ -199,7 +185,7 @@ Status NcclExecutor::runReducescatter(const ops::ExecContext& ctx, SetState& st,
   ops::BatchPlan p;
   KOLO_RETURN_IF_ERROR(plan(ctx, Batch{rs[0]}, {&e}, {}, &p));  // one tensor
   std::vector<void*> outputs;
-  KOLO_RETURN_IF_ERROR(ownedOutputs(p, {&e}, t.device(), &outputs));
+  KOLO_RETURN_IF_ERROR(allocateDeviceOutputs(p, {&e}, t.device(), &outputs));
   void* staged = nullptr;
   KOLO_RETURN_IF_ERROR(fusionBuffer(p.bufferBytes, &staged));
   KOLO_RETURN_IF_ERROR(waitReady(t, {&e}));

@@ -105,12 +105,10 @@ class NcclExecutor final : public CudaDeviceBase {
   // fusion_.reserve / staging_.reserve, draining first when the buffer must grow.
   Status fusionBuffer(size_t bytes, void** out);
   Status stagingBuffer(size_t bytes, void** out);
-  // The batch's plan (ops/batch_plan.h) and its outputs; handle-owned outputs are cudaMalloc'ed
-  // on `device` (HandleState::ownedDeviceOutput).
+  // The batch's plan (ops/batch_plan.h); its outputs come from allocateDeviceOutputs
+  // (cuda_device.h).
   Status plan(const ops::ExecContext& ctx, const Batch& rs, const Entries& es,
               const ops::PlanOptions& options, ops::BatchPlan* out);
-  Status ownedOutputs(const ops::BatchPlan& p, const Entries& es, int device,
-                      std::vector<void*>* outputs);
   Status copies(NcclTransport& t, const std::vector<cuda::CopyDesc>& descs);
   Status scale(NcclTransport& t, void* data, size_t count, DataType dtype, double factor);
 
