@@ -104,6 +104,18 @@ Status makeEvent(int device, std::shared_ptr<void>* out) {
   return Status::ok();
 }
 
+Status queryEvent(cudaEvent_t event, bool* done, const char* what, int device) {
+  *done = false;
+  const cudaError_t e = cudaEventQuery(event);
+  if (e == cudaSuccess) {
+    *done = true;
+    return Status::ok();
+  }
+  if (e == cudaErrorNotReady) return Status::ok();
+  (void)cudaGetLastError();
+  return check(e, what, device);
+}
+
 void DeferredFrees::add(std::shared_ptr<void> mem, std::shared_ptr<void> event) {
   std::lock_guard<std::mutex> lock(mu_);
   items_.emplace_back(std::move(mem), std::move(event));

@@ -83,6 +83,13 @@ inline cudaEvent_t eventOf(const std::shared_ptr<void>& e) {
   return static_cast<cudaEvent_t>(e.get());
 }
 
+// One look at `event`: *done when the work before it completed, false while it runs; a failure
+// of that work is check()'s kIo naming `what` (the runtime's last error is cleared, so it is not
+// reported again by the caller's next call). `what` becomes a string only on failure: the call
+// is cheap enough for a polling loop. The waits that poll events (the NCCL transport's, the
+// host-staged executor's) add their own deadline and checks around it.
+Status queryEvent(cudaEvent_t event, bool* done, const char* what, int device = -1);
+
 // Device memory waiting for device work that may still use it: add() takes the memory and the
 // event of that work from any thread; reclaim() releases (so frees) the memory whose event
 // completed, never blocking. What is left when it is destroyed is released then.

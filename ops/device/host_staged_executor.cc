@@ -66,12 +66,10 @@ Status HostStagedExecutor::waitQueued(int device, Deadline deadline, std::shared
       cuda::check(cudaEventRecord(cuda::eventOf(done), stream_), "cudaEventRecord", device));
   Backoff backoff;
   for (;;) {
-    const cudaError_t e = cudaEventQuery(cuda::eventOf(done));
-    if (e == cudaSuccess) break;
-    if (e != cudaErrorNotReady) {
-      (void)cudaGetLastError();
-      return cuda::check(e, "host-staged copies", device);
-    }
+    bool finished = false;
+    KOLO_RETURN_IF_ERROR(
+        cuda::queryEvent(cuda::eventOf(done), &finished, "host-staged copies", device));
+    if (finished) break;
     if (Clock::now() >= deadline) {
       return Status(ErrorCode::kTimeout, "host-staged copies on " + deviceName(device) +
                                              " did not complete within the transport timeout");

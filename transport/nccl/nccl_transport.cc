@@ -265,12 +265,9 @@ Status NcclTransport::settle(ncclResult_t r, const char* what, Deadline deadline
 Status NcclTransport::queryEvent(cudaEvent_t event, Deadline deadline, bool* done) {
   *done = false;
   KOLO_RETURN_IF_ERROR(usable());
-  cudaError_t e = cudaEventQuery(event);
-  if (e == cudaSuccess) {
-    *done = true;
-    return Status::ok();
-  }
-  if (e != cudaErrorNotReady) return fail(cuda::check(e, describe() + ": device work failed"));
+  Status s = cuda::queryEvent(event, done, "device work failed");
+  if (!s.isOk()) return fail(Status(s.code(), describe() + ": " + s.message()));
+  if (*done) return Status::ok();
   ncclResult_t state = ncclSuccess;
   ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
   if (q != ncclSuccess) return fail(ncclError(q, "ncclCommGetAsyncError"));
