@@ -21,22 +21,21 @@
 #include <exception>
 #include <memory>
 
+#include "base/clock.h"
 #include "ops/collectives.h"
 #include "transport/gloo/gloo_internal.h"
 
 namespace kolo::bench {
 namespace {
 
-using BenchClock = std::chrono::steady_clock;
-
 template <typename Fn>
 Status timeIt(long warmup, long iters, Fn fn, std::vector<double>* us) {
   for (long i = 0; i < warmup; ++i) fn();
   us->assign(static_cast<size_t>(iters), 0.0);
   for (double& x : *us) {
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     fn();
-    x = std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+    x = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   return Status::ok();
 }

@@ -25,13 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "bench/bench_util.h"
 #include "kolo.h"
 
 namespace kolo::bench {
 namespace {
 
-using BenchClock = std::chrono::steady_clock;
 constexpr double kWaitSeconds = 300;
 
 struct Options {
@@ -118,14 +118,14 @@ Timing timeKolo(float* buf, size_t count, const Options& o) {
   const std::string name = "gpu-bench." + std::to_string(count);
   for (long i = 0; i < o.warmup + o.iters; ++i) {
     kolo_handle_t h = 0;
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     if (!ok(kolo_allreduce_async(name.c_str(), &t, nullptr, KOLO_SUM, 1.0, 1.0, 0, nullptr, nullptr,
                                  &h),
             "allreduce") ||
         !ok(kolo_handle_wait(h, kWaitSeconds), "allreduce wait")) {
       return {0, true};
     }
-    const double us = std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     kolo_handle_release(h);
     if (i >= o.warmup) times.push_back(us);
   }
@@ -139,13 +139,13 @@ Timing timeKolo(float* buf, size_t count, const Options& o) {
 Timing timeNccl(float* buf, size_t count, ncclComm_t comm, cudaStream_t stream, const Options& o) {
   std::vector<double> times;
   for (long i = 0; i < o.warmup + o.iters; ++i) {
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     if (ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm, stream) != ncclSuccess ||
         cudaStreamSynchronize(stream) != cudaSuccess) {
       std::fprintf(stderr, "kolo-gpu-bench: ncclAllReduce failed\n");
       return {0, true};
     }
-    const double us = std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     if (i >= o.warmup) times.push_back(us);
   }
   if (!hostAllreduce("gpu-bench.times.nccl", times.data(), static_cast<int>(times.size()),
@@ -189,10 +189,10 @@ double wrongElements(float* buf, size_t count, std::vector<float>* host) {
 void callCosts(float* buf, ncclComm_t comm, cudaStream_t stream, const Options& o) {
   auto timeIt = [&](const char* what, auto&& body) {
     body();  // warm
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     for (long i = 0; i < o.calls; ++i) body();
     const double us =
-        std::chrono::duration<double, std::micro>(BenchClock::now() - start).count() / o.calls;
+        std::chrono::duration<double, std::micro>(Clock::now() - start).count() / o.calls;
     if (kolo_rank() == 0) std::printf("#   %-58s %8.2f us\n", what, us);
   };
   if (kolo_rank() == 0) std::printf("# per-call costs (mean of %ld calls each)\n", o.calls);

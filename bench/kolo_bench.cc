@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/clock.h"
 #include "bench/bench_job.h"
 #include "bench/bench_util.h"
 #include "bench/collective_case.h"
@@ -31,8 +32,6 @@
 
 namespace kolo::bench {
 namespace {
-
-using BenchClock = std::chrono::steady_clock;
 
 struct Options {
   size_t minBytes = 4;
@@ -203,10 +202,10 @@ Status measure(Transport& t, CaseRunner& runner, const Options& o, Row* row) {
   KOLO_RETURN_IF_ERROR(barrier(t));
   std::vector<double> us(static_cast<size_t>(o.iters));
   for (long i = 0; i < o.iters; ++i) {
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     KOLO_RETURN_IF_ERROR(runner.runOnce(row->algorithm, i == 0 ? &row->impl : nullptr));
     us[static_cast<size_t>(i)] =
-        std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+        std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   // Iteration i took as long as its slowest rank; the row reports the mean of that.
   KOLO_RETURN_IF_ERROR(

@@ -14,12 +14,13 @@
 #include <cstring>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/types.h"
 #include "kernels/reduce_cpu.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using kolo::Clock;
 
 struct Case {
   kolo::DataType dtype;

@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "bench/bench_job.h"
 #include "bench/bench_util.h"
 #include "bench/pattern.h"
@@ -50,11 +51,10 @@
 namespace kolo::bench {
 namespace {
 
-using BenchClock = std::chrono::steady_clock;
 constexpr double kWaitSeconds = 300;  // bound on any single wait on a kolo handle
 
-double microsSince(BenchClock::time_point start) {
-  return std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+double microsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
 struct Options {
@@ -186,7 +186,7 @@ Status timeLoop(long warmup, long iters, Fn fn, std::vector<double>* us) {
   for (long i = 0; i < warmup; ++i) KOLO_RETURN_IF_ERROR(fn());
   us->assign(static_cast<size_t>(iters), 0.0);
   for (double& x : *us) {
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     KOLO_RETURN_IF_ERROR(fn());
     x = microsSince(start);
   }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <vector>
 
+#include "base/clock.h"
 #include "bench/bench_job.h"
 #include "bench/gloo_algorithms.h"
 #include "bench/pattern.h"
@@ -14,8 +15,6 @@
 
 namespace kolo::bench {
 namespace {
-
-using BenchClock = std::chrono::steady_clock;
 
 ops::AlgorithmConfig forced(ops::Algorithm a, size_t segmentBytes) {
   ops::AlgorithmConfig cfg;
@@ -34,9 +33,9 @@ Status timeLoop(Transport& t, long warmup, long iters, Fn fn, std::vector<double
   for (long i = 0; i < warmup; ++i) KOLO_RETURN_IF_ERROR(fn());
   us->assign(static_cast<size_t>(iters), 0.0);
   for (double& x : *us) {
-    const auto start = BenchClock::now();
+    const auto start = Clock::now();
     KOLO_RETURN_IF_ERROR(fn());
-    x = std::chrono::duration<double, std::micro>(BenchClock::now() - start).count();
+    x = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
   return maxOverRanks(t, us);
 }
