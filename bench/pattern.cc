@@ -31,12 +31,12 @@ inline void encode(DataType dtype, int64_t v, void* base, size_t i) {
       return;
     }
     case DataType::kFloat16: {
-      const uint16_t h = ops::floatToHalf(static_cast<float>(v));
+      const uint16_t h = kernels::floatToHalf(static_cast<float>(v));
       std::memcpy(p + i * 2, &h, 2);
       return;
     }
     case DataType::kBFloat16: {
-      const uint16_t b = ops::floatToBfloat16(static_cast<float>(v));
+      const uint16_t b = kernels::floatToBfloat16(static_cast<float>(v));
       std::memcpy(p + i * 2, &b, 2);
       return;
     }

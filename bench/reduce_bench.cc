@@ -1,4 +1,4 @@
-// kolo-reduce-bench: single-thread throughput of ops::reduceInto (kSum) on host buffers.
+// kolo-reduce-bench: single-thread throughput of kernels::reduceInto (kSum) on host buffers.
 //
 // Usage: kolo-reduce-bench [seconds-per-case]   (default 0.3)
 //
@@ -36,10 +36,10 @@ void fill(std::vector<unsigned char>* buf, kolo::DataType dtype, float value) {
     if (dtype == kolo::DataType::kFloat32) {
       std::memcpy(p + i * elem, &value, elem);
     } else if (dtype == kolo::DataType::kFloat16) {
-      const uint16_t h = kolo::ops::floatToHalf(value);
+      const uint16_t h = kolo::kernels::floatToHalf(value);
       std::memcpy(p + i * elem, &h, elem);
     } else if (dtype == kolo::DataType::kBFloat16) {
-      const uint16_t b = kolo::ops::floatToBfloat16(value);
+      const uint16_t b = kolo::kernels::floatToBfloat16(value);
       std::memcpy(p + i * elem, &b, elem);
     } else {
       const int32_t v = static_cast<int32_t>(value * 1000) + static_cast<int32_t>(i % 7);
@@ -74,12 +74,12 @@ int main(int argc, char** argv) {
       fill(&src, c.dtype, 0.001f);
       const size_t count = bytes / kolo::sizeOf(c.dtype);
       // One untimed call warms caches and TLB.
-      kolo::ops::reduceInto(dst.data(), src.data(), count, c.dtype, kolo::ReduceOp::kSum);
+      kolo::kernels::reduceInto(dst.data(), src.data(), count, c.dtype, kolo::ReduceOp::kSum);
       size_t iters = 0;
       const auto start = Clock::now();
       double elapsed = 0;
       while (elapsed < minSeconds || iters < 3) {
-        kolo::ops::reduceInto(dst.data(), src.data(), count, c.dtype, kolo::ReduceOp::kSum);
+        kolo::kernels::reduceInto(dst.data(), src.data(), count, c.dtype, kolo::ReduceOp::kSum);
         ++iters;
         elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       }

@@ -40,7 +40,7 @@ void Piggyback::fill(uint32_t bit, const TensorEntry& e, const Response& cached,
   const ops::ReduceRegion& r = regions_[regionOf_[bit]];
   uint8_t* dst = payload + r.offset;
   std::memcpy(dst, e.input.data, r.count * sizeOf(r.dtype));
-  ops::scaleInPlace(dst, r.count, r.dtype, cached.prescale);
+  kernels::scaleInPlace(dst, r.count, r.dtype, cached.prescale);
 }
 
 void Piggyback::regions(size_t base, std::vector<ops::ReduceRegion>* out) const {
@@ -55,8 +55,8 @@ void Piggyback::deliver(uint32_t bit, const uint8_t* payload, const Response& ca
   const ops::ReduceRegion& r = regions_[regionOf_[bit]];
   void* dst = e.output.data != nullptr ? e.output.data : e.input.data;
   std::memcpy(dst, payload + r.offset, r.count * sizeOf(r.dtype));
-  ops::scaleInPlace(dst, r.count, r.dtype,
-                    ops::averagedPostscale(cached.postscale, cached.reduceOp, ranks_));
+  kernels::scaleInPlace(dst, r.count, r.dtype,
+                        kernels::averagedPostscale(cached.postscale, cached.reduceOp, ranks_));
 }
 
 }  // namespace kolo

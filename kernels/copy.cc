@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #endif
 
-namespace kolo::ops {
+namespace kolo::kernels {
 namespace {
 
 // Below this, memcpy's own small-size paths are as good as anything (and never `rep movsb`).
@@ -75,4 +75,4 @@ void copyBytes(void* dst, const void* src, size_t n) {
 #endif
 }
 
-}  // namespace kolo::ops
+}  // namespace kolo::kernels

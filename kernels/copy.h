@@ -14,8 +14,8 @@
 
 #include <cstddef>
 
-namespace kolo::ops {
+namespace kolo::kernels {
 
 void copyBytes(void* dst, const void* src, size_t n);
 
-}  // namespace kolo::ops
+}  // namespace kolo::kernels

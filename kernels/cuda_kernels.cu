@@ -3,7 +3,7 @@
 //    microseconds of launch overhead apiece, more than the copy). One launch handles up to 64
 //    descriptors passed by value; blockIdx.y picks the descriptor, the x blocks stride over its
 //    bytes with the widest word (16, 8, 4, 2 or 1 bytes) that src, dst and size all allow.
-//  - scale: the same rounding rules as ops::scaleInPlace (integers truncate toward zero, as
+//  - scale: the same rounding rules as kernels::scaleInPlace (integers truncate toward zero, as
 //    Horovod's C conversion does), so a tensor allreduced on the GPU and the same tensor
 //    allreduced on the CPU agree bit for bit (NaN payloads aside). No fast-math: fp32 keeps
 //    subnormals, as on the host.

@@ -31,7 +31,7 @@ constexpr size_t kLargeCopyBytes = size_t{1} << 20;
 // kernel launches as possible, the large ones as device-to-device cudaMemcpyAsync.
 cudaError_t batchedCopy(const CopyDesc* descs, size_t n, cudaStream_t stream);
 
-// data[i] *= factor, exactly as ops::scaleInPlace on the host: fp32/fp64 multiply in their own
+// data[i] *= factor, exactly as kernels::scaleInPlace on the host: fp32/fp64 multiply in their own
 // precision, fp16/bf16 through float with round-to-nearest-even (NaN encodings may differ from
 // the host's), integers in double truncated toward zero and saturated (NaN becomes 0),
 // bool unchanged. No-op when factor == 1 or count == 0.

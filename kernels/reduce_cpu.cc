@@ -2,8 +2,8 @@
 //
 // Why it looks like this:
 //  - Every (dtype, op) pair is one instantiation of a tiny loop over a stateless functor, so GCC
-//    sees a straight-line body and vectorizes it at -O3 with plain SSE2 (ops/CMakeLists.txt sets
-//    -O3 -fno-trapping-math for this file only; no -march flag, the binary must run anywhere).
+//    sees a straight-line body and vectorizes it at -O3 with plain SSE2 (kernels/CMakeLists.txt
+//    sets -O3 -fno-trapping-math for this file only; no -march flag, the binary must run anywhere).
 //  - The loops take __restrict pointers. The aliasing the contract allows (dst == src, dst == a,
 //    dst == b) is dispatched to a loop whose operands really are distinct, instead of leaving
 //    GCC a runtime overlap check that would send exact aliasing down the scalar path.
@@ -41,7 +41,7 @@
 #define KOLO_HAVE_F16C_PATH 1
 #endif
 
-namespace kolo::ops {
+namespace kolo::kernels {
 namespace {
 
 constexpr size_t kBlock = 256;  // fp16/bf16 elements converted per step (2 x 1 KiB of floats)
@@ -508,4 +508,4 @@ uint16_t floatToHalf(float f) { return static_cast<uint16_t>(floatToHalfWide(f))
 float bfloat16ToFloat(uint16_t b) { return bfloat16ToFloatImpl(b); }
 uint16_t floatToBfloat16(float f) { return static_cast<uint16_t>(floatToBfloat16Wide(f)); }
 
-}  // namespace kolo::ops
+}  // namespace kolo::kernels

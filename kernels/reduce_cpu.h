@@ -20,7 +20,7 @@
 
 #include "base/types.h"
 
-namespace kolo::ops {
+namespace kolo::kernels {
 
 // dst[i] = op(dst[i], src[i]) for i in [0, count). dst and src may not overlap partially.
 void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
@@ -44,4 +44,4 @@ uint16_t floatToHalf(float f);  // round to nearest even, handles inf/NaN/subnor
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);  // round to nearest even, NaN stays NaN
 
-}  // namespace kolo::ops
+}  // namespace kolo::kernels

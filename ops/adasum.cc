@@ -82,10 +82,10 @@ void partialDots(const uint8_t* a, const uint8_t* b, size_t n, DataType dt, doub
   switch (dt) {
     case DataType::kFloat16:
       return dotsOf(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n,
-                    halfToFloat, out);
+                    kernels::halfToFloat, out);
     case DataType::kBFloat16:
       return dotsOf(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n,
-                    bfloat16ToFloat, out);
+                    kernels::bfloat16ToFloat, out);
     case DataType::kFloat32:
       return dotsOf(reinterpret_cast<const float*>(a), reinterpret_cast<const float*>(b), n,
                     [](float v) { return static_cast<double>(v); }, out);
@@ -99,10 +99,10 @@ void partialDots(const uint8_t* a, const uint8_t* b, size_t n, DataType dt, doub
 void combineInto(uint8_t* a, double ca, const uint8_t* b, double cb, size_t n, DataType dt) {
   switch (dt) {
     case DataType::kFloat16:
-      return scaledAdd16<halfToFloat, floatToHalf>(reinterpret_cast<uint16_t*>(a), ca,
-                                                   reinterpret_cast<const uint16_t*>(b), cb, n);
+      return scaledAdd16<kernels::halfToFloat, kernels::floatToHalf>(
+          reinterpret_cast<uint16_t*>(a), ca, reinterpret_cast<const uint16_t*>(b), cb, n);
     case DataType::kBFloat16:
-      return scaledAdd16<bfloat16ToFloat, floatToBfloat16>(
+      return scaledAdd16<kernels::bfloat16ToFloat, kernels::floatToBfloat16>(
           reinterpret_cast<uint16_t*>(a), ca, reinterpret_cast<const uint16_t*>(b), cb, n);
     case DataType::kFloat32:
       return scaledAdd(reinterpret_cast<float*>(a), ca, reinterpret_cast<const float*>(b), cb, n);

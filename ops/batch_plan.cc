@@ -199,7 +199,7 @@ Status planBatch(const std::vector<const Response*>& responses,
   p.me = me;
   p.root = first.root;
   p.prescale = first.prescale;
-  p.postscale = averagedPostscale(first.postscale, first.reduceOp, setSize);
+  p.postscale = kernels::averagedPostscale(first.postscale, first.reduceOp, setSize);
   switch (first.type) {
     case OpType::kAllreduce:
       KOLO_RETURN_IF_ERROR(planAllreduce(responses, entries, options, &p));

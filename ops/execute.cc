@@ -107,8 +107,8 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
     for (size_t i = 0; i < es.size(); ++i) {
       if (es[i] == nullptr) continue;
       copyBytes(outputs[i], es[i]->input.data, p.counts[i] * p.elemSize);
-      scaleInPlace(outputs[i], p.counts[i], p.dtype, p.prescale);  // rounds like n > 1
-      scaleInPlace(outputs[i], p.counts[i], p.dtype, p.postscale);
+      kernels::scaleInPlace(outputs[i], p.counts[i], p.dtype, p.prescale);  // rounds like n > 1
+      kernels::scaleInPlace(outputs[i], p.counts[i], p.dtype, p.postscale);
     }
     return Status::ok();
   }
@@ -129,7 +129,7 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
     steps.end();
     if (!s.isOk()) return s;
     for (size_t i = 0; i < es.size(); ++i) {
-      scaleInPlace(spans[i].out, p.counts[i], p.dtype, p.postscale);
+      kernels::scaleInPlace(spans[i].out, p.counts[i], p.dtype, p.postscale);
     }
     return Status::ok();
   }
@@ -142,7 +142,7 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
   } else {
     packIn(p, es, buf);  // out of place: the input into the output, where the collective runs
   }
-  scaleInPlace(buf, p.count, p.dtype, p.prescale);
+  kernels::scaleInPlace(buf, p.count, p.dtype, p.prescale);
   Status s;
   if (p.op == ReduceOp::kAdasum) {
     steps.begin("ADASUM_ALLREDUCE");
@@ -160,7 +160,7 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
   }
   steps.end();
   if (!s.isOk()) return s;
-  scaleInPlace(buf, p.count, p.dtype, p.postscale);
+  kernels::scaleInPlace(buf, p.count, p.dtype, p.postscale);
   if (p.fused) {
     steps.begin("MEMCPY_OUT_FUSION_BUFFER");
     unpackOut(p, outputs, buf);
@@ -215,7 +215,7 @@ Status runReducescatter(const ExecContext& ctx, const BatchPlan& p, TensorEntry&
   char* staged = nullptr;
   KOLO_RETURN_IF_ERROR(reserveFusion(ctx, p.bufferBytes, "staging buffer", &staged));
   packIn(p, {&e}, staged);
-  scaleInPlace(staged, p.count, p.dtype, p.prescale);
+  kernels::scaleInPlace(staged, p.count, p.dtype, p.prescale);
   std::vector<void*> outputs;
   KOLO_RETURN_IF_ERROR(allocateOutputs(p, {&e}, ownOnHost, &outputs));
   steps.begin(
@@ -224,7 +224,7 @@ Status runReducescatter(const ExecContext& ctx, const BatchPlan& p, TensorEntry&
                                 p.rankCounts, p.dtype, p.op);
   steps.end();
   if (!s.isOk()) return s;
-  scaleInPlace(outputs[0], p.rankCounts[p.me], p.dtype, p.postscale);
+  kernels::scaleInPlace(outputs[0], p.rankCounts[p.me], p.dtype, p.postscale);
   return Status::ok();
 }
 

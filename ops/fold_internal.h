@@ -49,9 +49,9 @@ inline void combineOrdered(uint8_t* mine, const uint8_t* theirs, size_t count, D
                            ReduceOp op, bool iAmLower) {
   if (count == 0) return;
   if (iAmLower) {
-    reduceInto(mine, theirs, count, dtype, op);
+    kernels::reduceInto(mine, theirs, count, dtype, op);
   } else {
-    reduce3(mine, theirs, mine, count, dtype, op);
+    kernels::reduce3(mine, theirs, mine, count, dtype, op);
   }
 }
 

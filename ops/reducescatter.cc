@@ -87,7 +87,7 @@ Status ringReducescatter(Transport& t, const void* send, void* recv,
         t, next, prev, internal::kTagReducescatter, sendFrom, sendLen, recvLen, segBytes,
         [&](size_t k) { return into + k * segBytes; },
         [&](size_t, uint8_t* got, size_t off, size_t len) {
-          reduceInto(got, own + off, len / esize, dtype, op);
+          kernels::reduceInto(got, own + off, len / esize, dtype, op);
         }));
     sendFrom = into;
   }

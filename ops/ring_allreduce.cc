@@ -70,7 +70,7 @@ Status ringAllreduce(Transport& t, void* data, size_t count, DataType dtype, Red
         t, next, prev, internal::kTagAllreduce, base + sendOff, sendLen, recvLen, segBytes,
         [&](size_t k) { return scratch.get() + (k % 2) * slotBytes; },
         [&](size_t, uint8_t* got, size_t off, size_t len) {
-          reduceInto(dst + off, got, len / esize, dtype, op);
+          kernels::reduceInto(dst + off, got, len / esize, dtype, op);
         }));
   }
 

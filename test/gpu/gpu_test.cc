@@ -49,7 +49,7 @@ void checkScale(DataType dt, const std::vector<T>& host, double factor) {
   REQUIRE(cuda::scale(d.get(), host.size(), dt, factor, nullptr) == cudaSuccess);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   std::vector<T> expected = host;
-  ops::scaleInPlace(expected.data(), expected.size(), dt, factor);
+  kernels::scaleInPlace(expected.data(), expected.size(), dt, factor);
   std::vector<T> got = d.download();
   INFO(toString(dt) << " x " << factor);
   REQUIRE(std::memcmp(got.data(), expected.data(), got.size() * sizeof(T)) == 0);
@@ -79,7 +79,7 @@ using gputest::waitFor;
 
 }  // namespace
 
-TEST_CASE("scale kernels match ops::scaleInPlace bit for bit") {
+TEST_CASE("scale kernels match kernels::scaleInPlace bit for bit") {
   REQUIRE(cudaSetDevice(0) == cudaSuccess);
   const size_t n = 100003;
   for (double f : {0.5, 3.0, -1.25, 1.0 / 3.0, 1e10}) {
@@ -96,8 +96,8 @@ TEST_CASE("scale kernels match ops::scaleInPlace bit for bit") {
     for (size_t i = 0; i < n; ++i) {
       // Every tenth value is tiny, so subnormal results are covered too.
       float x = i % 10 == 0 ? small(rng()) * 1e-9f : small(rng());
-      h[i] = ops::floatToHalf(x);
-      b[i] = ops::floatToBfloat16(wide(rng()));
+      h[i] = kernels::floatToHalf(x);
+      b[i] = kernels::floatToBfloat16(wide(rng()));
       f32[i] = i % 10 == 0 ? small(rng()) * 1e-42f : wide(rng());
       f64[i] = static_cast<double>(wide(rng())) * 1e100;
     }
@@ -150,7 +150,7 @@ TEST_CASE("reduceSlices folds int16, uint16 and bool like the host reductions") 
           x = static_cast<uint8_t>(rng()() % (dt == DataType::kBool ? 3 : 256));
         std::vector<uint8_t> expected(slices.begin(), slices.begin() + count * elem);
         for (int k = 1; k < parts; ++k) {
-          ops::reduceInto(expected.data(), slices.data() + k * stride * elem, count, dt, op);
+          kernels::reduceInto(expected.data(), slices.data() + k * stride * elem, count, dt, op);
         }
         DeviceArray<uint8_t> d(slices), out(count * elem);
         REQUIRE(cuda::reduceSlices(out.get(), d.get(), count, parts, stride, dt, op, nullptr) ==

@@ -47,12 +47,12 @@ inline double floatInput(ReduceOp op, uint64_t bits) {
 inline void storeFloat(DataType dt, double x, uint8_t* p) {
   switch (dt) {
     case DataType::kFloat16: {
-      uint16_t h = ops::floatToHalf(static_cast<float>(x));
+      uint16_t h = kernels::floatToHalf(static_cast<float>(x));
       std::memcpy(p, &h, 2);
       return;
     }
     case DataType::kBFloat16: {
-      uint16_t h = ops::floatToBfloat16(static_cast<float>(x));
+      uint16_t h = kernels::floatToBfloat16(static_cast<float>(x));
       std::memcpy(p, &h, 2);
       return;
     }
@@ -74,10 +74,10 @@ inline double loadFloat(DataType dt, const uint8_t* p) {
   switch (dt) {
     case DataType::kFloat16:
       std::memcpy(&h, p, 2);
-      return ops::halfToFloat(h);
+      return kernels::halfToFloat(h);
     case DataType::kBFloat16:
       std::memcpy(&h, p, 2);
-      return ops::bfloat16ToFloat(h);
+      return kernels::bfloat16ToFloat(h);
     case DataType::kFloat32:
       std::memcpy(&f, p, 4);
       return f;

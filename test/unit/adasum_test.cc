@@ -59,10 +59,10 @@ double toDouble(const std::vector<uint8_t>& buf, size_t i, DataType dt) {
   switch (dt) {
     case DataType::kFloat16:
       std::memcpy(&h, buf.data() + 2 * i, 2);
-      return ops::halfToFloat(h);
+      return kernels::halfToFloat(h);
     case DataType::kBFloat16:
       std::memcpy(&h, buf.data() + 2 * i, 2);
-      return ops::bfloat16ToFloat(h);
+      return kernels::bfloat16ToFloat(h);
     case DataType::kFloat32: {
       float f;
       std::memcpy(&f, buf.data() + 4 * i, 4);
@@ -80,11 +80,11 @@ void store(std::vector<uint8_t>* buf, size_t i, DataType dt, double v) {
   uint16_t h;
   switch (dt) {
     case DataType::kFloat16:
-      h = ops::floatToHalf(static_cast<float>(v));
+      h = kernels::floatToHalf(static_cast<float>(v));
       std::memcpy(buf->data() + 2 * i, &h, 2);
       break;
     case DataType::kBFloat16:
-      h = ops::floatToBfloat16(static_cast<float>(v));
+      h = kernels::floatToBfloat16(static_cast<float>(v));
       std::memcpy(buf->data() + 2 * i, &h, 2);
       break;
     case DataType::kFloat32: {

@@ -81,7 +81,7 @@ Bytes treeReference(const std::vector<Bytes>& in, size_t count, DataType dtype, 
   std::vector<Bytes> level;
   for (int i = 0; i < rem; ++i) {
     Bytes x = in[2 * i];
-    if (count > 0) ops::reduceInto(x.data(), in[2 * i + 1].data(), count, dtype, op);
+    if (count > 0) kernels::reduceInto(x.data(), in[2 * i + 1].data(), count, dtype, op);
     level.push_back(x);
   }
   for (int r = 2 * rem; r < n; ++r) level.push_back(in[r]);
@@ -89,7 +89,7 @@ Bytes treeReference(const std::vector<Bytes>& in, size_t count, DataType dtype, 
     std::vector<Bytes> next;
     for (size_t i = 0; i < level.size(); i += 2) {
       Bytes x = level[i];
-      if (count > 0) ops::reduceInto(x.data(), level[i + 1].data(), count, dtype, op);
+      if (count > 0) kernels::reduceInto(x.data(), level[i + 1].data(), count, dtype, op);
       next.push_back(x);
     }
     level.swap(next);

@@ -15,7 +15,7 @@ TEST_CASE("copyBytes copies exactly n bytes at every size and alignment") {
       for (size_t dof : offsets) {
         std::vector<uint8_t> src(n + 64), dst(n + 128, 0xA5);
         for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + n);
-        kolo::ops::copyBytes(dst.data() + 32 + dof, src.data() + so, n);
+        kolo::kernels::copyBytes(dst.data() + 32 + dof, src.data() + so, n);
         INFO("n " << n << " src offset " << so << " dst offset " << dof);
         bool same = true;
         for (size_t i = 0; i < n; ++i) same = same && dst[32 + dof + i] == src[so + i];
@@ -27,5 +27,5 @@ TEST_CASE("copyBytes copies exactly n bytes at every size and alignment") {
       }
     }
   }
-  kolo::ops::copyBytes(nullptr, nullptr, 0);  // as memcpy: nothing to do
+  kolo::kernels::copyBytes(nullptr, nullptr, 0);  // as memcpy: nothing to do
 }

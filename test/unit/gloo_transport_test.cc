@@ -76,10 +76,10 @@ void encode(double x, DataType dt, uint8_t* p) {
       put(static_cast<int16_t>(x));
       break;
     case DataType::kFloat16:
-      put(ops::floatToHalf(static_cast<float>(x)));
+      put(kernels::floatToHalf(static_cast<float>(x)));
       break;
     case DataType::kBFloat16:
-      put(ops::floatToBfloat16(static_cast<float>(x)));
+      put(kernels::floatToBfloat16(static_cast<float>(x)));
       break;
     case DataType::kInt32:
       put(static_cast<int32_t>(x));
@@ -251,7 +251,7 @@ TEST_CASE("gloo: native collectives over every dtype") {
         if (r == 0) {
           expect = data[0];
         } else {
-          ops::reduceInto(expect.data(), data[r].data(), count, dt, op);
+          kernels::reduceInto(expect.data(), data[r].data(), count, dt, op);
         }
       }
       requireAllOk(

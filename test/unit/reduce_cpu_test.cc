@@ -16,7 +16,7 @@
 #include "base/types.h"
 
 using namespace kolo;
-using namespace kolo::ops;
+using namespace kolo::kernels;
 
 namespace {
 

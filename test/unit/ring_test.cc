@@ -204,11 +204,11 @@ TEST_CASE("ring allreduce float16 matches the reduce functions bitwise") {
         std::vector<std::vector<uint16_t>> bufs(static_cast<size_t>(n),
                                                 std::vector<uint16_t>(count));
         for (int r = 0; r < n; ++r) {
-          for (size_t i = 0; i < count; ++i) bufs[r][i] = ops::floatToHalf(halfInput(r, i));
+          for (size_t i = 0; i < count; ++i) bufs[r][i] = kernels::floatToHalf(halfInput(r, i));
         }
         std::vector<uint16_t> ref = bufs[0];
         for (int r = 1; r < n; ++r) {
-          ops::reduceInto(ref.data(), bufs[r].data(), count, DataType::kFloat16, op);
+          kernels::reduceInto(ref.data(), bufs[r].data(), count, DataType::kFloat16, op);
         }
         requireAllOk(runRanks(n, [&](Transport& t, int r) {
           return ops::ringAllreduce(t, bufs[r].data(), count, DataType::kFloat16, op, 1000);
@@ -370,12 +370,13 @@ TEST_CASE("ring reducescatter with uneven blocks, int32 bitwise and float16") {
         std::vector<std::vector<uint16_t>> hsend(static_cast<size_t>(n)),
             hrecv(static_cast<size_t>(n));
         for (int r = 0; r < n; ++r) {
-          for (size_t i = 0; i < total; ++i) hsend[r].push_back(ops::floatToHalf(halfInput(r, i)));
+          for (size_t i = 0; i < total; ++i)
+            hsend[r].push_back(kernels::floatToHalf(halfInput(r, i)));
           hrecv[r].assign(counts[r], 0);
         }
         std::vector<uint16_t> href = hsend[0];
         for (int r = 1; r < n; ++r) {
-          ops::reduceInto(href.data(), hsend[r].data(), total, DataType::kFloat16, op);
+          kernels::reduceInto(href.data(), hsend[r].data(), total, DataType::kFloat16, op);
         }
         requireAllOk(runRanks(n, [&](Transport& t, int r) {
           return ops::ringReducescatter(t, hsend[r].data(), hrecv[r].data(), counts,

@@ -2,7 +2,7 @@
 // allgatherv, one-to-all broadcast, pairwise alltoallv), each bounded by the transport timeout.
 //
 // Gloo's algorithms are typed only by element size; the reduction is a callback, so every kolo
-// dtype (fp16/bf16 and bool included) reduces through ops::reduce3 with kolo's exact
+// dtype (fp16/bf16 and bool included) reduces through kernels::reduce3 with kolo's exact
 // semantics. Byte-moving collectives use 1-byte elements. Each call gets the next tag of a
 // sequence every rank advances identically, so consecutive collectives never share slots.
 // Gloo reports failures by exception and leaves the context unusable afterwards, so a failure
@@ -80,7 +80,7 @@ Status GlooTransport::allreduce(void* data, size_t count, DataType dtype, Reduce
       return Status(ErrorCode::kUnsupported, "gloo: unexpected element size");
   }
   opts.setReduceFunction([dtype, op](void* out, const void* a, const void* b, size_t n) {
-    ops::reduce3(out, a, b, n, dtype, op);
+    kernels::reduce3(out, a, b, n, dtype, op);
   });
   opts.setTag(nextTag());
   opts.setTimeout(timeout());

@@ -54,7 +54,7 @@ void userReduce(void* in, void* inout, int* len, MPI_Datatype* type) {
   DataType dtype;
   if (len == nullptr || *len <= 0 || !dtypeOf(*type, &dtype)) return;
   // MPI's contract is inout = in (op) inout; every kolo op is commutative.
-  ops::reduceInto(inout, in, static_cast<size_t>(*len), dtype, kOp);
+  kernels::reduceInto(inout, in, static_cast<size_t>(*len), dtype, kOp);
 }
 
 Status makeHalfType(const char* name, MPI_Datatype* out) {

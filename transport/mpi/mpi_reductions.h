@@ -3,7 +3,7 @@
 // Built-in MPI types and ops cover the integers, bool and float/double sums and products.
 // float16 and bfloat16 have no MPI type: they travel as 2-byte contiguous types named
 // "kolo_float16"/"kolo_bfloat16" and reduce through user-defined ops that call
-// ops::reduceInto (fp32 accumulation, round to nearest even). float/double MIN and MAX also
+// kernels::reduceInto (fp32 accumulation, round to nearest even). float/double MIN and MAX also
 // use the user-defined ops, because MPI's built-in ones do not propagate NaN as kolo promises,
 // and so do 8/16-bit integer sums, which Open MPI 4.1's op/avx saturates instead of wrapping.
 // Thread safety: immutable after create(); shared by a transport and the ones split from it.

@@ -164,7 +164,8 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
   if (n == 1) {
     flat.pieces(0, count, [&](size_t, const ReduceSpan& s, size_t within, size_t m) {
       const size_t elem = sizeOf(dtype);
-      if (s.out != s.in) ops::copyBytes(outAt(s, within, elem), inAt(s, within, elem), m * elem);
+      if (s.out != s.in)
+        kernels::copyBytes(outAt(s, within, elem), inAt(s, within, elem), m * elem);
     });
     return Status::ok();
   }
@@ -184,9 +185,10 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       size_t pb = 0, pe = 0;
       chunkRange(len, n, q, &pb, &pe);
       const uint8_t* part = seg_->staging(q, b) + pb * elem;
-      flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-        ops::copyBytes(outAt(s, within, elem), part + pos * elem, m * elem);
-      });
+      flat.pieces(first + pb, pe - pb,
+                  [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+                    kernels::copyBytes(outAt(s, within, elem), part + pos * elem, m * elem);
+                  });
     }
   };
   bool pending = false;
@@ -205,9 +207,10 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       size_t pb = 0, pe = 0;
       chunkRange(len, n, q, &pb, &pe);
       uint8_t* part = slot + pb * elem;
-      flat.pieces(first + pb, pe - pb, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-        ops::copyBytes(part + pos * elem, inAt(s, within, elem), m * elem);
-      });
+      flat.pieces(first + pb, pe - pb,
+                  [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
+                    kernels::copyBytes(part + pos * elem, inAt(s, within, elem), m * elem);
+                  });
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
     size_t pb = 0, pe = 0;
@@ -220,9 +223,9 @@ Status Collectives::allreduceSpans(const std::vector<ReduceSpan>& spans, DataTyp
       auto input = [&](int q) -> const uint8_t* {
         return q == me ? own : seg_->staging(q, b) + (pb + pos) * elem;
       };
-      ops::reduce3(result, input(0), input(1), m, dtype, op);
-      for (int q = 2; q < n; ++q) ops::reduceInto(result, input(q), m, dtype, op);
-      ops::copyBytes(outAt(s, within, elem), result, m * elem);
+      kernels::reduce3(result, input(0), input(1), m, dtype, op);
+      for (int q = 2; q < n; ++q) kernels::reduceInto(result, input(q), m, dtype, op);
+      kernels::copyBytes(outAt(s, within, elem), result, m * elem);
     });
     set(kReduced, g + 1);
     if (pending) {
@@ -254,15 +257,15 @@ Status Collectives::allreduceOneShot(const FlatSpans& flat, DataType dtype, Redu
   uint8_t* slot = nullptr;
   KOLO_RETURN_IF_ERROR(claim(g, mine, "allreduce", timeout, &slot));
   flat.pieces(0, count, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
-    ops::copyBytes(slot + pos * elem, inAt(s, within, elem), m * elem);
+    kernels::copyBytes(slot + pos * elem, inAt(s, within, elem), m * elem);
   });
   KOLO_RETURN_IF_ERROR(publish(g, mine, "allreduce", timeout));
   // Every rank folds every input, in rank order: the same bits everywhere, one wait in all.
   flat.pieces(0, count, [&](size_t pos, const ReduceSpan& s, size_t within, size_t m) {
     uint8_t* out = outAt(s, within, elem);
     auto input = [&](int q) { return seg_->staging(q, b) + pos * elem; };
-    ops::reduce3(out, input(0), input(1), m, dtype, op);
-    for (int q = 2; q < n; ++q) ops::reduceInto(out, input(q), m, dtype, op);
+    kernels::reduce3(out, input(0), input(1), m, dtype, op);
+    for (int q = 2; q < n; ++q) kernels::reduceInto(out, input(q), m, dtype, op);
   });
   seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
   set(kConsumed, g + 1);
@@ -287,9 +290,9 @@ Status Collectives::broadcast(void* data, size_t bytes, int root,
     const CallDesc mine{kBroadcast, 0, 0, root, bytes, k};
     uint8_t* slot = nullptr;
     KOLO_RETURN_IF_ERROR(claim(g, mine, "broadcast", timeout, &slot));
-    if (me == root) ops::copyBytes(slot, buf + first, len);
+    if (me == root) kernels::copyBytes(slot, buf + first, len);
     KOLO_RETURN_IF_ERROR(publish(g, mine, "broadcast", timeout));
-    if (me != root) ops::copyBytes(buf + first, seg_->staging(root, b), len);
+    if (me != root) kernels::copyBytes(buf + first, seg_->staging(root, b), len);
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
     set(kConsumed, g + 1);
   }
@@ -317,7 +320,7 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
   }
   auto* out = static_cast<uint8_t*>(recv);
   uint8_t* own = out + offset[static_cast<size_t>(me)];
-  if (sendBytes > 0 && send != own) ops::copyBytes(own, send, sendBytes);
+  if (sendBytes > 0 && send != own) kernels::copyBytes(own, send, sendBytes);
   if (n == 1) return Status::ok();
   const size_t chunk = seg_->chunkBytes();
   for (size_t j = 0, rounds = ceilDiv(largest, chunk); j < rounds; ++j) {
@@ -327,13 +330,13 @@ Status Collectives::allgatherv(const void* send, size_t sendBytes, void* recv,
     uint8_t* slot = nullptr;
     KOLO_RETURN_IF_ERROR(claim(g, mine, "allgatherv", timeout, &slot));
     const size_t lo = j * chunk;
-    if (lo < sendBytes) ops::copyBytes(slot, own + lo, std::min(chunk, sendBytes - lo));
+    if (lo < sendBytes) kernels::copyBytes(slot, own + lo, std::min(chunk, sendBytes - lo));
     KOLO_RETURN_IF_ERROR(publish(g, mine, "allgatherv", timeout));
     for (int q = 0; q < n; ++q) {
       const size_t block = recvBytes[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
-      ops::copyBytes(out + offset[static_cast<size_t>(q)] + lo, seg_->staging(q, b),
-                  std::min(chunk, block - lo));
+      kernels::copyBytes(out + offset[static_cast<size_t>(q)] + lo, seg_->staging(q, b),
+                         std::min(chunk, block - lo));
     }
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
     set(kConsumed, g + 1);
@@ -361,7 +364,7 @@ Status Collectives::reducescatter(const void* send, void* recv,
   auto* out = static_cast<uint8_t*>(recv);
   const size_t mineCount = recvCounts[static_cast<size_t>(me)];
   if (n == 1) {
-    if (mineCount > 0) ops::copyBytes(out, in, mineCount * elem);
+    if (mineCount > 0) kernels::copyBytes(out, in, mineCount * elem);
     return Status::ok();
   }
   // Each round moves up to `region` elements of every block; rank r's slot holds its
@@ -377,8 +380,8 @@ Status Collectives::reducescatter(const void* send, void* recv,
     for (int q = 0; q < n; ++q) {
       const size_t block = recvCounts[static_cast<size_t>(q)];
       if (q == me || lo >= block) continue;
-      ops::copyBytes(slot + q * region * elem, in + (first[static_cast<size_t>(q)] + lo) * elem,
-                  std::min(region, block - lo) * elem);
+      kernels::copyBytes(slot + q * region * elem, in + (first[static_cast<size_t>(q)] + lo) * elem,
+                         std::min(region, block - lo) * elem);
     }
     KOLO_RETURN_IF_ERROR(publish(g, mine, "reducescatter", timeout));
     if (lo < mineCount) {
@@ -387,8 +390,8 @@ Status Collectives::reducescatter(const void* send, void* recv,
         return q == me ? in + (first[static_cast<size_t>(me)] + lo) * elem
                        : seg_->staging(q, b) + me * region * elem;
       };
-      ops::reduce3(out + lo * elem, input(0), input(1), m, dtype, op);
-      for (int q = 2; q < n; ++q) ops::reduceInto(out + lo * elem, input(q), m, dtype, op);
+      kernels::reduce3(out + lo * elem, input(0), input(1), m, dtype, op);
+      for (int q = 2; q < n; ++q) kernels::reduceInto(out + lo * elem, input(q), m, dtype, op);
     }
     seg_->rankBlock(me).reduced.store(g + 1, std::memory_order_release);
     set(kConsumed, g + 1);

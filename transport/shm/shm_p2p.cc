@@ -31,15 +31,15 @@ uint64_t alignUp16(uint64_t x) { return (x + 15) & ~uint64_t{15}; }
 void copyIntoRing(uint8_t* ring, size_t ringBytes, uint64_t pos, const uint8_t* src, size_t n) {
   const size_t at = static_cast<size_t>(pos & (ringBytes - 1));
   const size_t first = std::min(n, ringBytes - at);
-  ops::copyBytes(ring + at, src, first);
-  if (first < n) ops::copyBytes(ring, src + first, n - first);
+  kernels::copyBytes(ring + at, src, first);
+  if (first < n) kernels::copyBytes(ring, src + first, n - first);
 }
 
 void copyFromRing(uint8_t* dst, const uint8_t* ring, size_t ringBytes, uint64_t pos, size_t n) {
   const size_t at = static_cast<size_t>(pos & (ringBytes - 1));
   const size_t first = std::min(n, ringBytes - at);
-  ops::copyBytes(dst, ring + at, first);
-  if (first < n) ops::copyBytes(dst + first, ring, n - first);
+  kernels::copyBytes(dst, ring + at, first);
+  if (first < n) kernels::copyBytes(dst + first, ring, n - first);
 }
 
 }  // namespace
@@ -196,11 +196,11 @@ void P2PEngine::postRecv(int peer, OpState* op) {
       complete(op, mismatch(peer, it->tag, it->data.size(), op->op.bytes));
       if (arriving) p.in.stash = nullptr;  // discard the rest
     } else if (!arriving) {
-      if (!it->data.empty()) ops::copyBytes(op->op.data, it->data.data(), it->data.size());
+      if (!it->data.empty()) kernels::copyBytes(op->op.data, it->data.data(), it->data.size());
       complete(op, Status::ok());
     } else {
       // Still arriving: take what is here and let the rest land in place.
-      if (p.in.got > 0) ops::copyBytes(op->op.data, it->data.data(), p.in.got);
+      if (p.in.got > 0) kernels::copyBytes(op->op.data, it->data.data(), p.in.got);
       op->moved = p.in.got;
       p.in.stash = nullptr;
       p.in.op = op;
@@ -224,7 +224,7 @@ void P2PEngine::postSelfSend(OpState* op) {
       complete(op, bad);
       return;
     }
-    if (op->op.bytes > 0) ops::copyBytes(recv->op.data, op->op.data, op->op.bytes);
+    if (op->op.bytes > 0) kernels::copyBytes(recv->op.data, op->op.data, op->op.bytes);
     complete(recv, Status::ok());
     complete(op, Status::ok());
     return;
