@@ -19,6 +19,8 @@ namespace {
 
 // Gloo's rendezvous talks to a gloo::rendezvous::Store, which reports failures by exception.
 // The adapter throws, and remembers the kolo Status so the caller can return it unchanged.
+// transport/gloo/CMakeLists.txt checks at configure time (KOLO_GLOO_STORE_API) that the installed
+// Store has exactly these virtual methods and no other pure one: keep the two in step.
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
   StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout)
