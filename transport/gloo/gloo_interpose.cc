@@ -5,6 +5,9 @@
 // starts still ends that wait (the installed Gloo keeps the request until the next wait takes
 // it). A buffer that is registered when abortAll runs is aborted in both directions; one that
 // is created later, or a wait that starts later, sees aborted() first.
+// test/unit/gloo_interpose_test.cc checks the second property against the installed Gloo (an
+// abort landing between WatchedBuffer's check of aborted() and the start of Gloo's wait), and
+// GroupWaits and WatchedBuffer against their contracts.
 #include "transport/gloo/gloo_interpose.h"
 
 #include <gloo/common/error.h>
