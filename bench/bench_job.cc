@@ -12,9 +12,10 @@
 
 namespace kolo::bench {
 
-Status connectBenchJob(const std::string& storePrefix, BenchJob* out) {
+Status connectBenchJob(const std::string& storePrefix, BenchJob* out, bool withoutShm) {
   Config cfg;
   KOLO_RETURN_IF_ERROR(Config::fromEnvironment(&cfg));
+  if (withoutShm) cfg.shm = ShmMode::kOff;
   KOLO_RETURN_IF_ERROR(detectLaunchEnvironment(&cfg));
   if (cfg.hostname.empty()) cfg.hostname = localHostname();
   const auto startTimeout =

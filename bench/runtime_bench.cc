@@ -19,7 +19,8 @@
 // 4-byte allreduce and the same bytes as one buffer, once with the transport's native
 // allreduce (MPI_Allreduce / Gloo's) and once with kolo's ring algorithm called directly. So
 // "runtime" minus "ring, no runtime" is the runtime's overhead, and "native" is what the
-// transport alone achieves. Over Gloo, Gloo's own ring and halving-doubling also run the 4-byte
+// transport alone achieves. Over shared memory the same bytes as one buffer also run on the
+// launcher's transport without shm (MPI_Allreduce or Gloo's: the hand-fused baseline). Over Gloo, Gloo's own ring and halving-doubling also run the 4-byte
 // allreduce, called directly on a Gloo context of their own (gloo_algorithms.h). The program links
 // the engine statically for that second transport next to libkolo.so, whose own engine copy is
 // hidden behind its export map; MPI stays initialized from the first use until exit, so both copies
@@ -349,6 +350,11 @@ void report(const Options& o, const Gradients& g, const Results& r) {
                  bytes);
     printStepRow("kolo ring on the transport, one buffer",
                  StepResult{b.bulkRingMs, b.bulkRingWrong}, bytes);
+    if (b.bulkPlainNativeMs >= 0) {
+      const std::string plain = b.plainTransport + " native (" + b.plainNativeName +
+                                "), one buffer, no shm (hand-fused)";
+      printStepRow(plain.c_str(), StepResult{b.bulkPlainNativeMs, b.bulkPlainNativeWrong}, bytes);
+    }
   }
   // Unmeasured values are empty CSV fields.
   auto field = [](double v) { return v < 0 ? std::string() : fmt(v, "%.3f"); };
@@ -358,7 +364,8 @@ void report(const Options& o, const Gradients& g, const Results& r) {
       "lat_native_median_us,lat_native_p90_us,lat_ring_median_us,lat_ring_p90_us,"
       "resnet_fused_steps_per_s,resnet_unfused_steps_per_s,bulk_runtime_steps_per_s,"
       "bulk_native_steps_per_s,bulk_ring_steps_per_s,lat_gloo_ring_median_us,"
-      "lat_gloo_ring_p90_us,lat_gloo_hd_median_us,lat_gloo_hd_p90_us";
+      "lat_gloo_ring_p90_us,lat_gloo_hd_median_us,lat_gloo_hd_p90_us,"
+      "bulk_plain_native_steps_per_s";
   std::string line = r.transport + "," + std::to_string(r.ranks) + "," + std::to_string(bytes);
   for (double v : {r.latRuntime.median, r.latRuntime.p90, b.latNative.median, b.latNative.p90,
                    b.latRing.median, b.latRing.p90}) {
@@ -370,6 +377,7 @@ void report(const Options& o, const Gradients& g, const Results& r) {
   for (double v : {b.latGlooRing.median, b.latGlooRing.p90, b.latGlooHd.median, b.latGlooHd.p90}) {
     line += "," + field(v);
   }
+  line += "," + perS(b.bulkPlainNativeMs);
   std::printf("#\n# csv: %s\ncsv: %s\n", header.c_str(), line.c_str());
   if (!o.csvPath.empty()) {
     std::FILE* f = std::fopen(o.csvPath.c_str(), "a");
@@ -413,7 +421,8 @@ int run(const Options& o) {
   }
   if (r.rank == 0) report(o, g, r);
   const bool wrong = r.fused.wrong > 0 || r.unfused.wrong > 0 || r.bulkRuntime.wrong > 0 ||
-                     r.baseline.bulkNativeWrong > 0 || r.baseline.bulkRingWrong > 0;
+                     r.baseline.bulkNativeWrong > 0 || r.baseline.bulkRingWrong > 0 ||
+                     r.baseline.bulkPlainNativeWrong > 0;
   if (wrong && r.rank == 0) std::printf("# FAILED: wrong elements (see the wrong column)\n");
   return wrong ? 3 : 0;
 }

@@ -111,7 +111,23 @@ Status measureTransportBaseline(const BaselineOptions& o, BaselineResult* out) {
     }
     KOLO_RETURN_IF_ERROR(bulk(t, o, ring, &buf, &out->bulkRingMs, &out->bulkRingWrong));
   }
+  const bool overShm = &controlTransport(t) != &t;
   job.transport.reset();
+  if (overShm && o.bulkCount > 0) {
+    BenchJob plain;
+    KOLO_RETURN_IF_ERROR(connectBenchJob("kolo-runtime-bench/plain/", &plain, true));
+    Transport& p = *plain.transport;
+    out->plainTransport = describeTransport(p);
+    if (p.capabilities().nativeAllreduce) {
+      std::vector<float> buf(o.bulkCount);
+      float one = 1.0f;  // names the native step
+      KOLO_RETURN_IF_ERROR(ops::allreduce(p, native, &one, 1, DataType::kFloat32, ReduceOp::kSum,
+                                          &out->plainNativeName));
+      KOLO_RETURN_IF_ERROR(
+          bulk(p, o, native, &buf, &out->bulkPlainNativeMs, &out->bulkPlainNativeWrong));
+    }
+    plain.transport.reset();
+  }
   return Status::ok();
 }
 

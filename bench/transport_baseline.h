@@ -2,7 +2,9 @@
 // transport this process creates itself (bench_job.h, store keys under
 // "kolo-runtime-bench/"), without the runtime -- once with the transport's native allreduce and
 // once with kolo's ring algorithm. On a Gloo transport the 4-byte allreduce also runs with
-// Gloo's own ring and halving-doubling called directly (gloo_algorithms.h).
+// Gloo's own ring and halving-doubling called directly (gloo_algorithms.h). Over shared memory
+// the bulk case also runs on the launcher's transport without shm (MPI_Allreduce or Gloo's of
+// one buffer: what a user who fuses by hand gets), from a second transport of its own.
 //
 // Blocking and collectivity: every rank calls measureTransportBaseline with the same options;
 // it connects, measures and disconnects (the transport is destroyed before it returns).
@@ -36,6 +38,12 @@ struct BaselineResult {
   SampleStats latGlooRing, latGlooHd;         // ... called directly (gloo_algorithms.h)
   double bulkNativeMs = -1, bulkRingMs = -1;  // mean ms per bulk allreduce, slowest rank
   int64_t bulkNativeWrong = -1, bulkRingWrong = -1;  // wrong elements after one checked run
+  // When the transport is shared memory over MPI or Gloo: the same bytes as one buffer by that
+  // launcher transport's native allreduce (MPI_Allreduce, Gloo's), a transport of its own
+  // created without shm: the hand-fused baseline of the same job.
+  std::string plainTransport, plainNativeName;  // empty when not measured
+  double bulkPlainNativeMs = -1;
+  int64_t bulkPlainNativeWrong = -1;
 };
 
 // Errors: the job's (connect) and the collectives' own.
