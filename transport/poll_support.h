@@ -1,8 +1,8 @@
-// Helpers shared by the transports that complete requests on their own (MPI and NCCL poll with
-// the Backoff below, as do the device executors; tcp and Gloo block and use only the rest): the
-// first abort cause, the transports split from one (which abort with it), how a peer is named in
-// errors, and the backoff between polls. Thread safety: AbortState and SplitChildren may be used
-// from any thread; a Backoff belongs to one waiting thread.
+// Helpers shared by the transports that complete requests on their own (MPI polls with the
+// Backoff below; tcp and Gloo block and use only the rest): the first abort cause, the
+// transports split from one (which abort with it), how a peer is named in errors, and the
+// backoff between polls. Thread safety: AbortState and SplitChildren may be used from
+// any thread; a Backoff belongs to one waiting thread.
 #pragma once
 
 #include <sched.h>

@@ -14,11 +14,20 @@
 
 #include <algorithm>
 #include <cstring>
-
-#include "transport/poll_support.h"
+#include <thread>
 
 namespace kolo {
 namespace {
+
+// Polling cadence: yield for the first few hundred polls (small ops finish within
+// microseconds), then sleep briefly so a long wait does not burn a core.
+void backoff(int spin) {
+  if (spin < 512) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(spin < 4096 ? 20 : 200));
+  }
+}
 
 std::string seconds(std::chrono::milliseconds ms) {
   if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + " s";
@@ -102,8 +111,7 @@ Status NcclTransport::create(int device, int rank, int size, const std::vector<u
     Status s = t->ncclError(r, "ncclCommInitRankConfig");
     return t->comm_ != nullptr ? t->fail(s) : s;
   }
-  Backoff backoff;
-  for (;;) {
+  for (int spin = 0;; ++spin) {
     ncclResult_t state = ncclSuccess;
     r = ncclCommGetAsyncError(t->comm_, &state);
     if (r != ncclSuccess) return t->fail(t->ncclError(r, "ncclCommGetAsyncError"));
@@ -114,7 +122,7 @@ Status NcclTransport::create(int device, int rank, int size, const std::vector<u
                             t->describe() + ": not every rank joined within " + seconds(timeout) +
                                 " (a rank is missing, or the unique id did not reach it)"));
     }
-    backoff.pause();
+    backoff(spin);
   }
   *out = std::move(t);
   return Status::ok();
@@ -140,11 +148,10 @@ bool NcclTransport::close(std::chrono::milliseconds limit) {
     const Deadline deadline = Clock::now() + limit;
     ncclResult_t r = ncclCommFinalize(comm_);
     ncclResult_t state = r;
-    Backoff backoff;
-    while (r == ncclSuccess || r == ncclInProgress) {
+    for (int spin = 0; r == ncclSuccess || r == ncclInProgress; ++spin) {
       if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess || state != ncclInProgress) break;
       if (Clock::now() >= deadline) break;
-      backoff.pause();
+      backoff(spin);
     }
     clean = state == ncclSuccess;
   }
@@ -239,8 +246,7 @@ Status NcclTransport::ncclError(ncclResult_t r, const char* what) {
 
 Status NcclTransport::settle(ncclResult_t r, const char* what, Deadline deadline) {
   if (r != ncclSuccess && r != ncclInProgress) return fail(ncclError(r, what));
-  Backoff backoff;
-  for (;;) {
+  for (int spin = 0;; ++spin) {
     if (abortRequested_.load()) return usable();
     ncclResult_t state = ncclSuccess;
     ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
@@ -252,7 +258,7 @@ Status NcclTransport::settle(ncclResult_t r, const char* what, Deadline deadline
           Status(ErrorCode::kTimeout,
                  describe() + ": " + what + " was not accepted within " + seconds(timeout())));
     }
-    backoff.pause();
+    backoff(spin);
   }
 }
 
@@ -278,12 +284,11 @@ Status NcclTransport::queryEvent(cudaEvent_t event, Deadline deadline, bool* don
 }
 
 Status NcclTransport::waitEvent(cudaEvent_t event, Deadline deadline) {
-  Backoff backoff;
-  for (;;) {
+  for (int spin = 0;; ++spin) {
     bool done = false;
     KOLO_RETURN_IF_ERROR(queryEvent(event, deadline, &done));
     if (done) return Status::ok();
-    backoff.pause();
+    backoff(spin);
   }
 }
 
