@@ -415,12 +415,16 @@ def report_fit(a, pts, modes, result, warnings):
     print("\n### Error per series: relative rms / max of the fit\n")
     print("| mode | figure | core part (np <= %d) | oversubscribed (np > %d) |" % (c, c))
     print("| --- | --- | ---: | ---: |")
-    for mode in modes:
+    def labels_of(mode):
+        """The mode's figure labels, in the order the CSV first gives them."""
         labels = []
         for p in pts:
             if p[0] == mode and p[1] not in labels:
                 labels.append(p[1])
-        for label in labels:
+        return labels
+
+    for mode in modes:
+        for label in labels_of(mode):
             mine = [p for p in pts if p[0] == mode and p[1] == label]
             core = [(model(mode, n, f) - t) / t for _, _, n, f, t in mine if n <= c]
             over = [(model(mode, n, f) - t) / t for _, _, n, f, t in mine if n > c]
@@ -434,11 +438,7 @@ def report_fit(a, pts, modes, result, warnings):
     print("| mode | figure | " + " | ".join("np %d" % n for n in all_np) + " |")
     print("| --- | --- |" + " ---: |" * len(all_np))
     for mode in modes:
-        labels = []
-        for p in pts:
-            if p[0] == mode and p[1] not in labels:
-                labels.append(p[1])
-        for label in labels:
+        for label in labels_of(mode):
             cells = []
             for n in all_np:
                 m = [p for p in pts if p[0] == mode and p[1] == label and p[2] == n]

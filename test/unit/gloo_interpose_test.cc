@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,6 +46,26 @@ constexpr double kPromptSeconds = 5.0;
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Runs `wait` on a thread, calls `interrupt` 100 ms later, and returns how long the wait took;
+// *result: 1 when it returned true, 0 when false, 2 when it threw.
+double interruptedWait(const std::function<bool()>& wait, const std::function<void()>& interrupt,
+                       int* result) {
+  double seconds = 0;
+  std::thread waiter([&] {
+    const auto start = Clock::now();
+    try {
+      *result = wait() ? 1 : 0;
+    } catch (const std::exception&) {
+      *result = 2;
+    }
+    seconds = secondsSince(start);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  interrupt();
+  waiter.join();
+  return seconds;
 }
 
 // What the stand-in buffer was asked to do.
@@ -329,20 +350,9 @@ TEST_CASE("gloo interpose: a buffer's own abortWait* ends a wait with false, not
 
   // A receive that no send matches yet.
   recvBuf->recv(0, kSlot);
-  std::atomic<int> result{-1};
-  double seconds = 0;
-  std::thread waiter([&] {
-    const auto start = Clock::now();
-    try {
-      result = recvBuf->waitRecv(nullptr, kLongWait) ? 1 : 0;
-    } catch (const std::exception&) {
-      result = 2;
-    }
-    seconds = secondsSince(start);
-  });
-  std::this_thread::sleep_for(100ms);
-  recvBuf->abortWaitRecv();
-  waiter.join();
+  int result = -1;
+  double seconds = interruptedWait([&] { return recvBuf->waitRecv(nullptr, kLongWait); },
+                                   [&] { recvBuf->abortWaitRecv(); }, &result);
   CHECK(result == 0);
   CHECK(seconds < kPromptSeconds);
   CHECK_FALSE(pair.waits(1).aborted());
@@ -352,18 +362,8 @@ TEST_CASE("gloo interpose: a buffer's own abortWait* ends a wait with false, not
   auto sendBuf2 = pair.buffer(0, &out, sizeof(out));
   sendBuf2->send(1, kSlot + 1);
   result = -1;
-  std::thread sender([&] {
-    const auto start = Clock::now();
-    try {
-      result = sendBuf2->waitSend(nullptr, kLongWait) ? 1 : 0;
-    } catch (const std::exception&) {
-      result = 2;
-    }
-    seconds = secondsSince(start);
-  });
-  std::this_thread::sleep_for(100ms);
-  sendBuf2->abortWaitSend();
-  sender.join();
+  seconds = interruptedWait([&] { return sendBuf2->waitSend(nullptr, kLongWait); },
+                            [&] { sendBuf2->abortWaitSend(); }, &result);
   CHECK(result == 0);
   CHECK(seconds < kPromptSeconds);
 
