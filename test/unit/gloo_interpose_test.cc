@@ -385,15 +385,13 @@ TEST_CASE("gloo interpose: the group's abort ends a wait in progress with the ab
   auto recvBuf = pair.buffer(1, &in, sizeof(in));
   recvBuf->recv(0, kSlot);  // rank 0 never sends
   std::string thrown;
-  double seconds = 0;
-  std::thread waiter([&] {
-    const auto start = Clock::now();
-    thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
-    seconds = secondsSince(start);
-  });
-  std::this_thread::sleep_for(100ms);
-  pair.waits(1).abortAll("kolo: transport aborted: test");
-  waiter.join();
+  int result = -1;
+  const double seconds = interruptedWait(
+      [&] {
+        thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
+        return false;
+      },
+      [&] { pair.waits(1).abortAll("kolo: transport aborted: test"); }, &result);
   CHECK(thrown == "kolo: transport aborted: test");
   CHECK(seconds < kPromptSeconds);
 }
@@ -418,15 +416,14 @@ TEST_CASE("gloo interpose: a receive whose connection closes is a gloo::IoExcept
   auto recvBuf = pair.buffer(1, &in, sizeof(in));
   recvBuf->recv(0, kSlot);
   std::string thrown;
-  double seconds = 0;
-  std::thread waiter([&] {
-    const auto start = Clock::now();
-    thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
-    seconds = secondsSince(start);
-  });
-  std::this_thread::sleep_for(100ms);
-  pair.ranks[0]->context->closeConnections();  // rank 0 goes away
-  waiter.join();
+  int result = -1;
+  const double seconds = interruptedWait(
+      [&] {
+        thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
+        return false;
+      },
+      [&] { pair.ranks[0]->context->closeConnections(); },  // rank 0 goes away
+      &result);
   CHECK_FALSE(thrown.empty());
   CHECK(seconds < kPromptSeconds);
   CHECK_FALSE(pair.waits(1).aborted());
