@@ -142,6 +142,21 @@ void Mesh::breakConn(Conn& c, const std::string& why) {
   abortWith(notes_.explainLoss(c.peer, direct));
 }
 
+Status Mesh::explainTimeout(const std::vector<int>& peers, const Status& direct,
+                            std::chrono::milliseconds grace) {
+  for (const auto& c : conns_) {
+    if (!c) continue;
+    // POLLRDHUP: the peer shut its side down (exit, abort); data still queued does not hide it.
+    pollfd p{c->fd.get(), POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
+    return notes_.explainLoss(
+        c->peer, Status(ErrorCode::kPeerLost, direct.message() + "; meanwhile " +
+                                                  describe(c->peer) +
+                                                  " closed its connection (it exited or was lost)"));
+  }
+  return notes_.explainTimeout(peers, direct, grace);
+}
+
 void Mesh::violation(Conn& c, const std::string& what) {
   abortWith(Status(ErrorCode::kInternal, "tcp: " + what + " (from " + describe(c.peer) + ")"));
 }

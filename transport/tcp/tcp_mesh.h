@@ -99,11 +99,12 @@ class Mesh {
   void addChild(const std::shared_ptr<Mesh>& child) { children_.add(child); }
   void setAbortListener(std::function<void(const Status&)> listener);
 
-  // For a timeout's message: the peers' abort notes (abort_notes.h).
+  // For a timeout's message. First a look (no blocking) at every connection: one that its peer
+  // closed while nothing here waited on it (a rank that exited between two batches, whose ring
+  // neighbours then wait for each other) names that peer, explained by its abort note when it
+  // left one. Else the waited-for peers' abort notes (abort_notes.h).
   Status explainTimeout(const std::vector<int>& peers, const Status& direct,
-                        std::chrono::milliseconds grace) {
-    return notes_.explainTimeout(peers, direct, grace);
-  }
+                        std::chrono::milliseconds grace);
 
  private:
   Conn& conn(int peer) { return *conns_[static_cast<size_t>(peer)]; }

@@ -25,7 +25,8 @@
 // peer (or, through the peer's abort note, the rank that peer lost first: transport/abort_notes.h)
 // and aborts the transport; abort() from any thread wakes a waiting poll() at once (an eventfd)
 // and shuts every connection down, so peers notice within a round trip. A wait past its deadline
-// returns kTimeout naming the outstanding peers and leaves the batch usable; a batch destroyed
+// returns kTimeout naming the outstanding peers (kPeerLost naming a peer whose connection closed
+// meanwhile, though nothing waited on it) and leaves the batch usable; a batch destroyed
 // with operations outstanding aborts the transport (the streams cannot be resynchronized).
 //
 // Thread safety: as Transport (one thread at a time; abort() from any thread). Nothing runs in
