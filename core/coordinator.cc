@@ -272,8 +272,8 @@ void Coordinator::warnStalled(Clock::time_point now) {
     for (int32_t m : st.missingRanks) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
     d_.log->warn(
         "stall: {} '{}' (process set {}) has waited {:.0f} s; ranks still missing: {}. "
-        "One or more ranks did not submit it (different code paths or a stuck rank?)",
-        toString(st.type), st.name, st.processSet, st.waitedSeconds, missing);
+        "One or more ranks did not submit it (different code paths or a stuck rank?){}",
+        toString(st.type), st.name, st.processSet, st.waitedSeconds, missing, st.hint);
   }
   stallWarned_ = std::move(warned);
 }

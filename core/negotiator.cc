@@ -455,7 +455,8 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
     // takeReady releases it).
     if (e.complete && groupClosure(name, true, &unused)) continue;
     Stall s{name.name, e.type, name.processSet, waited, {},
-            e.complete ? groupBlockers(name) : missingRanks(e)};
+            e.complete ? groupBlockers(name) : missingRanks(e), {}};
+    s.hint = otherTypeHint(name, s.missingRanks);
     for (const auto& rq : e.requests) s.readyRanks.push_back(rq.first);
     found.emplace_back(e.arrivalSeq, std::move(s));
   }
@@ -464,6 +465,32 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   std::vector<Stall> out;
   for (auto& f : found) out.push_back(std::move(f.second));
   return out;
+}
+
+std::string Negotiator::otherTypeHint(const OpKey& key,
+                                      const std::vector<int32_t>& missing) const {
+  // "<op>.<user name>": the op-type word is everything before the first dot.
+  const size_t dot = key.name.find('.');
+  if (dot == std::string::npos || missing.empty()) return "";
+  const std::string rest = key.name.substr(dot);
+  // Automatic names share their counters' values across op types by coincidence, not intent.
+  if (rest.compare(0, 8, ".noname.") == 0) return "";
+  for (const auto& [other, e] : table_) {
+    if (other == key || other.processSet != key.processSet || e.complete) continue;
+    const size_t odot = other.name.find('.');
+    if (odot == std::string::npos || other.name.compare(odot, std::string::npos, rest) != 0) {
+      continue;
+    }
+    std::vector<int32_t> who;
+    for (int32_t m : missing) {
+      if (e.requests.count(m)) who.push_back(m);
+    }
+    if (who.empty()) continue;
+    return "; " + std::string(who.size() == 1 ? "rank " : "ranks ") +
+           (who.size() == 1 ? std::to_string(who[0]) : rankList(who)) + " submitted " +
+           prefix(e.type, other) + " instead (the same name with another op type?)";
+  }
+  return "";
 }
 
 std::vector<int32_t> Negotiator::groupBlockers(const OpKey& name) const {
@@ -506,7 +533,7 @@ std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olde
                   " s in a group waiting for ranks " + rankList(s.missingRanks);
       } else {
         message = prefix(s.type, m) + " stalled for " + waited + " s: missing ranks " +
-                  rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks);
+                  rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks) + s.hint;
       }
       out.push_back(errorResponse(ref, ErrorCode::kStalled, std::move(message)));
     }

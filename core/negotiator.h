@@ -84,6 +84,10 @@ class Negotiator {
     int32_t processSet;  // with name, the op's key
     double waitedSeconds;
     std::vector<int32_t> readyRanks, missingRanks;  // global ranks, ascending
+    // "; rank 1 submitted allgather 'allgather.kk' instead ..." when a missing rank has an op
+    // of another type pending under the same user name (front ends name ops "<op>.<name>", as
+    // Horovod does), else empty.
+    std::string hint;
   };
   // Names whose first request is older than olderThanSeconds and that are still incomplete, or
   // complete but held back by an unfinished group (missingRanks = the ranks that still owe a
@@ -132,6 +136,7 @@ class Negotiator {
   bool groupClosure(const OpKey& name, bool requireReady, std::vector<OpKey>* members) const;
   void removeEntry(const OpKey& name, bool dropGroups);
   std::vector<int32_t> missingRanks(const Entry& e) const;
+  std::string otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing) const;
   // For a name held back by its groups: the ranks that still owe a member or a submission.
   std::vector<int32_t> groupBlockers(const OpKey& name) const;
   const std::vector<int32_t>& membersOf(const Entry& e) const;

@@ -4,6 +4,9 @@
   missing rank once KOLO_STALL_CHECK_TIME_SECONDS has passed, also when the op was announced
   long ago and rounds carry nothing new (KOLO_STALL_SHUTDOWN_TIME_SECONDS=0: warn only), and the
   op then completes.
+- One user name for an allreduce on rank 0 and an allgather on rank 1: as in Horovod these are
+  two ops ("allreduce.kind", "allgather.kind"); the stall warning says which op the missing
+  rank submitted instead, and both complete once each rank submits the other one too.
 - Settings the job cannot honour are said once by rank 0, not left silent: a forced
   hierarchical allreduce on one host, a native algorithm the transport lacks.
 - Barriers are numbered per process set: a rank's barrier in a set of its own, or a refused one,
@@ -44,7 +47,7 @@ def test_late_rank_is_warned_about_then_the_op_completes(np, tmp_path):
         assert out.tolist() == [float(n)] * 3, out
         """, KOLO_STALL_CHECK_TIME_SECONDS="1", KOLO_STALL_SHUTDOWN_TIME_SECONDS="0")
     assert r.returncode == 0, r.stdout + r.stderr
-    warnings = [l for l in r.stderr.splitlines() if "stall: allreduce 'late'" in l]
+    warnings = [l for l in r.stderr.splitlines() if "stall: allreduce 'allreduce.late'" in l]
     assert warnings, r.stderr
     assert "(process set 0)" in warnings[0] and "ranks still missing: %d" % (np - 1) in warnings[0]
     for rank in range(np):
@@ -92,3 +95,18 @@ def test_settings_that_cannot_be_honoured_are_warned_about(tmp_path):
     native = [l for l in lines if "KOLO_REDUCESCATTER_ALGORITHM=native, but the gloo transport "
               "has no native reducescatter" in l and "RING_REDUCESCATTER" in l]
     assert len(hier) == 1 and len(native) == 1, r.stderr
+
+
+def test_one_name_for_two_op_types_is_pointed_out_by_the_stall_warning(tmp_path):
+    r = run_job(tmp_path, 2, """
+        x = np.ones(2, dtype=np.float32)
+        first = (kolo.allreduce_async if r == 0 else kolo.allgather_async)(x, name="kind")
+        time.sleep(3)  # past the 1 s check time
+        second = (kolo.allgather_async if r == 0 else kolo.allreduce_async)(x, name="kind")
+        for h in (first, second):
+            kolo.synchronize(h)
+        """, KOLO_STALL_CHECK_TIME_SECONDS="1", KOLO_STALL_SHUTDOWN_TIME_SECONDS="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    hints = [l for l in r.stderr.splitlines() if "stall: allreduce 'allreduce.kind'" in l and
+             "rank 1 submitted allgather 'allgather.kind' instead" in l]
+    assert hints, r.stderr

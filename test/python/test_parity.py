@@ -80,27 +80,6 @@ def _duplicate_is_refused(hvd, process_set, ranks, message):
     assert hvd.synchronize(h).item() == float(len(ranks))
 
 
-def test_one_name_for_two_op_types_is_a_mismatch_on_every_rank(hvd):
-    """Names reach the runtime as given (Horovod's), so rank 0's allreduce "kind" and the other
-    ranks' allgather "kind" are one op with two types: every rank gets the mismatch error at
-    once (with a per-type prefix they were two ops, each waiting for the stall shutdown)."""
-    r = hvd.rank()
-    if hvd.size() == 1:
-        pytest.skip("one rank: no second op type to disagree with")  # same on every rank
-    with pytest.raises(hvd.HorovodInternalError) as info:
-        if r == 0:
-            hvd.allreduce(torch.ones(3), name="kind")
-        else:
-            hvd.allgather(torch.ones(3), name="kind")
-    message = str(info.value)
-    assert "'kind'" in message and "allreduce" in message and "allgather" in message, message
-    # The same name used later for one type on every rank works, through the response cache
-    # too; so does the name reused for another op type once the first completed.
-    for _ in range(2):
-        assert hvd.allreduce(torch.ones(3), name="kind", op=hvd.Sum).tolist() == [hvd.size()] * 3
-        assert hvd.allgather(torch.tensor([r]), name="kind").tolist() == list(range(hvd.size()))
-
-
 def test_grouped_allreduce_of_different_lengths_fails_on_every_rank_at_once(hvd):
     """Rank r groups 2 + r tensors: the members the others never send fail with the mismatch
     (before, the longer ranks waited for the stall shutdown, 60 s here: the bound below is that
@@ -140,7 +119,7 @@ def test_a_repeated_grouped_allreduce_takes_the_response_cache(hvd):
             events = json.load(f)["traceEvents"]
         os.remove(path)
         rows = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-        for member in ("cached_group.0", "cached_group.1"):
+        for member in ("grouped_allreduce.cached_group.0", "grouped_allreduce.cached_group.1"):
             tids = [tid for tid, name in rows.items() if name == member]
             assert tids, (member, sorted(rows.values()))
             ticks = [e for e in events if e.get("tid") in tids and e.get("ph") == "X"
@@ -180,8 +159,8 @@ def test_timeline_rows_per_set(hvd, halves):
         with open(path) as f:
             events = json.load(f)["traceEvents"]
         rows = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-        assert "row" in rows
-        assert "row@ps%d" % mine.process_set_id in rows
+        assert "allreduce.row" in rows
+        assert "allreduce.row@ps%d" % mine.process_set_id in rows
         os.remove(path)
 
 

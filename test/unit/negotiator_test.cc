@@ -593,6 +593,27 @@ TEST_CASE("ranks that disagree on a group's size: its extra members fail at once
   CHECK(n.takeReady(t0).empty());
 }
 
+TEST_CASE("a stall names a missing rank's op of another type under the same user name") {
+  Neg n(2);
+  n.add(req(0, "allreduce.kk"), t0);
+  n.add(req(1, "allgather.kk", OpType::kAllgather), t0);
+  n.add(req(0, "allreduce.noname.3"), t0);
+  n.add(req(1, "allgather.noname.3", OpType::kAllgather), t0);
+  auto st = n.stalled(at(10), 5);
+  REQUIRE(st.size() == 4);
+  CHECK(st[0].name == "allreduce.kk");
+  CHECK(st[0].hint ==
+        "; rank 1 submitted allgather 'allgather.kk' instead (the same name with another op type?)");
+  CHECK(st[1].hint ==
+        "; rank 0 submitted allreduce 'allreduce.kk' instead (the same name with another op type?)");
+  CHECK(st[2].hint.empty());  // automatic names: no hint
+  auto failed = n.failStalled(at(10), 5);
+  REQUIRE(failed.size() == 4);
+  CHECK(failed[0].error ==
+        "allreduce 'allreduce.kk' stalled for 10.0 s: missing ranks [1], submitted by [0]; rank 1 "
+        "submitted allgather 'allgather.kk' instead (the same name with another op type?)");
+}
+
 TEST_CASE("hostile requests are ignored or answered, never crash") {
   Neg n(2);
   Request r = req(5, "x");

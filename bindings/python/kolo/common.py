@@ -134,10 +134,8 @@ MAX_NAME_BYTES = 1024
 
 
 class _NameMaker:
-    """Builds the runtime name of an op: the user's name unchanged (as Horovod does, so the
-    same name on two ranks with different op types is reported as a mismatch, not left
-    waiting), or "<op type>.noname.<n>" with a counter per (op type, process set) when name
-    is None, so
+    """Builds the runtime name of an op: "<op type>.<name>" (as Horovod does), or
+    "<op type>.noname.<n>" with a counter per (op type, process set) when name is None, so
     that ranks issuing the same ops in the same order agree on the names whatever other sets
     they belong to. Counters restart at init(). Thread safe (gradient hooks may run on
     autograd's device threads)."""
@@ -165,10 +163,11 @@ class _NameMaker:
             raise ValueError("name must not be empty (use None for an automatic name)")
         if "\0" in name:
             raise ValueError("name must not contain NUL characters: %r" % (name,))
-        if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        full = "%s.%s" % (op_type, name)
+        if len(full.encode("utf-8")) > MAX_NAME_BYTES:
             raise ValueError("name %r is longer than %d bytes" % (name[:64] + "...",
                                                                     MAX_NAME_BYTES))
-        return name
+        return full
 
 
 names = _NameMaker()

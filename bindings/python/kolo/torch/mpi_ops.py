@@ -7,9 +7,8 @@ Semantics kept from Horovod 0.28:
   - allreduce defaults to op=Average; `average=` is the deprecated spelling (op wins; both is a
     ValueError). prescale_factor multiplies before the reduction, postscale_factor after.
   - name=None draws "<op>.noname.<n>" from a counter per op type and process set, so ranks
-    that issue the same ops in the same order agree on names; a given name is used as is, so
-    two ranks that use one name for different op types get a "rank 0 sent op allreduce, rank
-    1 sent allgather" mismatch error (and one rank may not use one name for two ops in flight).
+    that issue the same ops in the same order agree on names; a given name becomes
+    "<op>.<name>" (so an allreduce and a broadcast may share a user name).
   - broadcast's root_rank is a GLOBAL rank, also with process sets (kolo's C API wants the
     index in the set; the conversion happens here).
   - alltoall's splits may sum to less than dim 0 (the trailing rows are not sent), not more.
