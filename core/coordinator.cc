@@ -65,7 +65,7 @@ void Coordinator::warnUnavailableNatives() const {
     std::string upper = toString(op);
     for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
     d_.log->warn("KOLO_{}_ALGORITHM=native, but the {} transport has no native {}: kolo's own "
-                 "runs instead ({} for 1 MiB)",
+                 "runs instead for host tensors ({} for 1 MiB)",
                  upper, d_.global->name(), toString(op),
                  ops::plannedStep(*d_.global, cfg, op, bytes));
   }

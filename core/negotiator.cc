@@ -230,9 +230,12 @@ void Negotiator::failUnmatchedGroupMembers(const OpKey& key, const Entry& e) {
   // tensor of a grouped allreduce where rank 0 has two). A rank submits its whole group at once,
   // so once a round's requests are all added every such extra is here: fail them then
   // (takeReady), or their ranks would wait for the stall shutdown.
+  // Only when every rank grouped it: a rank that sent the name as a plain op may still send
+  // the group's other names as plain ops (they then meet a mismatch error of their own).
   int32_t size = -1;
   bool differ = false;
   for (const auto& rq : e.requests) {
+    if (rq.second.groupSize <= 0) return;
     if (size >= 0 && rq.second.groupSize != size) differ = true;
     size = rq.second.groupSize;
   }
@@ -317,7 +320,11 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
         negative |= s < 0;
         sum += static_cast<uint64_t>(s);  // wraps only on absurd input, caught below
       }
-      if (negative || sum > static_cast<uint64_t>(r.shape[0])) {
+      if (negative) {
+        return invalid(sent(rank) + "splits " + shapeToString(r.splits) +
+                       " with a negative entry");
+      }
+      if (sum > static_cast<uint64_t>(r.shape[0])) {
         return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " summing to " +
                        std::to_string(static_cast<int64_t>(sum)) + ", more than its first dimension " +
                        std::to_string(r.shape[0]));

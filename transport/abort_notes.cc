@@ -73,7 +73,8 @@ Status AbortNotes::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
     note = further;
   }
   blamed_ = note.blamed >= 0 ? note.blamed : groupRank;
-  return Status(note.code, note.message + " (seen by " + describe(groupRank) +
+  // The note followed last was written by chain.back() (groupRank when none was followed).
+  return Status(note.code, note.message + " (seen by " + describe(chain.back()) +
                                ", which then closed its connections)");
 }
 

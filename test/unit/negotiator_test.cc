@@ -209,7 +209,9 @@ TEST_CASE("alltoall builds the split matrix and checks every rank's splits") {
   m.splits = {6, 6, 4};  // fewer rows than dimension 0, as Horovod: the last rows are not sent
   CHECK(withRank2(m, OpType::kAlltoall).kind == Response::Kind::kOk);
   m.splits = {20, -3, 0};
-  CHECK(withRank2(m, OpType::kAlltoall).errorCode == ErrorCode::kInvalidArgument);
+  r = withRank2(m, OpType::kAlltoall);
+  CHECK(r.errorCode == ErrorCode::kInvalidArgument);
+  CHECK(r.error == "alltoall 'a': rank 2 sent splits [20, -3, 0] with a negative entry");
 }
 
 TEST_CASE("per-rank invalid values are invalid-argument errors") {
@@ -585,6 +587,20 @@ TEST_CASE("ranks that disagree on a group's size: its extra members fail at once
         "sent group size 2, rank 1 sent group size 3); ranks [0] will never submit it");
   CHECK_FALSE(n.hasPending());
   CHECK(n.stalled(at(1e6), 0).empty());
+  // A rank that sent the name as a plain op may send the group's other names as plain ops too:
+  // only the name itself fails.
+  n.add(member(0, "p.0", 2), t0);
+  n.add(member(0, "p.1", 2), t0);
+  n.add(req(1, "p.0"), t0);
+  n.add(req(2, "p.0"), t0);
+  out = n.takeReady(t0);
+  REQUIRE(names(out) == std::vector<std::string>{"p.0"});
+  n.add(req(1, "p.1"), t0);
+  n.add(req(2, "p.1"), t0);
+  out = n.takeReady(t0);
+  REQUIRE(names(out) == std::vector<std::string>{"p.1"});
+  CHECK(out[0].errorCode == ErrorCode::kMismatch);  // its own group-size mismatch
+  CHECK_FALSE(n.hasPending());
   // Equal sizes, one member slow: nothing is failed early.
   n.add(member(0, "h.0", 2), t0);
   n.add(member(1, "h.0", 2), t0);
