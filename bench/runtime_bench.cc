@@ -20,8 +20,9 @@
 // allreduce (MPI_Allreduce / Gloo's) and once with kolo's ring algorithm called directly. So
 // "runtime" minus "ring, no runtime" is the runtime's overhead, and "native" is what the
 // transport alone achieves. Over shared memory the same bytes as one buffer also run on the
-// launcher's transport without shm (MPI_Allreduce or Gloo's: the hand-fused baseline). Over Gloo, Gloo's own ring and halving-doubling also run the 4-byte
-// allreduce, called directly on a Gloo context of their own (gloo_algorithms.h). The program links
+// launcher's transport without shm (MPI_Allreduce or Gloo's: the hand-fused baseline). Over
+// Gloo, Gloo's own ring and halving-doubling also run the 4-byte allreduce, called directly on
+// a Gloo context of their own (gloo_algorithms.h). The program links
 // the engine statically for that second transport next to libkolo.so, whose own engine copy is
 // hidden behind its export map; MPI stays initialized from the first use until exit, so both copies
 // share it.
@@ -351,8 +352,8 @@ void report(const Options& o, const Gradients& g, const Results& r) {
     printStepRow("kolo ring on the transport, one buffer",
                  StepResult{b.bulkRingMs, b.bulkRingWrong}, bytes);
     if (b.bulkPlainNativeMs >= 0) {
-      const std::string plain = b.plainTransport + " native (" + b.plainNativeName +
-                                "), one buffer, no shm (hand-fused)";
+      const std::string plain =
+          b.plainTransport + " native (" + b.plainNativeName + "), one buffer, no shm (hand-fused)";
       printStepRow(plain.c_str(), StepResult{b.bulkPlainNativeMs, b.bulkPlainNativeWrong}, bytes);
     }
   }

@@ -114,11 +114,10 @@ std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool cros
   dims[Autotuner::kCycle] =
       dim({0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100}, c.cycleTimeMs, at.cycleTimeSet);
   dims[Autotuner::kHdMin] = dim({4096, 16384, 65536, 262144, 524288, 1048576, 4194304},
-                                static_cast<double>(x.hdMinBytes),
-                                at.hdMinSet || !crossoversUsed);
-  dims[Autotuner::kRingMin] = dim({262144, 1048576, 4194304, 8388608, 16777216, 67108864},
-                                  static_cast<double>(x.ringMinBytes),
-                                  at.ringMinSet || !crossoversUsed);
+                                static_cast<double>(x.hdMinBytes), at.hdMinSet || !crossoversUsed);
+  dims[Autotuner::kRingMin] =
+      dim({262144, 1048576, 4194304, 8388608, 16777216, 67108864},
+          static_cast<double>(x.ringMinBytes), at.ringMinSet || !crossoversUsed);
   return dims;
 }
 
@@ -133,8 +132,9 @@ Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossover
   warmupRemaining_ = opts_.warmupSamples;
   active_ = !search_.done();
   if (log_ && !crossoversUsed) {
-    log_->info("autotune: the allreduce crossovers are not tuned (the transport's native "
-               "allreduce runs every size)");
+    log_->info(
+        "autotune: the allreduce crossovers are not tuned (the transport's native "
+        "allreduce runs every size)");
   }
   if (log_ && !active_) {
     log_->info("autotune: every tunable knob is set explicitly; nothing to tune");

@@ -29,9 +29,9 @@
 // Which knobs: those the user did not set (Config::Autotune::*Set). A set knob keeps its value
 // (Horovod's "constant parameters"). The crossovers are searched only where they choose
 // something (ops::allreduceCrossoversUsed): on shared memory every allreduce is native, and
-// samples spent on them would only measure noise. hierarchical_allreduce, hierarchical_allgather and
-// cache_enabled are logged with their configured values (Horovod's columns) but not tuned:
-// the hierarchical layout (host groups and their shared-memory segments) is built once at init
+// samples spent on them would only measure noise. hierarchical_allreduce, hierarchical_allgather
+// and cache_enabled are logged with their configured values (Horovod's columns) but not tuned: the
+// hierarchical layout (host groups and their shared-memory segments) is built once at init
 // (core/coordinator.h), and switching the response cache on and off would throw away every
 // rank's slots.
 //

@@ -54,20 +54,21 @@ Coordinator::~Coordinator() { shutdown(); }
 
 void Coordinator::warnUnavailableNatives() const {
   const ops::AlgorithmConfig& cfg = d_.config.algorithms;
-  const std::pair<OpType, ops::Algorithm> asked[] = {
-      {OpType::kAllreduce, cfg.allreduce}, {OpType::kAllgather, cfg.allgather},
-      {OpType::kBroadcast, cfg.broadcast}, {OpType::kAlltoall, cfg.alltoall},
-      {OpType::kReducescatter, cfg.reducescatter}};
+  const std::pair<OpType, ops::Algorithm> asked[] = {{OpType::kAllreduce, cfg.allreduce},
+                                                     {OpType::kAllgather, cfg.allgather},
+                                                     {OpType::kBroadcast, cfg.broadcast},
+                                                     {OpType::kAlltoall, cfg.alltoall},
+                                                     {OpType::kReducescatter, cfg.reducescatter}};
   for (const auto& [op, algorithm] : asked) {
     if (algorithm != ops::Algorithm::kNative) continue;
     const size_t bytes = 1 << 20;
     if (ops::selectAlgorithm(*d_.global, cfg, op, bytes) == ops::Algorithm::kNative) continue;
     std::string upper = toString(op);
     for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    d_.log->warn("KOLO_{}_ALGORITHM=native, but the {} transport has no native {}: kolo's own "
-                 "runs instead for host tensors ({} for 1 MiB)",
-                 upper, d_.global->name(), toString(op),
-                 ops::plannedStep(*d_.global, cfg, op, bytes));
+    d_.log->warn(
+        "KOLO_{}_ALGORITHM=native, but the {} transport has no native {}: kolo's own "
+        "runs instead for host tensors ({} for 1 MiB)",
+        upper, d_.global->name(), toString(op), ops::plannedStep(*d_.global, cfg, op, bytes));
   }
 }
 
@@ -76,8 +77,8 @@ void Coordinator::start() {
   if (d_.rank == 0 && d_.config.algorithms.hierarchicalAllreduce == ops::Hierarchical::kOn &&
       d_.sets->get(0, &world)) {
     const ops::HostLayout* layout = hierarchy_.layout(world);
-    const std::string why = layout == nullptr ? "the ranks' host names are unknown"
-                                              : ops::hierarchyUnfit(*layout);
+    const std::string why =
+        layout == nullptr ? "the ranks' host names are unknown" : ops::hierarchyUnfit(*layout);
     if (!why.empty()) {
       d_.log->warn("KOLO_HIERARCHICAL_ALLREDUCE=1, but {}: host allreduces run flat", why);
     }

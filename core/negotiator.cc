@@ -246,11 +246,11 @@ void Negotiator::failUnmatchedGroupMembers(const OpKey& key, const Entry& e) {
     auto it = table_.find(m);
     if (it == table_.end() || it->second.complete || isComplete(it->second)) continue;
     const Request& ref = it->second.requests.begin()->second;
-    immediate_[nextSeq_++] = errorResponse(
-        ref, ErrorCode::kMismatch,
-        prefix(ref.type, m) + " is in a group whose size the ranks disagree on (" +
-            e.response.error + "); ranks " + rankList(missingRanks(it->second)) +
-            " will never submit it");
+    immediate_[nextSeq_++] =
+        errorResponse(ref, ErrorCode::kMismatch,
+                      prefix(ref.type, m) + " is in a group whose size the ranks disagree on (" +
+                          e.response.error + "); ranks " + rankList(missingRanks(it->second)) +
+                          " will never submit it");
     removeEntry(m, false);
   }
 }
@@ -321,13 +321,12 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
         sum += static_cast<uint64_t>(s);  // wraps only on absurd input, caught below
       }
       if (negative) {
-        return invalid(sent(rank) + "splits " + shapeToString(r.splits) +
-                       " with a negative entry");
+        return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " with a negative entry");
       }
       if (sum > static_cast<uint64_t>(r.shape[0])) {
         return invalid(sent(rank) + "splits " + shapeToString(r.splits) + " summing to " +
-                       std::to_string(static_cast<int64_t>(sum)) + ", more than its first dimension " +
-                       std::to_string(r.shape[0]));
+                       std::to_string(static_cast<int64_t>(sum)) +
+                       ", more than its first dimension " + std::to_string(r.shape[0]));
       }
     }
   }
@@ -461,8 +460,9 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
     // A complete entry is stalled only while a group holds it back (otherwise the next
     // takeReady releases it).
     if (e.complete && groupClosure(name, true, &unused)) continue;
-    Stall s{name.name, e.type, name.processSet, waited, {},
-            e.complete ? groupBlockers(name) : missingRanks(e), {}};
+    Stall s{name.name, e.type, name.processSet,
+            waited,    {},     e.complete ? groupBlockers(name) : missingRanks(e),
+            {}};
     s.hint = otherTypeHint(name, s.missingRanks);
     for (const auto& rq : e.requests) s.readyRanks.push_back(rq.first);
     found.emplace_back(e.arrivalSeq, std::move(s));
@@ -474,8 +474,7 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   return out;
 }
 
-std::string Negotiator::otherTypeHint(const OpKey& key,
-                                      const std::vector<int32_t>& missing) const {
+std::string Negotiator::otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing) const {
   // "<op>.<user name>": the op-type word is everything before the first dot.
   const size_t dot = key.name.find('.');
   if (dot == std::string::npos || missing.empty()) return "";

@@ -66,7 +66,8 @@ Status AbortNotes::relayed(int groupRank, const std::vector<uint8_t>& bytes) {
     const std::string key = kNoteKey + std::to_string(note.blamed);
     if (!store_->check(key, &exists).isOk() || !exists ||
         !store_->get(key, &next, kNoteWait).isOk() || !parseNote(next, &further) ||
-        further.blamed < 0 || std::find(chain.begin(), chain.end(), further.blamed) != chain.end()) {
+        further.blamed < 0 ||
+        std::find(chain.begin(), chain.end(), further.blamed) != chain.end()) {
       break;
     }
     chain.push_back(note.blamed);

@@ -16,10 +16,10 @@
 #include <thread>
 
 #include "core/runtime.h"
-#include "test/support/runtime_over.h"
 #include "test/catch_runner.h"
 #include "test/gpu/gpu_runtime_util.h"
 #include "test/gpu/gpu_test_util.h"
+#include "test/support/runtime_over.h"
 #include "transport/loopback/loopback_transport.h"
 
 using namespace kolo;

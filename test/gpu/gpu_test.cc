@@ -15,13 +15,13 @@
 #include <thread>
 
 #include "core/runtime.h"
-#include "test/support/runtime_over.h"
+#include "kernels/cuda_kernels.h"
 #include "kernels/reduce_cpu.h"
 #include "test/catch_runner.h"
 #include "test/gpu/gpu_runtime_util.h"
 #include "test/gpu/gpu_test_util.h"
+#include "test/support/runtime_over.h"
 #include "transport/loopback/loopback_transport.h"
-#include "kernels/cuda_kernels.h"
 #include "transport/nccl/nccl_transport.h"
 
 using namespace kolo;

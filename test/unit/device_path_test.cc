@@ -5,14 +5,14 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "bootstrap/registry.h"
 #include "core/runtime.h"
-#include "test/support/runtime_over.h"
 #include "kolo/build_config.h"
 #include "ops/device_executor.h"
 #include "ops/device_plan.h"
+#include "test/support/runtime_over.h"
 #include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"
-#include "bootstrap/registry.h"
 
 using namespace kolo;
 

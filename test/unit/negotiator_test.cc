@@ -618,10 +618,12 @@ TEST_CASE("a stall names a missing rank's op of another type under the same user
   auto st = n.stalled(at(10), 5);
   REQUIRE(st.size() == 4);
   CHECK(st[0].name == "allreduce.kk");
-  CHECK(st[0].hint ==
-        "; rank 1 submitted allgather 'allgather.kk' instead (the same name with another op type?)");
-  CHECK(st[1].hint ==
-        "; rank 0 submitted allreduce 'allreduce.kk' instead (the same name with another op type?)");
+  CHECK(
+      st[0].hint ==
+      "; rank 1 submitted allgather 'allgather.kk' instead (the same name with another op type?)");
+  CHECK(
+      st[1].hint ==
+      "; rank 0 submitted allreduce 'allreduce.kk' instead (the same name with another op type?)");
   CHECK(st[2].hint.empty());  // automatic names: no hint
   auto failed = n.failStalled(at(10), 5);
   REQUIRE(failed.size() == 4);

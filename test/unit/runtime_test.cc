@@ -1,12 +1,12 @@
 // The runtime end to end on N thread ranks over the loopback transport: every op through the
 // coordinator (negotiation, cache, fusion), errors on every rank, joins, sets, shutdown.
-#include <catch2/catch.hpp>
+#include "core/runtime.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <numeric>
 #include <thread>
 
-#include "core/runtime.h"
 #include "test/support/runtime_over.h"
 #include "test/unit/thread_safe_catch.h"  // the rank threads assert
 #include "transport/loopback/loopback_transport.h"

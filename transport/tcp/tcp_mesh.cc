@@ -150,9 +150,9 @@ Status Mesh::explainTimeout(const std::vector<int>& peers, const Status& direct,
     pollfd p{c->fd.get(), POLLRDHUP, 0};
     if (::poll(&p, 1, 0) != 1 || (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) == 0) continue;
     return notes_.explainLoss(
-        c->peer, Status(ErrorCode::kPeerLost, direct.message() + "; meanwhile " +
-                                                  describe(c->peer) +
-                                                  " closed its connection (it exited or was lost)"));
+        c->peer,
+        Status(ErrorCode::kPeerLost, direct.message() + "; meanwhile " + describe(c->peer) +
+                                         " closed its connection (it exited or was lost)"));
   }
   return notes_.explainTimeout(peers, direct, grace);
 }
