@@ -46,7 +46,8 @@ class AbortNotes {
   Status explainLoss(int groupRank, const Status& direct);
   // `direct` is a timeout waiting for `peers` (most suspect first). Leaves a provisional note
   // blaming peers[0], then looks for up to `grace` for a note of one of them that blames a third
-  // rank and returns it relayed; else `direct`.
+  // rank and returns it relayed (at once when the chain of notes ends at a rank that blames
+  // nobody, else the last answer when the grace is over); else `direct`.
   Status explainTimeout(const std::vector<int>& peers, const Status& direct,
                         std::chrono::milliseconds grace);
 
@@ -58,8 +59,10 @@ class AbortNotes {
 
  private:
   void write(const Status& cause, int blamedRank);
-  // A peer's note as this rank's cause; ok when it says nothing (unreadable, or blames us).
-  Status relayed(int groupRank, const std::vector<uint8_t>& note);
+  // A peer's note as this rank's cause, following the blamed ranks' notes; ok when it says
+  // nothing (unreadable, blames us, or a cycle of waits). *settled (optional): false when the
+  // chain ended at a rank that has left no note yet (the answer may still change).
+  Status relayed(int groupRank, const std::vector<uint8_t>& note, bool* settled = nullptr);
 
   std::shared_ptr<Store> store_;
   int rank_;
