@@ -114,6 +114,21 @@ std::string ioExceptionOf(Fn fn) {
   return "";
 }
 
+// The text a receive wait on `buf` throws as a gloo::IoException ("" when it throws none) when
+// `interrupt` runs 100 ms into it; *seconds: how long the wait took.
+std::string recvInterruptedBy(gloo::transport::UnboundBuffer& buf,
+                              const std::function<void()>& interrupt, double* seconds) {
+  std::string thrown;
+  int result = -1;
+  *seconds = interruptedWait(
+      [&] {
+        thrown = ioExceptionOf([&] { buf.waitRecv(nullptr, kLongWait); });
+        return false;
+      },
+      interrupt, &result);
+  return thrown;
+}
+
 std::shared_ptr<gloo::transport::Device> loopbackDevice() {
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
@@ -384,14 +399,9 @@ TEST_CASE("gloo interpose: the group's abort ends a wait in progress with the ab
   uint64_t in = 0;
   auto recvBuf = pair.buffer(1, &in, sizeof(in));
   recvBuf->recv(0, kSlot);  // rank 0 never sends
-  std::string thrown;
-  int result = -1;
-  const double seconds = interruptedWait(
-      [&] {
-        thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
-        return false;
-      },
-      [&] { pair.waits(1).abortAll("kolo: transport aborted: test"); }, &result);
+  double seconds = 0;
+  const std::string thrown = recvInterruptedBy(
+      *recvBuf, [&] { pair.waits(1).abortAll("kolo: transport aborted: test"); }, &seconds);
   CHECK(thrown == "kolo: transport aborted: test");
   CHECK(seconds < kPromptSeconds);
 }
@@ -415,15 +425,10 @@ TEST_CASE("gloo interpose: a receive whose connection closes is a gloo::IoExcept
   uint64_t in = 0;
   auto recvBuf = pair.buffer(1, &in, sizeof(in));
   recvBuf->recv(0, kSlot);
-  std::string thrown;
-  int result = -1;
-  const double seconds = interruptedWait(
-      [&] {
-        thrown = ioExceptionOf([&] { recvBuf->waitRecv(nullptr, kLongWait); });
-        return false;
-      },
-      [&] { pair.ranks[0]->context->closeConnections(); },  // rank 0 goes away
-      &result);
+  double seconds = 0;
+  const std::string thrown = recvInterruptedBy(
+      *recvBuf, [&] { pair.ranks[0]->context->closeConnections(); },  // rank 0 goes away
+      &seconds);
   CHECK_FALSE(thrown.empty());
   CHECK(seconds < kPromptSeconds);
   CHECK_FALSE(pair.waits(1).aborted());
