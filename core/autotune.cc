@@ -11,8 +11,10 @@ namespace kolo {
 
 // ---- ParameterSearch ---------------------------------------------------------------------------
 
-ParameterSearch::ParameterSearch(std::vector<Dim> dims, int maxSamples)
-    : dims_(std::move(dims)), maxSamples_(std::max(1, maxSamples)) {
+ParameterSearch::ParameterSearch(std::vector<Dim> dims, int maxSamples, Admissible admissible)
+    : dims_(std::move(dims)),
+      maxSamples_(std::max(1, maxSamples)),
+      admissible_(std::move(admissible)) {
   bool tunable = false;
   for (const Dim& d : dims_) {
     center_.push_back(d.start);
@@ -66,6 +68,7 @@ void ParameterSearch::advance() {
       point[d] = static_cast<size_t>(there);
       // Measured before (from another center): it scored no better than a center we left.
       if (measured_.count(point)) continue;
+      if (admissible_ && !admissible_(point)) continue;
       current_ = point;
       lastTried_ = {d, dir};
       return;
@@ -121,6 +124,18 @@ std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool cros
   return dims;
 }
 
+// Halving-doubling from above the ring's crossover never runs: such a point measures the same
+// thing as hd == ring, so the search steps over it (the start, from the table or the
+// environment, is measured as it is).
+ParameterSearch makeSearch(const Config& c, int ranks, bool crossoversUsed) {
+  std::vector<ParameterSearch::Dim> dims = makeDims(c, ranks, crossoversUsed);
+  auto ordered = [hd = dims[Autotuner::kHdMin].levels,
+                  ring = dims[Autotuner::kRingMin].levels](const std::vector<size_t>& point) {
+    return hd[point[Autotuner::kHdMin]] <= ring[point[Autotuner::kRingMin]];
+  };
+  return ParameterSearch(std::move(dims), c.autotune.maxSamples, ordered);
+}
+
 }  // namespace
 
 Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossoversUsed)
@@ -128,7 +143,7 @@ Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossover
       hierarchicalAllreduce_(config.hierarchicalAllreduce),
       cacheEnabled_(config.cacheCapacity > 0),
       log_(std::move(log)),
-      search_(makeDims(config, ranks, crossoversUsed), config.autotune.maxSamples) {
+      search_(makeSearch(config, ranks, crossoversUsed)) {
   warmupRemaining_ = opts_.warmupSamples;
   active_ = !search_.done();
   if (log_ && !crossoversUsed) {

@@ -52,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,8 +72,11 @@ class ParameterSearch {
     size_t start = 0;            // index of the starting value
     bool fixed = false;          // never moved
   };
-  // maxSamples >= 1: scored samples before the search stops at its best point.
-  ParameterSearch(std::vector<Dim> dims, int maxSamples);
+  // Whether a point (indices into each Dim's levels) may be measured; the start always may.
+  using Admissible = std::function<bool(const std::vector<size_t>& point)>;
+  // maxSamples >= 1: scored samples before the search stops at its best point. `admissible`
+  // (optional) rules out points that make no sense together; the search steps over them.
+  ParameterSearch(std::vector<Dim> dims, int maxSamples, Admissible admissible = nullptr);
 
   // The point to measure next (indices into each Dim's levels); best() once done().
   const std::vector<size_t>& current() const { return current_; }
@@ -91,6 +95,7 @@ class ParameterSearch {
 
   std::vector<Dim> dims_;
   int maxSamples_;
+  Admissible admissible_;
   int samples_ = 0;
   bool done_ = false;
   bool haveCenter_ = false;

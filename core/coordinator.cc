@@ -83,7 +83,14 @@ void Coordinator::start() {
       d_.log->warn("KOLO_HIERARCHICAL_ALLREDUCE=1, but {}: host allreduces run flat", why);
     }
   }
-  if (d_.rank == 0 && d_.global != nullptr) warnUnavailableNatives();
+  if (d_.rank == 0 && d_.global != nullptr) {
+    warnUnavailableNatives();
+    const std::string crossed =
+        ops::crossoversUnfit(d_.config.algorithms.allreduceCrossovers, d_.size);
+    if (!crossed.empty() && ops::allreduceCrossoversUsed(*d_.global, d_.config.algorithms)) {
+      d_.log->warn("{}", crossed);
+    }
+  }
   running_ = true;
   thread_ = std::thread([this] { loop(); });
 }

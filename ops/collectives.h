@@ -23,6 +23,11 @@ namespace kolo::ops {
 
 // The crossovers kAuto uses for `ranks` ranks: `c`'s non-zero fields, the table's elsewhere.
 AllreduceCrossovers effectiveCrossovers(const AllreduceCrossovers& c, int ranks);
+// Why halving-doubling never runs at `ranks` ranks when only one crossover of `c` is set and it
+// lands on the wrong side of the table's other one ("" when both are set, neither is, or they
+// are ordered). Config refuses the two set crossed; this is the one-set case, which depends on
+// the rank count, so rank 0 warns instead of init failing.
+std::string crossoversUnfit(const AllreduceCrossovers& c, int ranks);
 
 // ---- ring / p2p algorithms (ring_*.cc, broadcast.cc, alltoallv.cc, reducescatter.cc) ----------
 // In-place allreduce of `count` elements. kAverage sums (caller scales).

@@ -184,6 +184,21 @@ AllreduceCrossovers effectiveCrossovers(const AllreduceCrossovers& c, int ranks)
   return out;
 }
 
+std::string crossoversUnfit(const AllreduceCrossovers& c, int ranks) {
+  if ((c.hdMinBytes == 0) == (c.ringMinBytes == 0)) return "";
+  const AllreduceCrossovers x = effectiveCrossovers(c, ranks);
+  if (x.hdMinBytes <= x.ringMinBytes) return "";
+  const std::string at = " for " + std::to_string(ranks) + " ranks";
+  if (c.hdMinBytes != 0) {
+    return "KOLO_ALLREDUCE_HD_MIN_BYTES=" + std::to_string(c.hdMinBytes) +
+           " is above the table's ring crossover (" + std::to_string(x.ringMinBytes) + " B" + at +
+           "): halving-doubling never runs; set KOLO_ALLREDUCE_RING_MIN_BYTES too";
+  }
+  return "KOLO_ALLREDUCE_RING_MIN_BYTES=" + std::to_string(c.ringMinBytes) +
+         " is below the table's halving-doubling crossover (" + std::to_string(x.hdMinBytes) +
+         " B" + at + "): halving-doubling never runs; set KOLO_ALLREDUCE_HD_MIN_BYTES too";
+}
+
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
   Algorithm a = configured(cfg, op);
   if (!appliesTo(a, op)) a = Algorithm::kAuto;

@@ -87,14 +87,16 @@ def test_settings_that_cannot_be_honoured_are_warned_about(tmp_path):
         out = kolo.reducescatter(np.ones((2, 3), dtype=np.float32), op=kolo.Sum)
         assert out.tolist() == [[2.0, 2.0, 2.0]], out
         """, KOLO_SHM="off", KOLO_HIERARCHICAL_ALLREDUCE="1",
-        KOLO_REDUCESCATTER_ALGORITHM="native")
+        KOLO_REDUCESCATTER_ALGORITHM="native", KOLO_ALLREDUCE_HD_MIN_BYTES="16777216")
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stderr.splitlines()
     hier = [l for l in lines if "KOLO_HIERARCHICAL_ALLREDUCE=1, but every rank is on one host"
             in l]
     native = [l for l in lines if "KOLO_REDUCESCATTER_ALGORITHM=native, but the gloo transport "
               "has no native reducescatter" in l and "RING_REDUCESCATTER" in l]
-    assert len(hier) == 1 and len(native) == 1, r.stderr
+    crossed = [l for l in lines if "KOLO_ALLREDUCE_HD_MIN_BYTES=16777216 is above the table's "
+               "ring crossover (8388608 B for 2 ranks): halving-doubling never runs" in l]
+    assert len(hier) == 1 and len(native) == 1 and len(crossed) == 1, r.stderr
 
 
 def test_one_name_for_two_op_types_is_pointed_out_by_the_stall_warning(tmp_path):

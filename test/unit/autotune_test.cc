@@ -112,6 +112,21 @@ TEST_CASE("fixed knobs are never moved; all fixed means nothing to search") {
   CHECK(none.current() == std::vector<size_t>{2, 3});
 }
 
+TEST_CASE("the search steps over points its predicate rules out") {
+  // Two knobs that must stay ordered (knob 0 <= knob 1), the best unordered point out of bounds.
+  auto ordered = [](const std::vector<size_t>& p) { return p[0] <= p[1]; };
+  ParameterSearch s(grid({9, 9}, {2, 6}), 100, ordered);
+  std::set<std::vector<size_t>> seen;
+  while (!s.done()) {
+    CHECK(ordered(s.current()));
+    REQUIRE(seen.insert(s.current()).second);
+    s.report(bowl(s.current(), {7, 3}));
+  }
+  CHECK(ordered(s.best()));
+  CHECK(s.best()[0] <= s.best()[1]);
+  CHECK(s.bestScore() > bowl({2, 6}, {7, 3}));  // it still moved toward the best
+}
+
 namespace {
 
 // Drives an Autotuner as the coordinator does: one allreduce of `bytes` per round; the round
@@ -273,6 +288,28 @@ TEST_CASE("with enough samples the autotuner finds the best fusion and cycle tim
   CHECK(drv.applied.back().allreduceRingMinBytes == 4 << 20);
 }
 
+TEST_CASE("the autotuner never proposes halving-doubling from above the ring's crossover") {
+  Config c = tuningConfig(0, 1, 200);
+  c.autotune.fusionThresholdSet = true;
+  c.autotune.cycleTimeSet = true;
+  Driver drv(c, 4);
+  // Best with both crossovers large: an unconstrained search would end at hd 4 MiB, ring 256 KiB.
+  auto throughput = [](const TuningParams& p) {
+    const double hd = std::log2(static_cast<double>(p.allreduceHdMinBytes));
+    const double ring = std::log2(static_cast<double>(p.allreduceRingMinBytes));
+    return 1e9 / (1 + std::abs(hd - 22) + std::abs(ring - 18));
+  };
+  drv.round(1e9, 1000);
+  for (int i = 0; i < 20000 && drv.tuner.active(); ++i) drv.round(throughput(drv.now), 1000);
+  drv.round(throughput(drv.now), 1000);
+  REQUIRE_FALSE(drv.tuner.active());
+  REQUIRE(drv.applied.size() > 3);
+  for (const TuningParams& p : drv.applied) {
+    CHECK(p.allreduceHdMinBytes <= p.allreduceRingMinBytes);
+  }
+  CHECK(drv.applied.back().allreduceHdMinBytes == drv.applied.back().allreduceRingMinBytes);
+}
+
 TEST_CASE("an explicitly set knob is fixed; nothing tunable means no tuning") {
   std::map<std::string, std::string> env = {{"HOROVOD_AUTOTUNE", "1"},
                                             {"KOLO_FUSION_THRESHOLD", "1048576"},
@@ -359,4 +396,17 @@ TEST_CASE("the response list carries tuning parameters; the crossovers default t
   auto mixed = ops::effectiveCrossovers({1000, 0}, 2);
   CHECK(mixed.hdMinBytes == 1000);
   CHECK(mixed.ringMinBytes == 8 * 1024 * 1024);
+
+  // One crossover set on the wrong side of the table's other one: said, with both values.
+  CHECK(ops::crossoversUnfit({}, 2).empty());
+  CHECK(ops::crossoversUnfit({1000, 0}, 2).empty());
+  CHECK(ops::crossoversUnfit({16 << 20, 0}, 2) ==
+        "KOLO_ALLREDUCE_HD_MIN_BYTES=16777216 is above the table's ring crossover (8388608 B for "
+        "2 ranks): halving-doubling never runs; set KOLO_ALLREDUCE_RING_MIN_BYTES too");
+  CHECK(ops::crossoversUnfit({0, 32768}, 4).find("KOLO_ALLREDUCE_RING_MIN_BYTES=32768 is below "
+                                                 "the table's halving-doubling crossover (65536 B "
+                                                 "for 4 ranks)") == 0);
+  CHECK(ops::crossoversUnfit({0, 32768}, 2).find("(524288 B for 2 ranks)") != std::string::npos);
+  CHECK(ops::crossoversUnfit({0, 1 << 20}, 2).empty());
+  CHECK(ops::crossoversUnfit({4 << 20, 1 << 20}, 2).empty());  // both set: Config's to refuse
 }
