@@ -57,10 +57,10 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "ops/message.h"
-#include "base/clock.h"
 
 namespace kolo {
 

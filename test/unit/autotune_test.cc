@@ -403,9 +403,10 @@ TEST_CASE("the response list carries tuning parameters; the crossovers default t
   CHECK(ops::crossoversUnfit({16 << 20, 0}, 2) ==
         "KOLO_ALLREDUCE_HD_MIN_BYTES=16777216 is above the table's ring crossover (8388608 B for "
         "2 ranks): halving-doubling never runs; set KOLO_ALLREDUCE_RING_MIN_BYTES too");
-  CHECK(ops::crossoversUnfit({0, 32768}, 4).find("KOLO_ALLREDUCE_RING_MIN_BYTES=32768 is below "
-                                                 "the table's halving-doubling crossover (65536 B "
-                                                 "for 4 ranks)") == 0);
+  CHECK(ops::crossoversUnfit({0, 32768}, 4)
+            .find("KOLO_ALLREDUCE_RING_MIN_BYTES=32768 is below "
+                  "the table's halving-doubling crossover (65536 B "
+                  "for 4 ranks)") == 0);
   CHECK(ops::crossoversUnfit({0, 32768}, 2).find("(524288 B for 2 ranks)") != std::string::npos);
   CHECK(ops::crossoversUnfit({0, 1 << 20}, 2).empty());
   CHECK(ops::crossoversUnfit({4 << 20, 1 << 20}, 2).empty());  // both set: Config's to refuse
