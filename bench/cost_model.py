@@ -10,7 +10,8 @@ binomial tree) and main's (new + tree gather + small allreduces carried in the r
 The fit has two parts, fitted one after the other, each with its own error report:
 
 1. Core part, fitted only to the runs with np <= cores (--cores: the cores of the machine that
-   measured; default this machine's), where every rank has a core, as on a cluster:
+   measured; default the csv's cores column, else this machine's), where every rank has a core,
+   as on a cluster:
      t = gamma + alpha_p2p * S_p2p + alpha_gloo * S_gloo + beta * B.
    S_p2p are sequential message steps of kolo's own algorithms (point-to-point through kolo's
    Transport, completed by polling with backoff: transport/poll_support.h), S_gloo steps inside
@@ -537,6 +538,16 @@ def report_prediction(a, pts, fits, modes, view, result):
                                           "high_us": dict(zip(COLS, hi))})
 
 
+def recorded_cores(rows):
+    """The measuring machine's cores, as scaling.py records them (0: not recorded, or rows from
+    machines that differ: then --cores must say)."""
+    seen = set(str(r.get("cores") or "").strip() for r in rows)
+    if len(seen) != 1:
+        return 0
+    value = seen.pop()
+    return int(value) if value.isdigit() else 0
+
+
 def default_cores():
     try:
         return len(os.sched_getaffinity(0))
@@ -548,7 +559,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("csv", help="scaling.csv written by bench/scaling.py")
     ap.add_argument("--cores", type=int, default=0,
-                    help="cores of the machine that measured (default: this machine's); runs "
+                    help="cores of the machine that measured (default: the csv's cores column, "
+                         "which scaling.py writes, else this machine's); runs "
                          "with np <= cores fit the core part, the others the oversubscription "
                          "part")
     ap.add_argument("--fit-max-np", type=int, default=0, help=argparse.SUPPRESS)  # old name
@@ -561,12 +573,12 @@ def main(argv=None):
     ap.add_argument("--response-bytes", type=int, default=96, help="the response list")
     ap.add_argument("--json", help="also write parameters, residuals and predictions here")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    a.cores = a.cores or a.fit_max_np or default_cores()
-    if a.cores < 1:
-        ap.error("--cores needs 1 or more")
     view = 2 + a.cache_capacity
     with open(a.csv) as f:
         rows = list(csv.DictReader(f))
+    a.cores = a.cores or a.fit_max_np or recorded_cores(rows) or default_cores()
+    if a.cores < 1:
+        ap.error("--cores needs 1 or more")
     pts = points(rows, view)
     modes = sorted(set(p[0] for p in pts))
     if not modes:

@@ -48,10 +48,18 @@ IP = shutil.which("ip") or "/usr/sbin/ip"
 KB_ALGORITHMS = ["ring", "recursive_doubling", "halving_doubling", "auto", "native", "gloo_ring",
                  "gloo_hd"]
 # scaling.csv columns (cost_model.py reads them by name)
-COLUMNS = (["mode", "np", "hosts", "runtime_design", "runtime_us", "runtime_p90_us", "gloo_native_us",
+COLUMNS = (["mode", "np", "hosts", "cores", "runtime_design", "runtime_us", "runtime_p90_us", "gloo_native_us",
             "kolo_ring_us", "gloo_ring_us", "gloo_hd_us", "large_bytes"] +
            ["kb_small_%s_us" % a for a in KB_ALGORITHMS] +
            ["kb_large_%s_us" % a for a in KB_ALGORITHMS])
+
+
+def machine_cores():
+    """The cores this sweep's ranks could run on (cost_model.py splits its fit at np = cores)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def parse_bytes(text):
@@ -187,7 +195,8 @@ def measure(args, launch, np, out_dir, run_index=0):
     tag = "%s_np%d" % (launch.mode, np) + ("_r%d" % run_index if args.repeat > 1 else "")
     prefix, hosts = launch.prefix(np)
     row = {c: "" for c in COLUMNS}
-    row.update({"mode": launch.mode, "np": np, "hosts": hosts, "large_bytes": args.large,
+    row.update({"mode": launch.mode, "np": np, "hosts": hosts, "cores": machine_cores(),
+                "large_bytes": args.large,
                 "runtime_design": runtime_design()})
     errors = []
 

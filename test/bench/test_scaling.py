@@ -38,6 +38,7 @@ def test_quick_sweep_and_fit(tmp_path):
         rows = list(csv.DictReader(f))
     local = [x for x in rows if x["mode"] == "local"]
     assert len(local) == 1 and local[0]["np"] == "2"
+    assert local[0]["cores"] == str(scaling.machine_cores())  # cost_model.py's default --cores
     for col in ("runtime_us", "gloo_ring_us", "gloo_hd_us", "kolo_ring_us", "kb_small_ring_us",
                 "kb_small_gloo_ring_us", "kb_small_gloo_hd_us", "kb_large_recursive_doubling_us"):
         assert float(local[0][col]) > 0, col
@@ -124,6 +125,20 @@ def test_fit_recovers_known_parameters(tmp_path):
     assert cost_model.full_round("main", 1024, 1026, 96, 96)["p2p"] == 10 + 10 + 20
     assert cost_model.small_op("main", 1024, 1026).get("gloo", 0) == 0
     assert cost_model.small_op("new", 1024, 1026)["gloo"] == 2046
+
+
+def test_fit_takes_the_cores_the_csv_recorded(tmp_path):
+    # scaling.py writes the measuring machine's cores; without --cores the fit splits there,
+    # whatever this machine has
+    rows = synthetic_rows(PAR, 4 << 20, over=OVER, cores=2)
+    for r in rows:
+        r["cores"] = 2
+    _, model = fit_csv(tmp_path, rows)
+    assert model["fits"]["local"]["points"] == 17
+    assert model["oversubscription"]["local"]["points"] == 51
+    assert cost_model.recorded_cores(rows) == 2
+    assert cost_model.recorded_cores([{"cores": "2"}, {"cores": "4"}]) == 0  # two machines
+    assert cost_model.recorded_cores([{"cores": ""}]) == 0  # an older csv
 
 
 def test_fit_separates_oversubscription(tmp_path):
