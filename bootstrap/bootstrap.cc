@@ -10,6 +10,7 @@
 
 #include "bootstrap/registry.h"
 #include "ops/collectives.h"
+#include "ops/device_plan.h"
 #include "transport/loopback/loopback_transport.h"
 
 namespace kolo {
@@ -20,21 +21,6 @@ constexpr const char* kRoundKey = "kolo/round";
 
 std::chrono::milliseconds millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
-}
-
-// Gathers every rank's host name over the transport itself (MPI without a store).
-Status gatherHostnames(Transport& t, const std::string& mine, std::vector<std::string>* hosts) {
-  const int n = t.size();
-  constexpr size_t kSlot = 256;
-  std::vector<char> send(kSlot, 0), recv(kSlot * n, 0);
-  std::memcpy(send.data(), mine.data(), std::min(mine.size(), kSlot - 1));
-  ops::AlgorithmConfig ring;
-  ring.allgather = ops::Algorithm::kRing;
-  KOLO_RETURN_IF_ERROR(
-      ops::allgatherv(t, ring, send.data(), kSlot, recv.data(), std::vector<size_t>(n, kSlot)));
-  hosts->clear();
-  for (int r = 0; r < n; ++r) hosts->emplace_back(recv.data() + r * kSlot);
-  return Status::ok();
 }
 
 // Refuses a round older than the newest one recorded in the store, then records ours. The read
@@ -146,7 +132,7 @@ Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out) 
     }
     KOLO_RETURN_IF_ERROR(createTransport(cfg, b.store, cfg.rank, cfg.size, &b.transport));
     if (b.hosts.empty()) {
-      KOLO_RETURN_IF_ERROR(gatherHostnames(*b.transport, cfg.hostname, &b.hosts));
+      KOLO_RETURN_IF_ERROR(ops::gatherStrings(*b.transport, cfg.hostname, &b.hosts));
     }
   }
   KOLO_RETURN_IF_ERROR(finish(&b));

@@ -2,8 +2,6 @@
 // engine; everything else asks transportBuilt() or goes through createTransport().
 #include "bootstrap/registry.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -243,11 +241,7 @@ Status createTransport(const Config& cfg, std::shared_ptr<Store> store, int rank
       const bool singleHost = (cfg.localSize > 0 && cfg.localSize == size) ||
                               (cfg.localSize <= 0 && isLoopbackAddress(cfg.rendezvousAddr));
       if (cfg.glooIface.empty() && !singleHost) {
-        host = cfg.hostname;
-        if (host.empty()) {
-          char name[HOST_NAME_MAX + 1] = {0};
-          if (gethostname(name, sizeof(name) - 1) == 0) host = name;
-        }
+        host = cfg.hostname.empty() ? localHostname() : cfg.hostname;
       }
       KOLO_RETURN_IF_ERROR(
           createGlooTransport(store, rank, size, cfg.glooIface, host, startTimeout, &t));

@@ -1,11 +1,12 @@
-// Topology from the list of hostnames. Sizes are small (ranks in a job), so plain counting
-// passes are clearer than building maps.
+// Topology from the list of hostnames: Horovod's local and cross numbering read off the host
+// layout (ops::planHosts) that the hierarchical algorithms use too.
 #include "bootstrap/topology.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "base/clock.h"
+#include "ops/device_plan.h"
 
 namespace kolo {
 
@@ -16,26 +17,23 @@ Status computeTopology(const std::vector<std::string>& hostnameOfRank, int rank,
   KOLO_REQUIRE(rank >= 0 && rank < size, kInvalidArgument,
                "computeTopology: rank " + std::to_string(rank) + " is outside [0, " +
                    std::to_string(size) + ")");
-  // localRankOf[r]: how many earlier ranks share r's host.
-  std::vector<int> localRankOf(size, 0);
   for (int r = 0; r < size; ++r) {
     KOLO_REQUIRE(!hostnameOfRank[r].empty(), kInvalidArgument,
                  "computeTopology: rank " + std::to_string(r) + " has an empty hostname");
-    for (int q = 0; q < r; ++q) {
-      if (hostnameOfRank[q] == hostnameOfRank[r]) ++localRankOf[r];
-    }
   }
+  ops::HostLayout layout;
+  KOLO_RETURN_IF_ERROR(ops::planHosts(hostnameOfRank, rank, &layout));
   Topology t;
   t.rank = rank;
   t.size = size;
-  t.localRank = localRankOf[rank];
-  t.localSize = static_cast<int>(
-      std::count(hostnameOfRank.begin(), hostnameOfRank.end(), hostnameOfRank[rank]));
+  t.localRank = layout.localIndex;
+  t.localSize = static_cast<int>(layout.local.size());
+  // The cross ranks: every host's member at this rank's local index, where the host has one.
   t.crossRank = 0;
   t.crossSize = 0;
-  for (int r = 0; r < size; ++r) {
-    if (localRankOf[r] != t.localRank) continue;
-    if (r < rank) ++t.crossRank;
+  for (const std::vector<int>& host : layout.members) {
+    if (static_cast<int>(host.size()) <= t.localRank) continue;
+    if (host[static_cast<size_t>(t.localRank)] < rank) ++t.crossRank;
     ++t.crossSize;
   }
   *out = t;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/reduce_cpu.h"
+#include "ops/batch_plan.h"
 
 namespace kolo {
 namespace {
@@ -53,7 +54,7 @@ void Piggyback::regions(size_t base, std::vector<ops::ReduceRegion>* out) const 
 void Piggyback::deliver(uint32_t bit, const uint8_t* payload, const Response& cached,
                         TensorEntry& e) const {
   const ops::ReduceRegion& r = regions_[regionOf_[bit]];
-  void* dst = e.output.data != nullptr ? e.output.data : e.input.data;
+  void* dst = ops::outputOf(e);
   std::memcpy(dst, payload + r.offset, r.count * sizeOf(r.dtype));
   kernels::scaleInPlace(dst, r.count, r.dtype,
                         kernels::averagedPostscale(cached.postscale, cached.reduceOp, ranks_));

@@ -38,7 +38,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <immintrin.h>
-#define KOLO_HAVE_F16C_PATH 1
+#define KOLO_F16C_PATH 1
 #endif
 
 namespace kolo::kernels {
@@ -228,7 +228,7 @@ void combine16(void* dst, const void* a, const void* b, size_t n) {
 
 using CombineFn = void (*)(void*, const void*, const void*, size_t);
 
-#ifdef KOLO_HAVE_F16C_PATH
+#ifdef KOLO_F16C_PATH
 // fp16 with F16C + AVX2 (see the top of the file). Same blocks as combine16; GCC vectorizes the
 // float loop with AVX inside this target.
 __attribute__((target("avx2,f16c"))) void halfBlockToFloat(const uint16_t* s, float* f,
@@ -306,7 +306,7 @@ bool haveF16c() {
 // fp16 kernel for Op: the F16C one where the CPU has it.
 template <typename Op>
 CombineFn halfKernel() {
-#ifdef KOLO_HAVE_F16C_PATH
+#ifdef KOLO_F16C_PATH
   if (haveF16c()) return &combineHalfF16c<Op>;
 #endif
   return &combine16<HalfCodec, Op>;
@@ -484,7 +484,7 @@ void scaleInPlace(void* data, size_t count, DataType dtype, double factor) {
     case DataType::kInt64:
       return scaleInteger(static_cast<int64_t*>(data), count, factor);
     case DataType::kFloat16:
-#ifdef KOLO_HAVE_F16C_PATH
+#ifdef KOLO_F16C_PATH
       if (haveF16c()) {
         return scaleHalfF16c(static_cast<uint16_t*>(data), count, static_cast<float>(factor));
       }

@@ -40,6 +40,7 @@ Status planHosts(const std::vector<std::string>& hostOf, int me, HostLayout* out
       for (size_t i = 0; i < m.size(); ++i) layout.cross[i].push_back(m[i]);
     }
   }
+  layout.members = std::move(members);
   *out = std::move(layout);
   return Status::ok();
 }

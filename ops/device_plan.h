@@ -28,6 +28,8 @@ struct HostLayout {
   std::vector<int> local;   // the members on this host, ascending
   int localIndex = 0;       // this member's position in `local`
   bool homogeneous = true;  // every host has the same number of members
+  // The members of every host, in host order, each ascending (members[hostIndex] == local).
+  std::vector<std::vector<int>> members;
   // Only when homogeneous: cross[i] lists the i-th member of every host, in host order. The
   // cross allreduce of the hierarchical algorithm runs among cross[localIndex].
   std::vector<std::vector<int>> cross;

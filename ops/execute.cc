@@ -1,7 +1,7 @@
 // execute: the host backend of the batch plan. ops/batch_plan.cc lays the batch out (slots,
 // copies, zero slots, outputs, scale factors, splits: the same plan the device backend in
-// ops/device carries out); this file moves the bytes with memcpy and runs the collectives over
-// the set's Transport, recording each step on the timeline. Why it is shaped like this:
+// ops/device carries out); this file moves the bytes with kernels::copyBytes and runs the
+// collectives over the set's Transport, recording each step on the timeline. Why it is shaped like this:
 //  - A batch of one tensor skips the fusion buffer (the copies would cost more than they save):
 //    the collective runs in the output tensor itself.
 //  - Where the transport reduces tensors where they lie (shared memory: allreduceSpans), a
@@ -22,6 +22,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "kernels/copy.h"
 #include "kernels/reduce_cpu.h"
 #include "ops/adasum.h"
 #include "ops/batch_plan.h"
@@ -51,8 +52,9 @@ class Steps {
   const std::vector<const Response*>& rs_;
 };
 
-void copyBytes(void* dst, const void* src, size_t n) {
-  if (n > 0 && dst != src) std::memcpy(dst, src, n);
+// The data path's bulk copy (kernels/copy.h), skipped where a tensor already lies in place.
+void copyUnlessInPlace(void* dst, const void* src, size_t n) {
+  if (dst != src) kernels::copyBytes(dst, src, n);
 }
 
 // The host's storage for an output the handle owns.
@@ -75,7 +77,7 @@ Status reserveFusion(const ExecContext& ctx, size_t bytes, const char* what, cha
 // The plan's copies into the working buffer, and a joined rank's zero slots.
 void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) {
   for (const PlanCopy& c : p.copyIn) {
-    copyBytes(buf + c.bufferOffset,
+    copyUnlessInPlace(buf + c.bufferOffset,
               static_cast<const char*>(es[c.tensor]->input.data) + c.tensorOffset, c.bytes);
   }
   for (const PlanCopy& c : p.zeroFill) std::memset(buf + c.bufferOffset, 0, c.bytes);
@@ -83,7 +85,7 @@ void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) 
 
 void unpackOut(const BatchPlan& p, const std::vector<void*>& outputs, const char* buf) {
   for (const PlanCopy& c : p.copyOut) {
-    copyBytes(static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, buf + c.bufferOffset,
+    copyUnlessInPlace(static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, buf + c.bufferOffset,
               c.bytes);
   }
 }
@@ -106,7 +108,7 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
     // A set of one: the "reduction" is the identity; only the copy and the scaling remain.
     for (size_t i = 0; i < es.size(); ++i) {
       if (es[i] == nullptr) continue;
-      copyBytes(outputs[i], es[i]->input.data, p.counts[i] * p.elemSize);
+      copyUnlessInPlace(outputs[i], es[i]->input.data, p.counts[i] * p.elemSize);
       kernels::scaleInPlace(outputs[i], p.counts[i], p.dtype, p.prescale);  // rounds like n > 1
       kernels::scaleInPlace(outputs[i], p.counts[i], p.dtype, p.postscale);
     }

@@ -9,12 +9,14 @@
 // are the same as the direct gather's in total, and each block crosses log2 n links at most.
 //
 // Wire format of what a subtree sends: a uint64 length message, then that many bytes holding
-// records of [int32 rank][uint64 length][bytes], one per rank of the subtree. The root checks
+// records of [int32 rank][uint64 length][bytes], one per rank of the subtree; the integers are
+// little-endian (base/little_endian.h). The root checks
 // every record (rank in range, seen once, lengths inside the message) and names the sender of a
 // malformed one. Any rank count, any root. Blocking, like every ops function: each wait has
 // the transport's timeout and a lost peer is named by the transport's error.
 #include <cstring>
 
+#include "base/little_endian.h"
 #include "ops/collectives.h"
 #include "ops/ring_internal.h"
 
@@ -27,8 +29,8 @@ constexpr uint64_t kMaxBytes = uint64_t{1} << 32;  // a gathered message larger 
 void appendRecord(std::vector<uint8_t>* out, int32_t rank, const uint8_t* data, uint64_t len) {
   const size_t at = out->size();
   out->resize(at + sizeof(rank) + sizeof(len) + len);
-  std::memcpy(out->data() + at, &rank, sizeof(rank));
-  std::memcpy(out->data() + at + sizeof(rank), &len, sizeof(len));
+  storeLe(out->data() + at, static_cast<uint32_t>(rank), sizeof(rank));
+  storeLe(out->data() + at + sizeof(rank), len, sizeof(len));
   if (len > 0) std::memcpy(out->data() + at + sizeof(rank) + sizeof(len), data, len);
 }
 
@@ -45,8 +47,8 @@ Status unpack(const std::vector<uint8_t>& bytes, int from, int n,
     int32_t rank = 0;
     uint64_t len = 0;
     if (bytes.size() - at < sizeof(rank) + sizeof(len)) return malformed(from, "cut header");
-    std::memcpy(&rank, bytes.data() + at, sizeof(rank));
-    std::memcpy(&len, bytes.data() + at + sizeof(rank), sizeof(len));
+    rank = static_cast<int32_t>(static_cast<uint32_t>(loadLe(bytes.data() + at, sizeof(rank))));
+    len = loadLe(bytes.data() + at + sizeof(rank), sizeof(len));
     at += sizeof(rank) + sizeof(len);
     if (rank < 0 || rank >= n) return malformed(from, "rank " + std::to_string(rank));
     if ((*seen)[static_cast<size_t>(rank)]) {
@@ -75,14 +77,16 @@ Status binomialGatherv(Transport& t, const std::vector<uint8_t>& mine, int root,
   appendRecord(&gathered, t.rank(), mine.data(), mine.size());
   for (int mask = 1; mask < n; mask <<= 1) {
     if (v & mask) {
-      uint64_t len = gathered.size();
-      return t.exchange({sendOp(real(v - mask), kTag, &len, sizeof(len)),
+      uint8_t len[8];
+      storeLe(len, gathered.size(), sizeof(len));
+      return t.exchange({sendOp(real(v - mask), kTag, len, sizeof(len)),
                          sendOp(real(v - mask), kTag, gathered.data(), gathered.size())});
     }
     if (v + mask >= n) continue;
     const int child = real(v + mask);
-    uint64_t len = 0;
-    KOLO_RETURN_IF_ERROR(t.exchange({recvOp(child, kTag, &len, sizeof(len))}));
+    uint8_t lenBytes[8];
+    KOLO_RETURN_IF_ERROR(t.exchange({recvOp(child, kTag, lenBytes, sizeof(lenBytes))}));
+    const uint64_t len = loadLe(lenBytes, sizeof(lenBytes));
     if (len > kMaxBytes) return malformed(child, "announced " + std::to_string(len) + " bytes");
     const size_t at = gathered.size();
     gathered.resize(at + len);
