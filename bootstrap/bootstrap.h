@@ -8,7 +8,8 @@
 //   3. the host-name exchange ("host/<rank>" in the store, or an allgather over the transport
 //      when there is no store) and the Topology computed from it;
 //   4. the global transport (createTransport: MPI or Gloo, shm over it per KOLO_SHM; loopback
-//      for a job of one) and the device executor (CUDA tensors; null without NCCL).
+//      for a job of one) and the device executor (CUDA tensors: NCCL, auto or host-staged per
+//      KOLO_GPU_OPERATIONS; host-staged in a build with CUDA but no NCCL; null without CUDA).
 //
 // Rendezvous rounds. bootstrap() may run many times in one process (init -> shutdown -> init,
 // each time with any rank and size; the elastic launcher will rely on it). Every round sees the
@@ -56,7 +57,7 @@ struct BootstrapResult {
   std::unique_ptr<Transport> transport;         // the global transport, connected
   std::vector<std::string> hosts;               // every rank's host name, by rank
   Topology topology;                            // from `hosts`
-  std::unique_ptr<ops::DeviceExecutor> device;  // null in a build without NCCL
+  std::unique_ptr<ops::DeviceExecutor> device;  // null in a build without CUDA
 };
 
 // The whole init path; `initCount` is the number of earlier init attempts in this process (the

@@ -74,8 +74,8 @@ bool deviceTransportAvailable(std::string* why = nullptr);
 Status createDeviceExecutor(const Config& cfg, std::shared_ptr<Store> store,
                             std::unique_ptr<ops::DeviceExecutor>* out);
 // Makes `stream` (a cudaStream_t; null = the default stream of `device`) wait, on the device,
-// for `event` (a device handle's completion event, recorded on `device`). kUnsupported in a build without NCCL (where no handle
-// has an event); kIo with CUDA's message when CUDA refuses.
+// for `event` (a device handle's completion event, recorded on `device`). kUnsupported in a
+// build without CUDA (where no handle has an event); kIo with CUDA's message when CUDA refuses.
 Status deviceStreamWait(void* event, int device, void* stream);
 
 }  // namespace kolo

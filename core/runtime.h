@@ -7,8 +7,10 @@
 // tensor and this rank, and nothing is enqueued), then enqueue and return a handle at once.
 // Thread safety: every public method may be called from any thread. shutdown() is idempotent
 // and bounded in time; the destructor calls it. A thread waiting on a handle this runtime made
-// may run control rounds itself (KOLO_CALLER_ROUNDS, core/coordinator.h). There are no globals: the C API's singleton in
-// bindings/c is the only process-wide instance.
+// may run control rounds itself (KOLO_CALLER_ROUNDS, core/coordinator.h). The engine has no
+// global variables: the C API's singleton in bindings/c is the only process-wide Runtime, and
+// the MPI transport holds the only other mutable process-wide variables, because MPI's own state
+// is process-wide (transport/mpi/mpi_transport.cc).
 #pragma once
 
 #include <map>
@@ -53,7 +55,8 @@ class Runtime {
   // The transport that launched and controls the job ("mpi", "gloo", "loopback"): under shm,
   // the one shm was built on.
   const char* controllerName() const;
-  // Whether CUDA tensors can be submitted: the build has the NCCL path and a device is visible.
+  // Whether CUDA tensors can be submitted: the build has a device executor (any CUDA build: NCCL,
+  // or host-staged without NCCL) and a device is visible.
   bool deviceEnabled() const;
   const Config& config() const { return config_; }
   // Control rounds that waiting callers ran themselves (KOLO_CALLER_ROUNDS), so far.
@@ -113,7 +116,7 @@ class Runtime {
   std::unique_ptr<ProcessSetTable> sets_;
   TensorQueue queue_;
   Timeline timeline_;
-  std::unique_ptr<ops::DeviceExecutor> device_;  // CUDA tensors; null without NCCL. Declared
+  std::unique_ptr<ops::DeviceExecutor> device_;  // CUDA tensors; null without CUDA. Declared
                                                  // before coordinator_: outlives its thread.
   std::unique_ptr<Coordinator> coordinator_;
   // Every handle's Progress (ops/handle.h): rounds on a waiting caller's thread. Detached (and

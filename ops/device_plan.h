@@ -1,11 +1,16 @@
-// Host-side planning for the device data path, kept free of CUDA so that it builds and is
-// tested everywhere: where a process set's members sit (for the hierarchical allreduce), the
-// slot layout of a fused device batch, and the two small exchanges that set up NCCL
-// communicators (strings and root-made ids) over the set's CPU transport or the rendezvous Store.
+// Host-side planning shared by the host and device data paths, free of CUDA so that it builds
+// and is tested everywhere (the name is historical):
+//  - where a process set's members sit (HostLayout, planHosts): the Topology's local and cross
+//    numbers (bootstrap/topology.cc), the hierarchical allreduce on host memory
+//    (ops/hierarchical.cc) and over NCCL;
+//  - the slot helpers of a fused batch (alignedSlots, paddedCount), for ops::planBatch;
+//  - two small exchanges over a set's CPU transport or the rendezvous Store: gatherStrings
+//    (every member's string, such as host names) and shareFromRoots (root-made ids, such as
+//    NCCL's unique ids).
 //
 // Thread safety: pure functions, except the exchanges, which are collective over `t` (every
-// member calls them in the same order, on the coordinator thread) and bounded by t's timeout
-// or the given one.
+// member calls them in the same order: on the coordinator thread, or in bootstrap()) and
+// bounded by t's timeout or the given one.
 #pragma once
 
 #include <chrono>
