@@ -9,7 +9,6 @@
 #include <utility>
 
 #include "bootstrap/registry.h"
-#include "ops/collectives.h"
 #include "ops/device_plan.h"
 #include "transport/loopback/loopback_transport.h"
 

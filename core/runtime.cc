@@ -157,6 +157,8 @@ void Runtime::stopTimeline() { timeline_.stop(); }
 
 bool Runtime::deviceEnabled() const { return device_ != nullptr && deviceTransportAvailable(); }
 
+const char* Runtime::deviceOperations() const { return device_ ? device_->name() : ""; }
+
 // ---- validation ----------------------------------------------------------------------------
 
 std::string Runtime::where(const char* op, const std::string& name) const {

@@ -58,6 +58,9 @@ class Runtime {
   // Whether CUDA tensors can be submitted: the build has a device executor (any CUDA build: NCCL,
   // or host-staged without NCCL) and a device is visible.
   bool deviceEnabled() const;
+  // How CUDA tensors travel: the device executor's name ("nccl", "auto": NCCL where the set's
+  // ranks have a GPU each; "host": staged through host memory), "" in a build without CUDA.
+  const char* deviceOperations() const;
   const Config& config() const { return config_; }
   // Control rounds that waiting callers ran themselves (KOLO_CALLER_ROUNDS), so far.
   uint64_t callerRoundsRun() const { return coordinator_ ? coordinator_->callerRoundsRun() : 0; }

@@ -203,7 +203,7 @@ int kolo_gloo_enabled(void) {
 }
 int kolo_nccl_enabled(void) {
   auto rt = runtime();
-  return rt && rt->deviceEnabled() ? 1 : 0;
+  return rt && rt->deviceEnabled() && std::string(rt->deviceOperations()) != "host" ? 1 : 0;
 }
 const char* kolo_transport_name(void) {
   auto rt = runtime();

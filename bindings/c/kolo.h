@@ -130,7 +130,9 @@ KOLO_API int kolo_nccl_built(void);
 KOLO_API int kolo_cuda_built(void);
 KOLO_API int kolo_mpi_enabled(void);  /* the job was set up over MPI (also under shm) */
 KOLO_API int kolo_gloo_enabled(void); /* the job was set up over Gloo (also under shm) */
-KOLO_API int kolo_nccl_enabled(void); /* NCCL is available for CUDA tensors */
+/* NCCL carries CUDA tensors: a device is visible and KOLO_GPU_OPERATIONS is not "host" (0 on
+ * the host-staged path, which a build without NCCL always takes). */
+KOLO_API int kolo_nccl_enabled(void);
 /* The data transport: "shm" (ranks on one host, over MPI or Gloo), "mpi", "gloo", "loopback"
  * (a job of one); "" before init. */
 KOLO_API const char* kolo_transport_name(void);

@@ -33,18 +33,24 @@ namespace {
 
 int R() { return kolo_rank(); }
 
-// Whether the job forces NCCL (KOLO_GPU_OPERATIONS=nccl, or Horovod's name for it): then every
-// local rank needs a device of its own. Otherwise one device does: the host-staged path
-// (host / mpi / gloo) allows ranks to share it, and auto takes that path for a set whose ranks do.
-bool ncclForced() {
+// KOLO_GPU_OPERATIONS (or Horovod's HOROVOD_GPU_OPERATIONS), lower case; "" when unset.
+std::string gpuOperationsAsked() {
   for (const char* name : {"KOLO_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS"}) {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') continue;
     std::string s(v);
     for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    return s == "nccl";
+    return s;
   }
-  return false;
+  return "";
+}
+// Whether the job forces NCCL: then every local rank needs a device of its own. Otherwise one
+// device does: the host-staged path (host / mpi / gloo) allows ranks to share it, and auto takes
+// that path for a set whose ranks do.
+bool ncclForced() { return gpuOperationsAsked() == "nccl"; }
+bool hostStagedAsked() {
+  const std::string s = gpuOperationsAsked();
+  return s == "host" || s == "mpi" || s == "gloo";
 }
 int N() { return kolo_size(); }
 int gDevice = 0;
@@ -262,9 +268,17 @@ int main(int argc, char** argv) {
       kolo::gputest::devicesOrSkip("kolo_gpu_mp_test", ncclForced() ? kolo_local_size() : 1);
   int rc = 0;
   if (devices > 0) {
+    // NCCL carries CUDA tensors unless the build has none or the job asked for the host path.
+    const int expected = kolo_nccl_built() != 0 && !hostStagedAsked() ? 1 : 0;
+    if (kolo_nccl_enabled() != expected) {
+      std::fprintf(stderr, "kolo_nccl_enabled() is %d, expected %d\n", kolo_nccl_enabled(),
+                   expected);
+      rc = 1;
+    }
     gDevice = kolo_local_rank() % devices;
     if (cudaSetDevice(gDevice) != cudaSuccess) return 1;
-    rc = kolo::testing::runCatch(argc, argv);
+    const int caught = kolo::testing::runCatch(argc, argv);
+    if (caught != 0) rc = caught;
   }
   kolo_shutdown();
   return rc;

@@ -151,6 +151,8 @@ def gloo_enabled():
 
 
 def nccl_enabled():
+    """Whether NCCL carries CUDA tensors in this job (False on the host-staged path:
+    KOLO_GPU_OPERATIONS=host, or a build without NCCL)."""
     return bool(_lib.lib.kolo_nccl_enabled())
 
 
