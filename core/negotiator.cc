@@ -368,16 +368,22 @@ Response Negotiator::buildResponse(const OpKey& key, const Entry& e) const {
 
 bool Negotiator::groupClosure(const OpKey& name, bool requireReady,
                               std::vector<OpKey>* members) const {
+  // One pass over the whole closure, never stopping at the first reason it is not ready: the
+  // caller learns the membership either way and decides for every member at once. Each group's
+  // pending list is walked once: a group of N names costs O(N log N) a round, not N closures of
+  // N members that each walk N names.
   std::set<OpKey> seen = {name};
   std::vector<OpKey> queue = {name};
+  std::set<GroupKey> expanded;  // each group's pending list is walked once, not once a member
+  bool ready = true;
   for (size_t i = 0; i < queue.size(); ++i) {
     auto it = table_.find(queue[i]);
     if (it == table_.end()) continue;
     const Entry& e = it->second;
-    if (requireReady && !e.complete) return false;
+    if (!e.complete) ready = false;
     // Errors are released on their own: their groups may be inconsistent (mismatched group
     // sizes), and the other members count them as seen.
-    if (requireReady && e.response.kind == Response::Kind::kError) {
+    if (requireReady && e.complete && e.response.kind == Response::Kind::kError) {
       if (i == 0) break;
       continue;
     }
@@ -385,7 +391,8 @@ bool Negotiator::groupClosure(const OpKey& name, bool requireReady,
       if (r.groupSize <= 0 || r.groupId < 0) continue;
       auto g = groups_.find({rank, r.groupId});
       if (g == groups_.end()) continue;
-      if (requireReady && g->second.seen < g->second.size) return false;
+      if (g->second.seen < g->second.size) ready = false;
+      if (!expanded.insert(g->first).second) continue;
       for (const OpKey& other : g->second.pending) {
         auto o = table_.find(other);
         bool error = o != table_.end() && o->second.complete &&
@@ -396,7 +403,7 @@ bool Negotiator::groupClosure(const OpKey& name, bool requireReady,
     }
   }
   *members = std::move(queue);
-  return true;
+  return ready;
 }
 
 std::vector<Response> Negotiator::takeReady(Clock::time_point) {
@@ -407,12 +414,16 @@ std::vector<Response> Negotiator::takeReady(Clock::time_point) {
   std::vector<std::pair<uint64_t, OpKey>> order(completeOrder_.begin(), completeOrder_.end());
   std::vector<Response> out;
   std::set<OpKey> released;
+  std::set<OpKey> heldBack;  // members of a closure found not ready this round
   auto imm = immediate_.begin();
   for (const auto& [seq, name] : order) {
     for (; imm != immediate_.end() && imm->first < seq; ++imm) out.push_back(imm->second);
-    if (released.count(name)) continue;
+    if (released.count(name) || heldBack.count(name)) continue;
     std::vector<OpKey> members;
-    if (!groupClosure(name, true, &members)) continue;
+    if (!groupClosure(name, true, &members)) {
+      heldBack.insert(members.begin(), members.end());
+      continue;
+    }
     std::sort(members.begin(), members.end(), [&](const OpKey& a, const OpKey& b) {
       return table_.at(a).completeSeq < table_.at(b).completeSeq;
     });
@@ -453,13 +464,22 @@ void Negotiator::erase(const OpKey& key) { removeEntry(key, false); }
 std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
                                                    double olderThanSeconds) const {
   std::vector<std::pair<uint64_t, Stall>> found;
+  std::map<OpKey, bool> readyOf;  // per closure, computed once for all its members
   for (const auto& [name, e] : table_) {
     double waited = std::chrono::duration<double>(now - e.firstArrival).count();
     if (waited <= olderThanSeconds) continue;
-    std::vector<OpKey> unused;
     // A complete entry is stalled only while a group holds it back (otherwise the next
     // takeReady releases it).
-    if (e.complete && groupClosure(name, true, &unused)) continue;
+    if (e.complete) {
+      auto known = readyOf.find(name);
+      if (known == readyOf.end()) {
+        std::vector<OpKey> members;
+        const bool ready = groupClosure(name, true, &members);
+        for (const OpKey& m : members) readyOf.emplace(m, ready);
+        known = readyOf.emplace(name, ready).first;
+      }
+      if (known->second) continue;
+    }
     Stall s{name.name, e.type, name.processSet,
             waited,    {},     e.complete ? groupBlockers(name) : missingRanks(e),
             {}};

@@ -131,8 +131,9 @@ class Negotiator {
   // Validation of one complete entry; an empty message means OK.
   std::pair<ErrorCode, std::string> validate(const Entry& e,
                                              const std::vector<int32_t>& members) const;
-  // All names linked to `name` through groups. With requireReady, false when any of them is
-  // incomplete or a group still misses members.
+  // All names linked to `name` through groups (with requireReady, not through failed entries,
+  // and only `name` itself when it failed). Returns false when any of them is incomplete or a
+  // group still misses members; members holds the whole closure either way.
   bool groupClosure(const OpKey& name, bool requireReady, std::vector<OpKey>* members) const;
   void removeEntry(const OpKey& name, bool dropGroups);
   std::vector<int32_t> missingRanks(const Entry& e) const;

@@ -1,6 +1,7 @@
 #include "core/tensor_queue.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 namespace kolo {
 
@@ -25,19 +26,20 @@ Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) 
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.isOk()) return closed_;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const OpKey key = keyOf(entries[i]->request);
-      if (entries_.count(key)) return duplicate(key);
-      for (size_t j = 0; j < i; ++j) {
-        if (keyOf(entries[j]->request) == key) return duplicate(key);
+    std::unordered_set<OpKey, OpKeyHash> group;
+    for (const auto& e : entries) {
+      OpKey key = keyOf(e->request);
+      if (entries_.count(key) || !group.insert(std::move(key)).second) {
+        return duplicate(keyOf(e->request));
       }
     }
     for (auto& e : entries) {
       OpKey key = keyOf(e->request);
       e->enqueued = Clock::now();
-      order_.push_back(key);
+      const uint64_t seq = nextSeq_++;
+      order_.emplace(seq, key);
       fresh_.push_back(key);
-      entries_.emplace(std::move(key), std::move(e));
+      entries_.emplace(std::move(key), Slot{std::move(e), seq});
     }
     woken_ = true;
   }
@@ -68,17 +70,16 @@ void TensorQueue::clearNew() {
 TensorEntry* TensorQueue::find(const OpKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : it->second.get();
+  return it == entries_.end() ? nullptr : it->second.entry.get();
 }
 
 std::unique_ptr<TensorEntry> TensorQueue::remove(const OpKey& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = entries_.find(name);
   if (it == entries_.end()) return nullptr;
-  auto entry = std::move(it->second);
+  auto entry = std::move(it->second.entry);
+  order_.erase(it->second.seq);
   entries_.erase(it);
-  auto pos = std::find(order_.begin(), order_.end(), name);
-  if (pos != order_.end()) order_.erase(pos);
   fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), name), fresh_.end());
   return entry;
 }
@@ -87,7 +88,7 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const Status& refus
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = refusal.isOk() ? Status(ErrorCode::kInternal, "the op queue is closed") : refusal;
   std::vector<std::unique_ptr<TensorEntry>> out;
-  for (const auto& name : order_) out.push_back(std::move(entries_[name]));
+  for (const auto& [seq, name] : order_) out.push_back(std::move(entries_.at(name).entry));
   entries_.clear();
   order_.clear();
   fresh_.clear();
@@ -101,7 +102,7 @@ size_t TensorQueue::size() const {
 
 void TensorQueue::forEach(const std::function<void(TensorEntry&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& name : order_) fn(*entries_.at(name));
+  for (const auto& [seq, name] : order_) fn(*entries_.at(name).entry);
 }
 
 }  // namespace kolo

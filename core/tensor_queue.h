@@ -9,8 +9,9 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,8 +49,13 @@ class TensorQueue {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::unordered_map<OpKey, std::unique_ptr<TensorEntry>, OpKeyHash> entries_;
-  std::deque<OpKey> order_;   // arrival order of keys still in entries_
+  struct Slot {
+    std::unique_ptr<TensorEntry> entry;
+    uint64_t seq;  // its key in order_
+  };
+  std::unordered_map<OpKey, Slot, OpKeyHash> entries_;
+  std::map<uint64_t, OpKey> order_;  // arrival order of keys still in entries_
+  uint64_t nextSeq_ = 0;
   std::vector<OpKey> fresh_;  // added since clearNew(), still in entries_
   bool woken_ = false;
   Status closed_;  // ok while open

@@ -139,6 +139,16 @@ def test_grouped_allreduce(hvd):
     assert hvd.synchronize(h)[0] is copies[0]
 
 
+def test_grouped_allreduce_of_many_tensors(hvd):
+    # 20000 names in one group: the negotiation walks each group's members once a round (it
+    # walked the whole group once per member, and 8000 tensors outlasted the 30 s peer timeout).
+    n, r = hvd.size(), hvd.rank()
+    ts = [torch.full((1,), float(i % 11 + r)) for i in range(20000)]
+    outs = hvd.grouped_allreduce(ts, op=hvd.Sum, name="many")
+    for i, o in enumerate(outs):
+        assert o.item() == sum(i % 11 + q for q in range(n)), i
+
+
 @pytest.mark.parametrize("dtype", DTYPES + [torch.bool])
 def test_allgather(hvd, dtype):
     n, r = hvd.size(), hvd.rank()

@@ -127,6 +127,30 @@ def test_groups(hvd):
     _close(m.parameters(), _reference(hvd.size(), 0.1, 0.0, steps=1), 1e-10)
 
 
+def test_one_group_of_thousands_of_parameters(hvd):
+    # groups=1 over 5000 one-element parameters: every gradient hook finds its group by
+    # identity (a tuple key hashed all 5000 tensors per hook: 25 million hashes a step), and
+    # the grouped allreduce of 5000 names negotiates in one pass per round.
+    from kolo.torch.optimizer import _Group
+    n, r = hvd.size(), hvd.rank()
+    params = [torch.nn.Parameter(torch.zeros(1)) for _ in range(5000)]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(params, lr=1.0),
+                                   named_parameters=[("p%d" % i, p) for i, p in enumerate(params)],
+                                   groups=1, op=hvd.Sum)
+    assert len(opt._groups) == 1 and isinstance(opt._groups[0], _Group)
+    opt.zero_grad()
+    sum(p.sum() * (i % 7 + r) for i, p in enumerate(params)).backward()
+    opt.step()
+    for i, p in enumerate(params):
+        assert p.item() == -sum(i % 7 + q for q in range(n)), i
+
+    class Unhashable:
+        def __hash__(self):
+            raise AssertionError("a group hashed its member")
+    g = _Group([Unhashable(), Unhashable()])
+    assert {g: 1}[g] == 1 and g != _Group(list(g)) and g == g
+
+
 def test_named_parameter_errors(hvd):
     m = _model()
     named = list(m.named_parameters())

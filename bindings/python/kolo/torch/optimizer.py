@@ -65,6 +65,21 @@ def _elastic():
     return os.environ.get("KOLO_ELASTIC") == "1" or os.environ.get("HOROVOD_ELASTIC") == "1"
 
 
+class _Group(tuple):
+    """The parameters of one grouped allreduce. A dict key by identity: a plain tuple of N
+    tensors hashes all N on every lookup (the gradient hooks look their group up once per
+    parameter, so a group of thousands cost millions of tensor hashes a step)."""
+
+    __slots__ = ()
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+
 class _DistributedOptimizer:
     """Methods copied into the dynamically created subclass of the user's optimizer class.
     They use super(self.__class__, self) because that class is made at run time."""
@@ -117,11 +132,11 @@ class _DistributedOptimizer:
             if n == 0:
                 return []
             bounds = [len(trainable) * i // n for i in range(n + 1)]
-            return [tuple(trainable[bounds[i]:bounds[i + 1]]) for i in range(n)]
+            return [_Group(trainable[bounds[i]:bounds[i + 1]]) for i in range(n)]
         ids = {id(p) for p in trainable}
         out, seen = [], set()
         for g in groups:
-            members = tuple(p for p in g)
+            members = _Group(g)
             for p in members:
                 if id(p) not in ids:
                     raise ValueError("groups lists a tensor that is not a trainable parameter "
