@@ -9,8 +9,9 @@
 # floors (kolo_engine), and the linker resolves a lower floor's reference from the higher floor's
 # objects already pulled into the binary. What holds the direction is scripts/check_layers.py
 # (CTest kolo_layers, in CI): it fails on an upward #include (or one of test/, bench/) and on a
-# floor's target linking a floor above, reading these kolo_add_floor calls and the floors'
-# target_link_libraries. kolo_engine is every floor at once, for the C library, tests and
+# floor's target linking a floor above, taking an include directory there or compiling a source
+# from there, reading these kolo_add_floor calls and the floors' target_* commands (its header
+# lists every form). kolo_engine is every floor at once, for the C library, tests and
 # benchmarks that reach inside.
 
 function(kolo_add_floor name below)
