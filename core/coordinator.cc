@@ -322,10 +322,13 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     }
     looked_.push_back(l);
   });
+  std::sort(missedGroups_.begin(), missedGroups_.end());  // one entry per missed member
+  missedGroups_.erase(std::unique(missedGroups_.begin(), missedGroups_.end()),
+                      missedGroups_.end());
   for (Looked& l : looked_) {
     TensorEntry& e = *l.entry;
-    if (e.request.groupSize > 0 && std::find(missedGroups_.begin(), missedGroups_.end(),
-                                             e.request.groupId) != missedGroups_.end()) {
+    if (e.request.groupSize > 0 && std::binary_search(missedGroups_.begin(), missedGroups_.end(),
+                                                      e.request.groupId)) {
       l.hit = ResponseCache::Lookup::kMiss;
     }
     if (l.hit == ResponseCache::Lookup::kHit) {
