@@ -10,6 +10,7 @@ Modules, one concern each:
   store_server  the rendezvous key-value store served over TCP (protocol of rendezvous/store.h)
   ssh           the command line that starts a rank on another host, and its remote watcher
   workers       one rank's process: start, exit status without reaping, group signals
+  orphan_guard  the helper process that stops the local ranks when kolorun is killed -9
   output        rank-prefixed forwarding of worker output
   gloo_run      Gloo mode: serve the store, start every rank, supervise, stop
   mpi_run       MPI mode: build (and exec) the Open MPI mpirun command line

@@ -35,6 +35,8 @@ The driver's loop, every 50 ms:
 A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
 workers --failure-grace-seconds to exit, then stops them as Gloo mode does (gloo_run.py).
 Nothing waits forever: every wait here is bounded by the elastic timeout or a grace period.
+Signals are Gloo mode's (SIGQUIT as SIGTERM); the local workers are registered with the orphan
+guard (orphan_guard.py), so a kolorun killed -9 leaves none of them (nor their children) behind.
 """
 
 import json
@@ -46,7 +48,8 @@ import time
 from . import hosts as hostlib
 from .discovery import HostDiscovery, HostHealth
 from .gloo_run import (POLL_SECONDS, Failure, GlooJob, LaunchError, _seconds, _span,
-                       kill_grace)
+                       forwarded_signal, kill_grace, stop_message)
+from .orphan_guard import OrphanGuard
 from .hosts import HostSlots
 from .output import OutputPump
 from .store_server import StoreServer
@@ -92,6 +95,7 @@ class ElasticJob(GlooJob):
         self.bind = None
         self._reach = {}
         self._discovery_error = None
+        self.guard = None  # the OrphanGuard of the local workers, while the job runs
 
     # ---- hosts -----------------------------------------------------------------------------
     def _is_local(self, host):
@@ -190,12 +194,14 @@ class ElasticJob(GlooJob):
                 return hosts.exit_status
             self.bind = self._bind_address(hosts)
             self.server = StoreServer(self.bind, 0).start()
+            self.guard = OrphanGuard(self.grace, self.console).start()
             try:
                 return self._run_started(hosts)
             except BaseException:
                 self._kill_all()  # kolorun itself failed: leave no worker behind
                 raise
             finally:
+                self.guard.close()
                 self.server.stop()
         finally:
             self._restore_signals()
@@ -237,9 +243,8 @@ class ElasticJob(GlooJob):
         failure = self._drive(hosts)
         stop_signal = signal.SIGTERM
         if failure is not None and failure.signal is not None:
-            stop_signal = failure.signal
-            self.console.message("received %s; passing it to every worker"
-                                 % signal.Signals(failure.signal).name)
+            stop_signal = forwarded_signal(failure.signal)
+            self.console.message(stop_message(failure.signal, "worker"))
         elif failure is not None and self.live:
             # The workers waiting for a round read elastic/abort and exit by themselves.
             deadline = time.monotonic() + min(self.opts.failure_grace, 10.0)

@@ -19,6 +19,14 @@ Life of a job (GlooJob.run):
   6. stop: the signal (TERM on failure) to every rank's group still alive, SIGKILL to whatever
      is left after the kill grace (remote ranks get the remote watcher's grace first), reap,
      report.
+Signals: SIGINT, SIGTERM and SIGHUP to kolorun are passed on to every rank; SIGQUIT is handled
+as SIGTERM (the ranks get SIGTERM: a SIGQUIT would make them dump core). A kolorun killed by
+SIGKILL cannot stop anything: its orphan guard (orphan_guard.py) stops the local ranks' groups,
+the remote watchers (ssh.py) the remote ones.
+Threading: GlooJob belongs to kolorun's main thread (the output pump and the store server run
+their own threads). Blocking: every wait is bounded (start timeout, grace windows, kill grace).
+Errors: a problem found before any rank started raises LaunchError; later ones end the job
+with a Failure (its reason printed, its exit status returned).
 """
 
 import os
@@ -30,6 +38,7 @@ from . import binding as bindlib
 from . import hosts as hostlib
 from .args import horovod_knob_environment
 from . import ssh
+from .orphan_guard import OrphanGuard
 from .output import OutputPump
 from .store_server import StoreServer
 from .topology import assign, used_hosts
@@ -48,6 +57,19 @@ def kill_grace(environ):
     except ValueError:
         return DEFAULT_GRACE_SECONDS
 REMOTE_EXTRA_GRACE = 3.0  # local ssh clients wait for the remote watcher's own grace first
+
+
+def forwarded_signal(sig):
+    """The signal the ranks get when kolorun receives sig: SIGQUIT becomes SIGTERM."""
+    return signal.SIGTERM if sig == signal.SIGQUIT else sig
+
+
+def stop_message(sig, who):
+    """What kolorun says when signal sig stops the job."""
+    name, passed = signal.Signals(sig).name, signal.Signals(forwarded_signal(sig)).name
+    if name == passed:
+        return "received %s; passing it to every %s" % (name, who)
+    return "received %s; sending %s to every %s" % (name, passed, who)
 
 
 class LaunchError(Exception):
@@ -81,6 +103,7 @@ class GlooJob:
                       for h, _ in used_hosts(self.slots)}
         self.cpus = {}  # rank -> the CPUs it is bound to (local ranks, when binding)
         self.binding_note = None
+        self.guard = None  # the OrphanGuard of the local ranks, while the job runs
 
     def _plan_binding(self):
         """Fills self.cpus for the ranks on this machine (all local host names together).
@@ -219,7 +242,8 @@ class GlooJob:
             argv = list(self.opts.command)
             local_env = dict(self.environ)
             local_env.update(rank_env)
-        w = Worker(slot, argv, local_env, remote, out, err, cpus=self.cpus.get(slot.rank))
+        w = Worker(slot, argv, local_env, remote, out, err, cpus=self.cpus.get(slot.rank),
+                   guard=None if remote else self.guard)
         w.files = [f for f in (out, err) if f is not subprocess.PIPE]
         return w
 
@@ -228,7 +252,7 @@ class GlooJob:
         self._signals.append(signum)
 
     def _install_signals(self):
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
             if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
                 continue  # started under nohup: the job outlives the terminal, ranks included
             try:
@@ -246,12 +270,14 @@ class GlooJob:
         bind, reach = self._addresses()
         self.server = StoreServer(bind, 0).start()
         self._install_signals()
+        self.guard = OrphanGuard(self.grace, self.console).start()
         try:
             return self._run_started(bind, reach)
         except BaseException:
             self._kill_all()  # kolorun itself failed: leave no rank behind
             raise
         finally:
+            self.guard.close()
             self.server.stop()
             self._restore_signals()
 
@@ -284,17 +310,15 @@ class GlooJob:
         if failure is None:
             stop_signal = signal.SIGTERM  # only leftovers of finished ranks receive it
         elif failure.signal is not None:
-            stop_signal = failure.signal
-            self.console.message("received %s; passing it to every rank"
-                                 % signal.Signals(failure.signal).name)
+            stop_signal = forwarded_signal(failure.signal)
+            self.console.message(stop_message(failure.signal, "rank"))
         else:
             stop_signal = signal.SIGTERM
             graced = self._failure_grace(failure)
             left = self._running()
             if self._signals:  # kolorun was signalled during the window: pass that on
-                stop_signal = self._signals[0]
-                self.console.message("received %s; passing it to every rank"
-                                     % signal.Signals(stop_signal).name)
+                stop_signal = forwarded_signal(self._signals[0])
+                self.console.message(stop_message(self._signals[0], "rank"))
             elif left and graced:
                 self.console.message("rank%s %s still running after the grace window; sending "
                                      "SIGTERM, then SIGKILL after %s s" % (

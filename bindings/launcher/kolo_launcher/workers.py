@@ -12,6 +12,9 @@ process is reaped once, in reap(), after the last group signal.
 A local rank bound to cores (binding.py) is started while the launcher's thread runs on those
 CPUs only: the child inherits the affinity at fork, before it executes anything.
 
+A local rank is registered with kolorun's orphan guard (orphan_guard.py) once started and
+forgotten once reaped, so that its group is stopped even when kolorun is killed -9.
+
 A remote rank's local process is the ssh client (or the remote-shell template). Its stdin is
 the watcher channel of ssh.remote_script: request_stop() writes the signal name and closes it,
 and the remote side stops the rank; the local group is only killed when that takes too long.
@@ -55,7 +58,7 @@ def _signame(num):
 class Worker:
     """Not thread-safe: the launcher's main thread owns every Worker."""
 
-    def __init__(self, slot, argv, env, remote, stdout, stderr, cpus=None):
+    def __init__(self, slot, argv, env, remote, stdout, stderr, cpus=None, guard=None):
         self.slot = slot
         self.argv = argv
         self.env = env
@@ -68,6 +71,7 @@ class Worker:
         self.stop_requested = False
         self.files = []  # output files kolorun opened for the rank (closed once it started)
         self.cpus = cpus  # the CPUs the rank is bound to, or None
+        self.guard = guard  # the OrphanGuard that stops the rank if kolorun dies (local ranks)
 
     @property
     def rank(self):
@@ -91,6 +95,8 @@ class Worker:
         finally:
             if own is not None:
                 os.sched_setaffinity(0, own)
+        if self.guard is not None:
+            self.guard.watch(self.proc.pid)
 
     @property
     def pid(self):
@@ -104,7 +110,7 @@ class Worker:
             info = os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
             info = None
-            self.reaped = True
+            self._reaped()
             self.status = ExitStatus(code=255, signal=None)
             return self.status
         if info is None or info.si_pid == 0:
@@ -156,7 +162,12 @@ class Worker:
             self.proc.wait(timeout=0)
         except subprocess.TimeoutExpired:
             return
+        self._reaped()
+
+    def _reaped(self):
         self.reaped = True
+        if self.guard is not None:
+            self.guard.forget(self.proc.pid)
 
 
 def live_process_groups():

@@ -16,18 +16,37 @@ Two ways to start the ranks:
     supervises them; the function and the results travel through a small authenticated TCP
     server of the calling process (kolo/_run_hosts.py describes it).
 
+Stopping: while kolo.run waits in the main thread, a SIGTERM to the calling process stops the
+ranks (SIGTERM to each rank's process group, SIGKILL after 5 s), removes the temporary folder,
+restores the previous SIGTERM handler and delivers the signal again, so the process then ends
+(or the previous handler runs) as SIGTERM would have made it; kolo.run raises RuntimeError when
+it returns. When the calling process dies without stopping them (kill -9, the OOM killer), the
+local ranks notice: each one holds the read end of a pipe (its "lifeline") whose write end only
+the calling process holds, and a thread of the rank removes the temporary folder and kills the
+rank's process group (the rank and everything it started: each rank runs in its own session)
+with SIGKILL once the pipe reports end of file.
+A process fork()ed from the caller (without exec) shares the write end and delays that. With
+hosts, kolorun stops its ranks (its orphan guard and remote watchers cover a killed kolorun).
+
+Threading: run() blocks its calling thread until the job ends; the SIGTERM handler is only
+installed when that is the main thread (elsewhere Python cannot), and not when SIGTERM is ignored.
+Errors: ValueError for bad arguments, RuntimeError naming the failing rank, TimeoutError.
+
 KoloRunner is sparkdl.HorovodRunner's interface: KoloRunner(np=-n).run(main, **kwargs) runs n
 local processes, KoloRunner(np=n, hosts=...) runs n ranks on the hosts (the "workers"); both
 return rank 0's result, as HorovodRunner does.
 """
 
+import contextlib
 import os
 import pickle
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -50,7 +69,8 @@ def _grace_seconds():
     return _GRACE_SECONDS
 # Not `python -m kolo.runner`: kolo/__init__ imports this module, and -m would run a 2nd copy.
 _WORKER_MAIN = "import sys; from kolo.runner import _worker; sys.exit(_worker(sys.argv[1], " \
-    "int(sys.argv[2])))"
+    "int(sys.argv[2]), int(sys.argv[3])))"
+_STOP_GRACE = 5.0  # SIGTERM to SIGKILL when kolo.run stops ranks that are still running
 _LOCAL_HOSTS = ("localhost", "127.0.0.1")
 _VERBOSITIES = ("log_callback_only", "all")
 
@@ -79,9 +99,25 @@ def _is_local(hosts, np):
     return name in _LOCAL_HOSTS and (not slots or (np is not None and slots == str(np)))
 
 
+def _with_slots(hosts, slots):
+    """hosts with `slots` given to every entry written without a count ("a,b:4" -> "a:2,b:4")."""
+    if slots is None or not hosts:
+        return hosts
+    if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+        raise ValueError("slots must be a positive int; got %r" % (slots,))
+    entries = []
+    for entry in hosts.split(","):
+        entry = entry.strip()
+        counted = entry.rpartition("]")[2].startswith(":") if entry.startswith("[") \
+            else ":" in entry
+        entries.append(entry if counted or not entry else "%s:%d" % (entry, slots))
+    return ",".join(entries)
+
+
 def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, use_gloo=None,
         use_mpi=None, timeout=None, verbose=None, executable=None, network_interface=None,
-        ssh_port=None, ssh_identity_file=None, start_timeout=None, output_filename=None):
+        ssh_port=None, ssh_identity_file=None, start_timeout=None, output_filename=None,
+        disable_cache=None, mpi_args=None, slots=None):
     """Runs func(*args, **kwargs) on `np` ranks; returns their results in rank order.
 
     hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
@@ -95,12 +131,19 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
       kolorun's options of the same names (output_filename writes each rank's output to
       DIR/rank.N/ instead of this process's stdout/stderr); any of them but verbose makes even
       a local job run under kolorun.
+    slots: the slot count of every `hosts` entry written without one ("a,b" with slots=2 is
+      "a:2,b:2"), horovod.run's slots per host; no effect on entries with a count, on a
+      hostfile's lines (each gives its slots=) or without hosts (np ranks on this machine).
+    disable_cache: accepted, no effect (horovodrun caches its start-up checks; kolo has none).
+    mpi_args: accepted, no effect: horovod.run passes them to mpirun with use_mpi=True only,
+      and kolo.run starts Gloo jobs (use_mpi=True is a ValueError).
     use_mpi is accepted for horovod.run compatibility: kolo.run starts Gloo jobs only.
     """
     if not callable(func):
         raise ValueError("kolo.run needs a callable; got %r" % (func,))
     if hosts and hostfile:
         raise ValueError("kolo.run: give hosts or hostfile, not both")
+    hosts = _with_slots(hosts, slots)
     remote = bool(hostfile) or not _is_local(hosts, np)
     if np is None and not remote:
         raise ValueError("np=None (every slot) needs hosts or a hostfile")
@@ -127,9 +170,46 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
         options = {"network_interface": network_interface, "ssh_port": ssh_port,
                    "ssh_identity_file": ssh_identity_file, "start_timeout": start_timeout,
                    "output_filename": output_filename, "verbose": verbose}
-        return _run_hosts.run_on_hosts(payload, np, hosts, hostfile, env, timeout, python, base,
-                                       options)
-    return _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python)
+        with _sigterm_stops_the_job():
+            return _run_hosts.run_on_hosts(payload, np, hosts, hostfile, env, timeout, python,
+                                           base, options)
+    with _sigterm_stops_the_job():
+        return _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python)
+
+
+class _Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM handler of _sigterm_stops_the_job."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops_the_job():
+    """While the job runs, SIGTERM raises _Terminated (so the job's `finally` stops the ranks and
+    cleans up); afterwards the previous handler is back and the signal is delivered again. A
+    no-op outside the main thread or when SIGTERM is ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous in (signal.SIG_IGN, None):
+        yield
+        return
+    fired = []
+
+    def on_sigterm(_signum, _frame):
+        if not fired:  # a second SIGTERM must not interrupt the clean-up of the first
+            fired.append(True)
+            raise _Terminated()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except _Terminated:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if fired:
+        signal.raise_signal(signal.SIGTERM)  # the process ends here under the default action
+        raise RuntimeError("kolo.run: stopped by SIGTERM (the ranks were stopped)")
 
 
 def _job_environment(env):
@@ -153,6 +233,7 @@ def _job_environment(env):
 def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python):
     workdir = tempfile.mkdtemp(prefix="kolo-run-")
     procs = []
+    lifeline_r, lifeline_w = os.pipe()  # see the module doc; both ends close-on-exec
     try:
         with open(os.path.join(workdir, "func.pkl"), "wb") as f:
             cloudpickle.dump((func, tuple(args), kwargs), f)
@@ -167,16 +248,53 @@ def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, pyth
             e = dict(base, KOLO_RANK=str(r), KOLO_LOCAL_RANK=str(r))
             if verbose:
                 print("kolo.run: starting rank %d with %s" % (r, python), file=sys.stderr)
-            procs.append(subprocess.Popen([python, "-c", _WORKER_MAIN, workdir, str(r)],
-                                          env=e))
+            procs.append(subprocess.Popen(
+                [python, "-c", _WORKER_MAIN, workdir, str(r), str(lifeline_r)], env=e,
+                pass_fds=(lifeline_r,), start_new_session=True))
+        os.close(lifeline_r)
+        lifeline_r = None
         codes, seen = _wait_all(procs, timeout)
         return _collect(workdir, codes, seen)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        _stop(procs)
+        for fd in (lifeline_r, lifeline_w):
+            if fd is not None:
+                os.close(fd)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _exited(p):
+    """Whether worker p exited, without reaping it: while it is not reaped, its pid (the id of
+    its process group) cannot be taken by another process."""
+    if p.returncode is not None:
+        return True
+    try:
+        info = os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid != 0
+
+
+def _stop(procs):
+    """Stops the workers not reaped yet, with what they started (each leads a process group):
+    SIGTERM to their groups, SIGKILL after _STOP_GRACE seconds (at once to what a worker that
+    exited left behind), then reaps them."""
+    live = [p for p in procs if p.returncode is None]
+    _signal_groups(live, signal.SIGTERM)
+    deadline = time.monotonic() + _STOP_GRACE
+    while not all(_exited(p) for p in live) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_groups(live, signal.SIGKILL)
+    for p in live:
+        p.wait()
+
+
+def _signal_groups(procs, sig):
+    for p in procs:
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _wait_all(procs, timeout):
@@ -199,15 +317,7 @@ def _wait_all(procs, timeout):
             failed_at = now
         expired = timeout is not None and now - start > timeout
         if expired or (failed_at is not None and now - failed_at > grace):
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            _stop(procs)
             codes = [p.returncode for p in procs]
             if expired:
                 raise TimeoutError("kolo.run: the job did not finish within %s s (exit codes "
@@ -261,7 +371,29 @@ def _shutdown(rank):
         print("kolo.run: rank %d: shutdown failed: %s" % (rank, e), file=sys.stderr)
 
 
-def _worker(workdir, rank):
+def _watch_lifeline(fd, workdir):
+    """In a rank: removes the job's temporary folder and kills the rank's process group once the
+    lifeline pipe reports end of file, i.e. once the process that ran kolo.run is gone."""
+    os.set_inheritable(fd, False)
+
+    def watch():
+        while True:
+            try:
+                if not os.read(fd, 64):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+        shutil.rmtree(workdir, ignore_errors=True)
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="kolo-run-lifeline", daemon=True).start()
+
+
+def _worker(workdir, rank, lifeline=None):
+    if lifeline is not None:
+        _watch_lifeline(lifeline, workdir)
     cloudpickle = _pickler()
     with open(os.path.join(workdir, "func.pkl"), "rb") as f:
         func, args, kwargs = pickle.load(f)

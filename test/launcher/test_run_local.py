@@ -1,0 +1,124 @@
+"""kolo.run (bindings/python/kolo/runner.py) on this machine, as horovod.run: a SIGTERM to the
+calling process stops its ranks and removes the temporary folder, then ends the process as
+SIGTERM would; a SIGKILLed caller's ranks (and their children) kill themselves (the lifeline);
+horovod.run's disable_cache, mpi_args and slots keywords. Needs cloudpickle and the library
+(KOLO_LIBRARY); skips with a message otherwise."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import PY, REPO, assert_all_gone, base_env, read_pids
+
+PYTHON_DIR = os.path.join(REPO, "bindings", "python")
+sys.path.insert(0, PYTHON_DIR)
+
+DRIVER = textwrap.dedent("""\
+    import os, sys, time
+    import kolo
+
+    def work(d):
+        import os, subprocess, time
+        child = subprocess.Popen(["sleep", "60"])
+        r = os.environ["KOLO_RANK"]
+        with open(os.path.join(d, "pid.%s.tmp" % r), "w") as f:
+            f.write("%d %d" % (os.getpid(), child.pid))
+        os.rename(os.path.join(d, "pid.%s.tmp" % r), os.path.join(d, "pid.%s" % r))
+        time.sleep(60)
+
+    print("WORKDIRS", os.environ["TMPDIR"], flush=True)
+    kolo.run(work, args=(sys.argv[1],), np=2)
+""")
+
+
+def _env(tmp_path):
+    try:
+        import cloudpickle  # noqa: F401
+    except ImportError:
+        pytest.skip("kolo.run needs cloudpickle (python3-cloudpickle)")
+    if not os.environ.get("KOLO_LIBRARY"):
+        pytest.skip("kolo.run needs the library: set KOLO_LIBRARY")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    return base_env(PYTHONPATH=PYTHON_DIR, KOLO_LIBRARY=os.environ["KOLO_LIBRARY"],
+                    TMPDIR=str(tmp))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_signalled_caller_leaves_no_rank_nor_child(tmp_path, piddir, sig):
+    env = _env(tmp_path)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    p = subprocess.Popen([PY, str(driver), piddir], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        pids = read_pids(piddir, 2, timeout=60)
+        assert glob.glob(os.path.join(env["TMPDIR"], "kolo-run-*"))
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+        assert_all_gone(pids, timeout=15)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -sig, err.decode()  # died of the signal, as without kolo.run
+    assert not glob.glob(os.path.join(env["TMPDIR"], "kolo-run-*"))  # no temporary folder left
+
+
+def test_previous_sigterm_handler_is_restored_and_runs(tmp_path):
+    env = _env(tmp_path)
+    script = tmp_path / "handler.py"
+    script.write_text(textwrap.dedent("""\
+        import os, signal, threading, time
+        import kolo
+        seen = []
+        signal.signal(signal.SIGTERM, lambda *a: seen.append("mine"))
+
+        def slow():
+            import time
+            time.sleep(60)
+
+        threading.Timer(3.0, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()
+        try:
+            kolo.run(slow, np=2, timeout=50)
+        except RuntimeError as e:
+            print("RAISED", e)
+        print("SEEN", seen, signal.getsignal(signal.SIGTERM).__name__)
+    """))
+    r = subprocess.run([PY, str(script)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "RAISED kolo.run: stopped by SIGTERM" in r.stdout
+    assert "SEEN ['mine'] <lambda>" in r.stdout
+
+
+def test_horovod_run_keywords(tmp_path):
+    env = _env(tmp_path)
+    script = tmp_path / "kw.py"
+    script.write_text(textwrap.dedent("""\
+        import kolo
+        from kolo.runner import _with_slots
+
+        def rank():
+            import os
+            return int(os.environ["KOLO_RANK"])
+
+        print("DC", kolo.run(rank, np=2, disable_cache=True))
+        print("MA", kolo.run(rank, np=2, mpi_args="--map-by ppr:1:node"))
+        print("SL", kolo.run(rank, np=2, slots=4))
+        print("WS", _with_slots("a,b:3,[::1],[fe80::1]:2", 2))
+        try:
+            kolo.run(rank, np=2, hosts="a,b", slots=0)
+        except ValueError as e:
+            print("BAD", e)
+    """))
+    r = subprocess.run([PY, str(script)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for line in ("DC [0, 1]", "MA [0, 1]", "SL [0, 1]", "WS a:2,b:3,[::1]:2,[fe80::1]:2",
+                 "BAD slots must be a positive int; got 0"):
+        assert line in r.stdout, r.stdout + r.stderr
