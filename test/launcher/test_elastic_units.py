@@ -330,3 +330,20 @@ def test_rank_0_of_a_new_round_is_a_member_of_the_last_one():
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__]))
+
+
+def test_driver_fails_at_once_when_the_script_fails_on_its_first_run(tmp_path):
+    # horovodrun: "The job will fail immediately if execution of the script returns a non-zero
+    # exit code on the first call"; a later failure keeps the last list (test above).
+    import time
+    script = tmp_path / "broken.sh"
+    script.write_text("#!/bin/sh\necho 'no such cluster' >&2\nexit 3\n")
+    script.chmod(0o755)
+    t0 = time.monotonic()
+    r = kolorun(["--min-np", "2", "--host-discovery-script", str(script), "--elastic-timeout",
+                 "60", PY, standin(tmp_path), "0"], env=base_env())
+    assert time.monotonic() - t0 < 20  # not after --elastic-timeout
+    assert r.returncode == 1, r.stderr
+    assert "job failed: the host discovery script failed on its first run (host discovery " \
+           "script exited with status 3: no such cluster)" in r.stderr
+    assert "<stdout>" not in r.stdout  # no worker started

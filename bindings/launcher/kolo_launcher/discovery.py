@@ -3,8 +3,9 @@
 HostDiscovery runs --host-discovery-script (through the shell, with a time limit) and parses
 its output: one host a line, "host:slots" or "host" (then --slots-per-host slots); blank lines
 and '#' comments are skipped. A script that fails, times out or prints a bad line keeps the
-last good list (the error is returned once, for the launcher to print). With -H/--hostfile
-instead, the list is fixed.
+last good list (the error is returned once, for the launcher to print); `ok` says whether any
+run succeeded (the launcher fails the job when the first run fails: elastic_run.py). With
+-H/--hostfile instead, the list is fixed.
 
 HostHealth is the blacklist. A worker that fails blacklists its host: no new worker starts
 there, for the cool-down when --blacklist-cooldown-range MIN MAX is given (MIN, doubled at each

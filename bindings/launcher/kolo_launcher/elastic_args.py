@@ -23,7 +23,9 @@ ELASTIC_OPTIONS = [
     (("--host-discovery-script",), "discovery_script", "value", "SCRIPT",
      "elastic: an executable printing the available hosts, one 'host:slots' (or 'host', with "
      "--slots-per-host slots) a line; kolorun runs it every second and starts workers on new "
-     "slots, stops those on hosts it no longer lists"),
+     "slots, stops those on hosts it no longer lists. The job fails at once (exit status 1) "
+     "when the script's first run fails (non-zero exit, time-out, a line that is not a host); "
+     "a later failure keeps the last list, and the script is run again"),
     (("--slots-per-host", "--slots"), "slots_per_host", "value", "N",
      "elastic: slots of a host the discovery script lists without ':slots' (default 1)"),
     (("--elastic-timeout",), "elastic_timeout", "value", "SECONDS",

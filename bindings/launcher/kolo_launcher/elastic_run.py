@@ -209,12 +209,26 @@ class ElasticJob(GlooJob):
     def _usable_slots(self, hosts):
         return sum(s for h, s in hosts if self.health.usable(h))
 
+    def _first_discovery(self):
+        """The first host list, or a Failure when the script's first run fails: as horovodrun,
+        the job fails at once (a script that never worked is a mistake, not a lost host);
+        later failures keep the last good list (HostDiscovery)."""
+        hosts, self._discovery_error = self.discovery.poll()
+        if self._discovery_error:
+            return Failure("the host discovery script failed on its first run (%s); a script "
+                           "that fails on its first run fails the job at once"
+                           % self._discovery_error, 1)
+        return hosts
+
     def _wait_for_hosts(self):
-        """The first host list with --min-np usable slots, or a Failure after the timeout."""
+        """The first host list with --min-np usable slots, or a Failure after the timeout (or at
+        once when the discovery script's first run fails)."""
         deadline = time.monotonic() + self.eopts.elastic_timeout
         said = False
+        hosts = self._first_discovery()
         while True:
-            hosts = self._discover()
+            if isinstance(hosts, Failure):
+                return hosts
             if self._usable_slots(hosts) >= self.eopts.min_np:
                 return hosts
             if self._signals:
@@ -232,6 +246,7 @@ class ElasticJob(GlooJob):
                     self._usable_slots(hosts)))
                 said = True
             time.sleep(self.eopts.discovery_interval)
+            hosts = self._discover()
 
     def _run_started(self, hosts):
         self.pump = OutputPump(self.console)
