@@ -44,3 +44,41 @@ def test_mpirun_exit_status_and_missing_mpirun(tmp_path):
                 env=base_env(KOLO_LAUNCHER_MPIRUN=str(tmp_path / "missing")))
     assert r.returncode == 127
     assert "cannot run" in r.stderr and "Gloo mode" in r.stderr
+
+
+def test_mpirun_exports_the_whole_environment_as_horovodrun():
+    # horovodrun's mpi_run: -x for every variable but those env.is_exportable skips.
+    env = base_env(KOLO_LAUNCHER_MPIRUN="/bin/echo", MY_APP_SETTING="a b", OMP_NUM_THREADS="4",
+                   LD_PRELOAD="/x.so", OLDPWD="/old", CUDA_VISIBLE_DEVICES="0,1",
+                   MY_CUDA_VISIBLE_DEVICES_X="1", HOROVOD_SECRET_KEY="s", KOLO_RANK="7",
+                   HOROVOD_RANK="7", TEST_KEEP="1")
+    env["BASH_FUNC_f%%"] = "() {  echo; }"
+    env["not-an-identifier"] = "1"
+    r = kolorun(["--mpi", "-np", "2", "-x", "TEST_KEEP=2", "--cycle-time-ms", "5", "true"],
+                env=env)
+    assert r.returncode == 0, r.stderr
+    words = r.stdout.split()
+    exported = {words[i + 1] for i, w in enumerate(words[:-1]) if w == "-x"}
+    for name in ("MY_APP_SETTING", "OMP_NUM_THREADS", "LD_PRELOAD", "PATH", "HOME",
+                 "KOLO_CONTROLLER=mpi", "KOLO_CYCLE_TIME=5", "TEST_KEEP=2"):
+        assert name in exported, (name, r.stdout)
+    for name in ("OLDPWD", "CUDA_VISIBLE_DEVICES", "MY_CUDA_VISIBLE_DEVICES_X",
+                 "HOROVOD_SECRET_KEY", "KOLO_RANK", "HOROVOD_RANK", "TEST_KEEP",
+                 "not-an-identifier"):
+        assert name not in exported, (name, r.stdout)
+    assert not [w for w in exported if w.startswith("BASH_FUNC_")]
+    assert r.stdout.rstrip().endswith(" true")
+
+
+def test_tcp_disables_nccl_infiniband_in_both_modes():
+    r = kolorun(["--mpi", "-np", "1", "--tcp", "true"],
+                env=base_env(KOLO_LAUNCHER_MPIRUN="/bin/echo"))
+    assert r.returncode == 0 and " -x NCCL_IB_DISABLE=1 " in r.stdout, r.stdout + r.stderr
+    r = kolorun(["--mpi", "-np", "1", "true"], env=base_env(KOLO_LAUNCHER_MPIRUN="/bin/echo"))
+    assert "NCCL_IB_DISABLE" not in r.stdout
+    r = kolorun(["-np", "2", "--tcp"] + worker("env"))
+    assert r.returncode == 0, r.stderr
+    lines = re.findall(r"RESULT (\{.*\})", r.stdout)
+    assert len(lines) == 2 and all('"NCCL_IB_DISABLE": "1"' in l for l in lines), r.stdout
+    r = kolorun(["-np", "1"] + worker("env"))
+    assert "NCCL_IB_DISABLE" not in r.stdout

@@ -186,13 +186,17 @@ OPTIONS = [
         "needed; sets KOLO_CONTROLLER=gloo"),
     Opt(("--mpi",), "mpi", "flag", None, G_MODE,
         "MPI mode: run Open MPI's mpirun (-np, -H, -map-by slot with -bind-to core unless "
-        "--no-bind/--binding-args, --tag-output, every KOLO_* variable exported with -x, "
-        "--allow-run-as-root when run as root); sets KOLO_CONTROLLER=mpi"),
+        "--no-bind/--binding-args, --tag-output, --allow-run-as-root when run as root, and -x "
+        "for every variable of kolorun's environment, as horovodrun: all but BASH_FUNC_*, "
+        "OLDPWD, *CUDA_VISIBLE_DEVICES*, names that are not identifiers and an outer launcher's "
+        "rank variables; the flags' variables and -x VAR=VAL as -x VAR=VAL); sets "
+        "KOLO_CONTROLLER=mpi"),
     Opt(("--mpi-args",), "mpi_args", "value", "'ARGS'", G_MODE,
         "extra arguments for mpirun in MPI mode, as one shell-quoted string"),
     Opt(("--tcp",), "tcp", "flag", None, G_MODE,
-        "horovodrun's TCP-only switch, already what kolorun does: Gloo mode is TCP only, MPI "
-        "mode passes -mca pml ob1 -mca btl ^openib"),
+        "only TCP between the ranks, as horovodrun --tcp: sets NCCL_IB_DISABLE=1 in every rank "
+        "(NCCL leaves InfiniBand alone) in Gloo and MPI mode; kolo's own traffic is TCP (or "
+        "shared memory on one host) anyway, and MPI mode passes -mca pml ob1 -mca btl ^openib"),
     Opt(("-p", "--ssh-port"), "ssh_port", "value", "PORT", G_NET,
         "ssh port of the remote hosts (default: ssh's own configuration)"),
     Opt(("-i", "--ssh-identity-file"), "ssh_identity", "value", "FILE", G_NET,
@@ -345,7 +349,8 @@ class LaunchOptions(NamedTuple):
     start_timeout: float
     output_dir: Optional[str]
     verbose: bool
-    knob_env: Dict[str, str]  # KOLO_* set by tuning flags (and KOLO_START_TIMEOUT, _GLOO_IFACE)
+    knob_env: Dict[str, str]  # KOLO_* set by tuning flags (and KOLO_START_TIMEOUT, _GLOO_IFACE;
+                              # NCCL_IB_DISABLE for --tcp)
     extra_env: Dict[str, str]  # -x variables, resolved
     command: List[str]
     notes: Tuple[str, ...] = ()  # what kolorun says before it starts (flags without effect)
@@ -502,6 +507,8 @@ def knob_environment(ns, start_timeout):
         env["KOLO_LOG_LEVEL"] = level
     if ns.network_interface is not None:
         env["KOLO_GLOO_IFACE"] = ns.network_interface.split(",")[0]
+    if ns.tcp:
+        env["NCCL_IB_DISABLE"] = "1"  # horovodrun's config_parser does the same for --tcp
     return env
 
 

@@ -9,6 +9,13 @@ are set. The line follows horovodrun's:
          [-mca btl_tcp_if_include IF -mca oob_tcp_if_include IF] [--output-filename DIR]
          -x KOLO_CONTROLLER=mpi -x KOLO_...=... -x VAR ... [--mpi-args] COMMAND ARGS
 
+The environment: the values kolorun sets (KOLO_CONTROLLER, the flags' KOLO_*/HOROVOD_*
+variables, NCCL_SOCKET_IFNAME, NCCL_IB_DISABLE for --tcp, the -x ones) as -x NAME=VALUE, then
+every other variable of kolorun's environment by name (-x NAME, mpirun copies the value), as
+horovodrun's mpi_run exports its whole environment: all but the names Horovod's is_exportable
+skips (BASH_FUNC_* shell functions, OLDPWD, anything with CUDA_VISIBLE_DEVICES in its name,
+HOROVOD_SECRET_KEY), names that are not identifiers, and an outer launcher's rank variables.
+
 PLACEMENT maps the ranks by slot (they fill the hosts in order, as in Gloo mode) and binds them
 to cores (binding.mpi_placement): "-map-by slot:PE=k -bind-to core" when every host is this
 machine and it has C >= L cores for its L ranks (k = C // L), "-bind-to none -map-by slot"
@@ -32,8 +39,17 @@ _RANK_VARS = {"KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE", "K
               "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_HOSTNAME",
               "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT", "HOROVOD_CONTROLLER",
               "HOROVOD_CPU_OPERATIONS"}
-# Passed by name (mpirun -x NAME copies kolorun's value) so remote ranks find the same programs.
-_PASS_THROUGH = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH")
+# Not exported (Horovod's horovod/runner/common/util/env.py IGNORE_REGEXES, as prefixes or parts).
+_NOT_EXPORTED_PREFIXES = ("BASH_FUNC_",)
+_NOT_EXPORTED_NAMES = {"OLDPWD", "HOROVOD_SECRET_KEY"}
+_NOT_EXPORTED_PARTS = ("CUDA_VISIBLE_DEVICES",)
+
+
+def exportable(name):
+    """Whether mpirun -x NAME passes kolorun's variable NAME to the ranks."""
+    return (name.isidentifier() and name.isascii() and name not in _RANK_VARS
+            and name not in _NOT_EXPORTED_NAMES and not name.startswith(_NOT_EXPORTED_PREFIXES)
+            and not any(part in name for part in _NOT_EXPORTED_PARTS))
 
 
 def mpi_environment(opts, environ):
@@ -44,10 +60,7 @@ def mpi_environment(opts, environ):
     if opts.network_interface and "NCCL_SOCKET_IFNAME" not in environ:
         assign["NCCL_SOCKET_IFNAME"] = opts.network_interface
     assign.update(opts.extra_env)
-    names = [n for n in _PASS_THROUGH if n in environ and n not in assign]
-    names += sorted(n for n in environ
-                    if n.startswith(("KOLO_", "HOROVOD_")) and n not in _RANK_VARS
-                    and n not in assign and n not in names)
+    names = sorted(n for n in environ if exportable(n) and n not in assign)
     return assign, names
 
 
