@@ -132,7 +132,7 @@ def test_config_file_sets_what_the_flags_set(tmp_path):
                   "horovod_autotune_log.txt", "--autotune-warmup-samples", "5",
                   "--autotune-steps-per-sample", "20", "--autotune-bayes-opt-max-samples", "50",
                   "--autotune-gaussian-process-noise", "0.9", "--timeline-filename",
-                  "horovod_timeline.json", "--timeline-mark-cycles",
+                  "horovod_timeline.json", "--timeline-mark-cycles", "--stall-check",
                   "--stall-check-warning-time-seconds", "120",
                   "--stall-check-shutdown-time-seconds", "240", "--mpi-threads-disable",
                   "--num-nccl-streams", "2", "--gloo-timeout-seconds", "60", "--log-level",
@@ -387,3 +387,40 @@ def test_output_filename_pads_ranks_like_horovodrun(tmp_path):
     assert names == ["rank.%02d" % q for q in range(11)]
     for q in range(11):
         assert (d / ("rank.%02d" % q) / "stdout").read_text() == "%d\n" % q
+
+
+def test_horovodrun_negations_and_aliases(tmp_path):
+    # horovodrun's launch.py: --no-autotune, --no-timeline-mark-cycles, --stall-check (the
+    # default, HOROVOD_STALL_CHECK_DISABLE=0), --no-mpi-threads-disable, --no-log-hide-timestamp
+    # and -prefix-timestamp.
+    o = parse("-np", "1", "--no-autotune", "--no-timeline-mark-cycles", "--stall-check",
+              "--no-mpi-threads-disable", "--no-log-hide-timestamp", "-prefix-timestamp", "c")
+    assert "KOLO_AUTOTUNE" not in o.knob_env
+    assert o.knob_env["KOLO_TIMELINE_MARK_CYCLES"] == "0"
+    assert o.knob_env["KOLO_STALL_CHECK_DISABLE"] == "0"
+    assert args.horovod_knob_environment(o.knob_env)["HOROVOD_STALL_CHECK_DISABLE"] == "0"
+    assert len(o.notes) == 3 and all("has no effect in kolo" in n for n in o.notes)
+    assert o.command == ["c"]
+    for flag, negation in (("--autotune", "--no-autotune"), ("--no-stall-check", "--stall-check"),
+                           ("--timeline-mark-cycles", "--no-timeline-mark-cycles")):
+        with pytest.raises(args.UsageError, match="exclude each other"):
+            parse("-np", "1", flag, negation, "c")
+    # the command line wins over the file's autotune.enabled: true
+    pytest.importorskip("yaml")
+    path = config(tmp_path, "autotune:\n  enabled: true\n")
+    assert "KOLO_AUTOTUNE" not in parse("-np", "1", "--config-file", path, "--no-autotune",
+                                        "c").knob_env
+
+
+def test_long_options_take_unambiguous_prefixes_as_in_horovodrun():
+    o = parse("--num-p", "2", "--verb", "--fusion-threshold=8", "--network-interf", "eth0", "c",
+              "--verb")
+    assert o.np == 2 and o.verbose and o.knob_env["KOLO_FUSION_THRESHOLD"] == str(8 << 20)
+    assert o.network_interface == "eth0"
+    assert o.command == ["c", "--verb"]  # the command's own options are its own
+    with pytest.raises(args.UsageError, match="ambiguous option: --no could match --no-"):
+        parse("-np", "1", "--no", "c")
+    with pytest.raises(args.UsageError, match="--jsrun: jsrun"):
+        parse("-np", "1", "--js", "c")
+    r = kolorun(["--num-proc", "1", "--verb", "true"])
+    assert r.returncode == 0 and "kolorun: 1 ranks on 1 hosts" in r.stderr, r.stderr

@@ -2,6 +2,8 @@
 
 The command to run starts at the first word that is not an option (or after "--"), so its own
 options are never taken for kolorun's: `kolorun -np 2 python train.py -v` passes -v to train.py.
+As with horovodrun's argparse parser, a long option may be abbreviated to any unambiguous prefix
+(`--verb` is --verbose; an ambiguous one is an error naming the candidates).
 parse() returns a LaunchOptions or raises UsageError (exit status 2, like argparse).
 """
 
@@ -115,7 +117,9 @@ elastic training (Gloo mode; see the README's "Elastic training" and kolo.elasti
   prints each round's members and the failures; exit status 1 when the job fails for want of
   workers (--min-np, --elastic-timeout) or at --reset-limit.
 
-horovodrun flags kolorun refuses (exit status 2, with the reason): --jsrun.
+horovodrun flags kolorun refuses (exit status 2, with the reason): --jsrun. As with horovodrun,
+a long option may be abbreviated to an unambiguous prefix (--verb for --verbose), and its
+negations are accepted (--no-autotune, --stall-check, --no-timeline-mark-cycles, ...).
 
 exit status:
   0 every rank exited 0; the first failing rank's exit status (128+N if it died on signal N);
@@ -265,9 +269,15 @@ OPTIONS = [
         "KOLO_TIMELINE"),
     Opt(("--timeline-mark-cycles",), "timeline_cycles", "flag", None, G_TUNE,
         "also mark each coordinator cycle in the timeline; sets KOLO_TIMELINE_MARK_CYCLES=1"),
+    Opt(("--no-timeline-mark-cycles",), "no_timeline_cycles", "flag", None, G_TUNE,
+        "do not mark the cycles (the default; horovodrun's negation); sets "
+        "KOLO_TIMELINE_MARK_CYCLES=0"),
     Opt(("--no-stall-check",), "no_stall_check", "flag", None, G_TUNE,
         "turn the stall inspector off: no warnings about tensors some ranks submitted and "
         "others did not, and no stall shutdown; sets KOLO_STALL_CHECK_DISABLE=1"),
+    Opt(("--stall-check",), "stall_check", "flag", None, G_TUNE,
+        "keep the stall inspector on (the default; horovodrun's negation of --no-stall-check); "
+        "sets KOLO_STALL_CHECK_DISABLE=0"),
     Opt(("--stall-check-warning-time-seconds",), "stall_warn", "value", "SECONDS", G_TUNE,
         "warn after a tensor waited this long for other ranks; sets "
         "KOLO_STALL_CHECK_TIME_SECONDS (runtime default 60)"),
@@ -280,6 +290,9 @@ OPTIONS = [
         "the job runs (rank 0 scores allreduce throughput, every rank switches at the same "
         "round), then keep the best; knobs set by flags or KOLO_* variables stay as set; sets "
         "KOLO_AUTOTUNE=1"),
+    Opt(("--no-autotune",), "no_autotune", "flag", None, G_TUNE,
+        "no autotuning (the default; horovodrun's negation of --autotune): sets no variable, "
+        "wins over --config-file's autotune.enabled: true, excludes --autotune"),
     Opt(("--autotune-log-file",), "autotune_log", "value", "FILE", G_TUNE,
         "rank 0 writes one CSV line per autotune sample (Horovod's columns plus the "
         "crossovers), the best last; sets KOLO_AUTOTUNE_LOG"),
@@ -316,13 +329,15 @@ OPTIONS += [
              "kolo's allgather is always a flat ring (what this asks for)"),
     _ignored(("--mpi-threads-disable",), "flag", None,
              "kolo calls MPI from its coordinator thread only, whatever the thread level"),
+    _ignored(("--no-mpi-threads-disable",), "flag", None,
+             "kolo calls MPI from its coordinator thread only, whatever the thread level"),
     _ignored(("--num-nccl-streams",), "value", "N", "kolo uses one NCCL stream per device"),
     _ignored(("--thread-affinity",), "value", "CPU", "kolo does not pin its threads"),
     _ignored(("--log-hide-timestamp", "--log-without-timestamp"), "flag", None,
              "kolo's log lines always carry a timestamp"),
-    _ignored(("--log-with-timestamp",), "flag", None,
+    _ignored(("--no-log-hide-timestamp", "--log-with-timestamp"), "flag", None,
              "kolo's log lines always carry a timestamp (what this asks for)"),
-    _ignored(("--prefix-output-with-timestamp",), "flag", None,
+    _ignored(("-prefix-timestamp", "--prefix-output-with-timestamp"), "flag", None,
              "output lines are prefixed with the rank only"),
 ]
 
@@ -332,6 +347,8 @@ UNSUPPORTED = {
 }
 
 _BY_NAME = {name: opt for opt in OPTIONS for name in opt.names}
+_DEST_FLAG = {opt.dest: opt.names[-1] for opt in OPTIONS}
+_LONG_NAMES = sorted(n for n in list(_BY_NAME) + list(UNSUPPORTED) if n.startswith("--"))
 LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "off")
 _VAR_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _INT_RE = re.compile(r"[0-9]{1,12}")
@@ -396,8 +413,21 @@ def build_parser():
     return parser
 
 
+def resolve_abbreviation(name):
+    """The full name of a long option given as an unambiguous prefix (argparse's rule), else
+    name unchanged; UsageError when the prefix fits several options."""
+    if name in _BY_NAME or name in UNSUPPORTED or not name.startswith("--") or name == "--":
+        return name
+    matches = [n for n in _LONG_NAMES if n.startswith(name)]
+    if len({id(_BY_NAME.get(n, n)) for n in matches}) > 1:
+        raise UsageError("ambiguous option: %s could match %s" % (name, ", ".join(matches)))
+    return matches[0] if matches else name
+
+
 def split_command(argv):
-    """Splits argv into (kolorun's options, the command) at the first non-option word."""
+    """Splits argv into (kolorun's options, the command) at the first non-option word; long
+    options given as unambiguous prefixes come back with their full names."""
+    argv = list(argv)
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -405,7 +435,11 @@ def split_command(argv):
             return argv[:i], argv[i + 1:]
         if not word.startswith("-") or word == "-":
             return argv[:i], argv[i:]
-        name = word.split("=", 1)[0]
+        name, eq, value = word.partition("=")
+        full = resolve_abbreviation(name)
+        if full != name:
+            argv[i] = full + eq + value
+            name = full
         opt = _BY_NAME.get(name)
         if opt is None and name in UNSUPPORTED:
             raise UsageError("%s: %s is not supported by kolorun" % (name, UNSUPPORTED[name]))
@@ -470,10 +504,12 @@ def knob_environment(ns, start_timeout):
         if not ns.timeline:
             raise UsageError("%s: empty file name" % src("timeline", "--timeline-filename"))
         env["KOLO_TIMELINE"] = ns.timeline
-    if ns.timeline_cycles:
-        env["KOLO_TIMELINE_MARK_CYCLES"] = "1"
-    if ns.no_stall_check:
-        env["KOLO_STALL_CHECK_DISABLE"] = "1"
+    _exclusive(ns, "timeline_cycles", "no_timeline_cycles")
+    if ns.timeline_cycles or ns.no_timeline_cycles:
+        env["KOLO_TIMELINE_MARK_CYCLES"] = "1" if ns.timeline_cycles else "0"
+    _exclusive(ns, "no_stall_check", "stall_check")
+    if ns.no_stall_check or ns.stall_check:
+        env["KOLO_STALL_CHECK_DISABLE"] = "1" if ns.no_stall_check else "0"
     if ns.stall_warn is not None:
         env["KOLO_STALL_CHECK_TIME_SECONDS"] = env_number(_number(
             ns.stall_warn, src("stall_warn", "--stall-check-warning-time-seconds"), 0.001, 1e7))
@@ -481,6 +517,7 @@ def knob_environment(ns, start_timeout):
         env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(_number(
             ns.stall_shutdown, src("stall_shutdown", "--stall-check-shutdown-time-seconds"), 0,
             1e7))
+    _exclusive(ns, "autotune", "no_autotune")
     if ns.autotune:
         env["KOLO_AUTOTUNE"] = "1"
     if ns.autotune_log is not None:
@@ -510,6 +547,13 @@ def knob_environment(ns, start_timeout):
     if ns.tcp:
         env["NCCL_IB_DISABLE"] = "1"  # horovodrun's config_parser does the same for --tcp
     return env
+
+
+def _exclusive(ns, dest, negation):
+    """A flag and its negation given together (horovodrun's mutually exclusive groups)."""
+    if getattr(ns, dest) and getattr(ns, negation):
+        raise UsageError("%s and %s exclude each other" % (
+            _source(ns, dest, _DEST_FLAG[dest]), _source(ns, negation, _DEST_FLAG[negation])))
 
 
 def _extra_environment(items, environ):

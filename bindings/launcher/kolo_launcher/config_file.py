@@ -53,7 +53,7 @@ CONFIG_KEYS = {
                                       "ignored_no_hierarchical_allgather"),
     },
     "autotune": {
-        "enabled": Key("bool", "autotune", "--autotune"),
+        "enabled": Key("bool", "autotune", "--autotune", "no_autotune"),
         "log_file": Key("text", "autotune_log", "--autotune-log-file"),
         "warmup_samples": Key("number", "autotune_warmup", "--autotune-warmup-samples"),
         "steps_per_sample": Key("number", "autotune_steps", "--autotune-steps-per-sample"),
@@ -64,18 +64,19 @@ CONFIG_KEYS = {
     },
     "timeline": {
         "filename": Key("text", "timeline", "--timeline-filename"),
-        "mark_cycles": Key("bool", "timeline_cycles", "--timeline-mark-cycles"),
+        "mark_cycles": Key("bool", "timeline_cycles", "--timeline-mark-cycles",
+                           "no_timeline_cycles"),
     },
     "stall_check": {
-        # enabled: false is --no-stall-check; true is the default.
-        "enabled": Key("bool", None, "--no-stall-check", "no_stall_check"),
+        # enabled: false is --no-stall-check, true --stall-check (the default, said explicitly).
+        "enabled": Key("bool", "stall_check", "--stall-check", "no_stall_check"),
         "warning_time_seconds": Key("number", "stall_warn", "--stall-check-warning-time-seconds"),
         "shutdown_time_seconds": Key("number", "stall_shutdown",
                                      "--stall-check-shutdown-time-seconds"),
     },
     "library_options": {
         "mpi_threads_disable": Key("bool", "ignored_mpi_threads_disable",
-                                   "--mpi-threads-disable"),
+                                   "--mpi-threads-disable", "ignored_no_mpi_threads_disable"),
         "num_nccl_streams": Key("number", "ignored_num_nccl_streams", "--num-nccl-streams"),
         "ccl_bgt_affinity": Key("number", None, "--ccl-bgt-affinity"),
         "gloo_timeout_seconds": Key("number", "start_timeout", "--gloo-timeout-seconds"),
