@@ -47,6 +47,16 @@ def test_parse_hostfile():
         parse_hostfile_text("# nothing\n", "hf")
 
 
+def test_hostfile_max_slots_and_spaces_around_equals():
+    # horovodrun reads "host max_slots=2" as 2 slots (the value after '='); Open MPI accepts
+    # spaces around '='. slots= wins over max_slots= on one line.
+    text = "localhost max_slots=2\nb slots = 3\nc slots=1 max_slots=4\nd max-slots =5\n"
+    assert parse_hostfile_text(text) == [HostSlots("localhost", 2), HostSlots("b", 3),
+                                         HostSlots("c", 1), HostSlots("d", 5)]
+    with pytest.raises(HostListError, match="slot count 'x'"):
+        parse_hostfile_text("a slots = x\n", "hf")
+
+
 def test_host_parsers_only_raise_host_list_errors():
     rng = random.Random(1234)
     alphabet = string.printable + "[]:,=\u00e9\u0660"

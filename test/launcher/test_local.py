@@ -80,6 +80,36 @@ def test_output_prefix_and_partial_lines():
     assert out.index("[0]<stdout>:line one") < out.index("[0]<stdout>:line two")
 
 
+def test_long_lines_stay_whole_and_carriage_returns_are_forwarded(tmp_path):
+    prog = tmp_path / "out.py"
+    prog.write_text(
+        "import os, sys, time\n"
+        "if os.environ['KOLO_RANK'] == '0':\n"
+        "    sys.stdout.write('A' * 300000 + 'END\\n')\n"
+        "    for i in range(3):\n"
+        "        sys.stderr.write('\\rprogress %d%%' % (i * 50)); sys.stderr.flush()\n"
+        "        time.sleep(0.3)\n"
+        "    sys.stderr.write('\\n')\n")
+    r = subprocess.run([PY, KOLORUN, "-np", "2", PY, str(prog)], env=base_env(), timeout=60,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # bytes: "\r" kept
+    r = subprocess.CompletedProcess(r.args, r.returncode, r.stdout.decode(), r.stderr.decode())
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:" + "A" * 300000 + "END\n" in r.stdout  # one line, one prefix
+    assert r.stdout.count("[0]<stdout>:") == 1
+    # each update carries the prefix and its "\r", as horovodrun's forward_stream
+    assert "[0]<stderr>:progress 0%\r[0]<stderr>:progress 50%\r[0]<stderr>:progress 100%\n" \
+        in r.stderr, repr(r.stderr)
+
+
+def test_output_lines_split_on_newlines_and_carriage_returns():
+    from kolo_launcher import output
+    assert output.split_lines(b"a\nb\r\nc\rd") == ([b"a\n", b"b\r\n", b"c\r"], b"d")
+    assert output.split_lines(b"\rp0\rp25") == ([b"p0\r"], b"p25")  # no empty line for "\r"
+    assert output.split_lines(b"x\r") == ([], b"x\r")  # a "\n" may follow
+    big = b"B" * (output._MAX_LINE + 10)
+    assert output.split_lines(big) == ([big[:output._MAX_LINE] + b"\n"], b"B" * 10)
+
+
 def test_output_filename_writes_per_rank_files(tmp_path):
     d = tmp_path / "logs"
     r = kolorun(["-np", "2", "--output-filename", str(d)] + worker("echo"))

@@ -162,8 +162,9 @@ OPTIONS = [
         "hosts and their slot counts, comma-separated, in rank order; a host without :SLOTS "
         "has 1 slot; IPv6 as [addr]:SLOTS (default: localhost:N)"),
     Opt(("-hostfile", "--hostfile"), "hostfile", "value", "FILE", G_PROC,
-        "read the host list from FILE: one host per line as 'host slots=N', 'host:N' or "
-        "'host'; '#' starts a comment"),
+        "read the host list from FILE: one host per line as 'host slots=N' (also 'slots = N'; "
+        "'max_slots=N' alone gives N slots, as horovodrun reads it), 'host:N' or 'host'; '#' "
+        "starts a comment"),
     Opt(("--failure-grace-seconds",), "failure_grace", "value", "SECONDS", G_PROC,
         "Gloo mode: when a rank fails, give the others SECONDS to notice it and exit by "
         "themselves (the runtime fails their pending ops: KoloInternalError/"

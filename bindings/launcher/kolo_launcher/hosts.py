@@ -78,12 +78,14 @@ def parse_hosts(text):
 
 
 def parse_hostfile_text(text, source="hostfile"):
-    """Lines "host slots=N" (Open MPI style, other key=value words ignored), "host:N" or
-    "host"; '#' starts a comment; blank lines are skipped."""
+    """Lines "host slots=N" (Open MPI style, spaces around '=' allowed as Open MPI allows
+    them; without slots=, max_slots=N gives N slots, as horovodrun reads such a line; other
+    key=value words ignored), "host:N" or "host"; '#' starts a comment; blank lines are
+    skipped."""
     hosts = []
     for lineno, raw in enumerate(text.splitlines(), 1):
         where = "%s:%d" % (source, lineno)
-        line = raw.split("#", 1)[0].strip()
+        line = re.sub(r"\s*=\s*", "=", raw.split("#", 1)[0].strip())
         if not line:
             continue
         words = line.split()
@@ -91,14 +93,14 @@ def parse_hostfile_text(text, source="hostfile"):
             hosts.append(parse_host_entry(words[0], where))
             continue
         name = _check_name(words[0].strip("[]"), where)
-        slots = 1
+        counts = {}
         for word in words[1:]:
             key, eq, value = word.partition("=")
             if not eq:
                 raise HostListError("%s: expected 'host slots=N', got %r" % (where, line))
-            if key in ("slots", "slot"):
-                slots = _parse_slots(value, where)
-        hosts.append(HostSlots(name, slots))
+            if key in ("slots", "slot", "max_slots", "max-slots"):
+                counts.setdefault(key.startswith("max"), _parse_slots(value, where))
+        hosts.append(HostSlots(name, counts.get(False, counts.get(True, 1))))
     if not hosts:
         raise HostListError("%s: no hosts listed" % source)
     check_unique(hosts, source)

@@ -2,18 +2,27 @@
 
 "[3]<stdout>:text" goes to kolorun's stdout and "[3]<stderr>:text" to its stderr (horovodrun's
 format, so log scrapers keep working). One thread multiplexes every pipe with selectors and
-writes complete lines only, so lines of different ranks never interleave mid-line; a line
-longer than 64 KiB is cut into pieces, and a last line without a newline gets one at EOF.
-kolorun's own messages go through the same Console lock.
+writes complete lines only, so lines of different ranks never interleave mid-line. A line ends
+at "\n", "\r\n" or a lone "\r" (a progress bar's update, forwarded with its prefix and its
+"\r" as horovodrun's forward_stream does, not held until the next "\n"); a line is forwarded
+whole up to 16 MiB (_MAX_LINE: a longer one is cut there, each piece on a line of its own, so a
+rank that never prints a newline cannot make kolorun hold unbounded memory), and a last line
+without a newline gets one at EOF. kolorun's own messages go through the same Console lock.
+
+Threading: the pump thread owns the pipes and their buffers; Console is shared (one lock).
+Blocking: the pump blocks in select() only; writes to kolorun's own stdout/stderr may block
+when nobody reads them (as any program's). Errors: a closed terminal is ignored (Console).
 """
 
 import os
+import re
 import selectors
 import sys
 import threading
 import time
 
-_MAX_LINE = 64 * 1024
+_MAX_LINE = 16 * 1024 * 1024
+_LINE_END = re.compile(b"(\r\n|\r|\n)")
 
 
 class Console:
@@ -36,6 +45,21 @@ class Console:
     def message(self, text):
         """A line from kolorun itself, on stderr."""
         self.write(("kolorun: %s\n" % text).encode("utf-8", "replace"), to_err=True)
+
+
+def split_lines(buf):
+    """([complete lines, each with its end], the rest). A "\r" at the very end stays in the
+    rest (a "\n" may follow); an empty segment before a "\r" is dropped (a progress bar's
+    leading "\r"); a rest longer than _MAX_LINE is cut into lines of _MAX_LINE bytes."""
+    parts = _LINE_END.split(buf)
+    rest = parts.pop()
+    if parts and parts[-1] == b"\r" and not rest:
+        rest = parts.pop(-2) + parts.pop()
+    lines = [seg + end for seg, end in zip(parts[0::2], parts[1::2]) if seg or end != b"\r"]
+    while len(rest) > _MAX_LINE:
+        lines.append(rest[:_MAX_LINE] + b"\n")
+        rest = rest[_MAX_LINE:]
+    return lines, rest
 
 
 class OutputPump:
@@ -116,16 +140,10 @@ class OutputPump:
             with self._lock:
                 self._open -= 1
             return
-        buf = state[3] + chunk
-        lines = buf.split(b"\n")
-        rest = lines.pop()
-        while len(rest) > _MAX_LINE:
-            lines.append(rest[:_MAX_LINE])
-            rest = rest[_MAX_LINE:]
-        state[3] = rest
+        lines, state[3] = split_lines(state[3] + chunk)
         if lines:
             prefix, to_err = state[1], state[2]
-            self._console.write(b"".join(prefix + line + b"\n" for line in lines), to_err)
+            self._console.write(b"".join(prefix + line for line in lines), to_err)
 
     def _flush_rest(self, state):
         if state[3]:
