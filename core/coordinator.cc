@@ -34,6 +34,14 @@ std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
 
+// "0, 2, 5"
+template <typename Ranks>
+std::string joinRanks(const Ranks& ranks) {
+  std::string out;
+  for (auto r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
 }  // namespace
 
 Coordinator::Coordinator(Deps deps)
@@ -267,7 +275,13 @@ void Coordinator::warnStalled(Clock::time_point now) {
   if (now - lastStallScan_ < std::chrono::seconds(1)) return;
   lastStallScan_ = now;
   // Only ops that are still stalled keep their last-warning time (the others completed).
+  // One line per op for the first kStallLines due in a scan; the rest are counted in one line
+  // (thousands of tensors behind one late rank would otherwise be thousands of lines a scan).
+  constexpr size_t kStallLines = 10;
   std::map<OpKey, Clock::time_point> warned;
+  size_t said = 0;
+  std::set<int32_t> othersMissing;
+  double othersWaited = 0;
   for (const auto& st : negotiator_.stalled(now, d_.config.stallCheckSeconds)) {
     const OpKey key{st.processSet, st.name};
     auto it = stallWarned_.find(key);
@@ -276,12 +290,21 @@ void Coordinator::warnStalled(Clock::time_point now) {
       continue;
     }
     warned[key] = now;
-    std::string missing;
-    for (int32_t m : st.missingRanks) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+    if (said++ >= kStallLines) {
+      othersMissing.insert(st.missingRanks.begin(), st.missingRanks.end());
+      othersWaited = std::max(othersWaited, st.waitedSeconds);
+      continue;
+    }
     d_.log->warn(
         "stall: {} '{}' (process set {}) has waited {:.0f} s; ranks still missing: {}. "
         "One or more ranks did not submit it (different code paths or a stuck rank?){}",
-        toString(st.type), st.name, st.processSet, st.waitedSeconds, missing, st.hint);
+        toString(st.type), st.name, st.processSet, st.waitedSeconds, joinRanks(st.missingRanks),
+        st.hint);
+  }
+  if (said > kStallLines) {
+    d_.log->warn("stall: {} more ops have waited up to {:.0f} s; ranks still missing: {}",
+                 said - kStallLines, othersWaited,
+                 joinRanks(othersMissing));
   }
   stallWarned_ = std::move(warned);
 }
@@ -459,9 +482,7 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
     }
     if (!shutdownRanks.empty()) {
       list.shutdown = true;
-      std::string who;
-      for (int r : shutdownRanks) who += (who.empty() ? "" : ", ") + std::to_string(r);
-      list.shutdownReason = "kolo was shut down (by rank " + who + ")";
+      list.shutdownReason = "kolo was shut down (by rank " + joinRanks(shutdownRanks) + ")";
     }
     if (autotune_ && autotune_->hasProposal()) {
       list.hasTuning = true;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 
 #include "base/tensor.h"
 
@@ -465,6 +466,7 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
                                                    double olderThanSeconds) const {
   std::vector<std::pair<uint64_t, Stall>> found;
   std::map<OpKey, bool> readyOf;  // per closure, computed once for all its members
+  std::unique_ptr<HintIndex> index;
   for (const auto& [name, e] : table_) {
     double waited = std::chrono::duration<double>(now - e.firstArrival).count();
     if (waited <= olderThanSeconds) continue;
@@ -483,7 +485,8 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
     Stall s{name.name, e.type, name.processSet,
             waited,    {},     e.complete ? groupBlockers(name) : missingRanks(e),
             {}};
-    s.hint = otherTypeHint(name, s.missingRanks);
+    if (!index) index = std::make_unique<HintIndex>(hintIndex());  // once, if anything stalled
+    s.hint = otherTypeHint(name, s.missingRanks, *index);
     for (const auto& rq : e.requests) s.readyRanks.push_back(rq.first);
     found.emplace_back(e.arrivalSeq, std::move(s));
   }
@@ -494,19 +497,41 @@ std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
   return out;
 }
 
-std::string Negotiator::otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing) const {
-  // "<op>.<user name>": the op-type word is everything before the first dot.
-  const size_t dot = key.name.find('.');
-  if (dot == std::string::npos || missing.empty()) return "";
-  const std::string rest = key.name.substr(dot);
-  // Automatic names share their counters' values across op types by coincidence, not intent.
+namespace {
+
+// "<op>.<user name>" -> ".<user name>" (the op-type word is everything before the first dot);
+// "" for a name without one, and for automatic names, which share their counters' values
+// across op types by coincidence, not intent.
+std::string userPart(const std::string& name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos) return "";
+  std::string rest = name.substr(dot);
   if (rest.compare(0, 8, ".noname.") == 0) return "";
-  for (const auto& [other, e] : table_) {
-    if (other == key || other.processSet != key.processSet || e.complete) continue;
-    const size_t odot = other.name.find('.');
-    if (odot == std::string::npos || other.name.compare(odot, std::string::npos, rest) != 0) {
-      continue;
-    }
+  return rest;
+}
+
+}  // namespace
+
+Negotiator::HintIndex Negotiator::hintIndex() const {
+  HintIndex index;
+  for (const auto& [key, e] : table_) {
+    if (e.complete) continue;
+    std::string rest = userPart(key.name);
+    if (!rest.empty()) index[{key.processSet, std::move(rest)}].push_back(&key);
+  }
+  return index;
+}
+
+std::string Negotiator::otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing,
+                                      const HintIndex& index) const {
+  if (missing.empty()) return "";
+  const std::string rest = userPart(key.name);
+  if (rest.empty()) return "";
+  auto found = index.find({key.processSet, rest});
+  if (found == index.end()) return "";
+  for (const OpKey* other : found->second) {
+    if (*other == key) continue;
+    const Entry& e = table_.at(*other);
     std::vector<int32_t> who;
     for (int32_t m : missing) {
       if (e.requests.count(m)) who.push_back(m);
@@ -514,7 +539,7 @@ std::string Negotiator::otherTypeHint(const OpKey& key, const std::vector<int32_
     if (who.empty()) continue;
     return "; " + std::string(who.size() == 1 ? "rank " : "ranks ") +
            (who.size() == 1 ? std::to_string(who[0]) : rankList(who)) + " submitted " +
-           prefix(e.type, other) + " instead (the same name with another op type?)";
+           prefix(e.type, *other) + " instead (the same name with another op type?)";
   }
   return "";
 }

@@ -137,7 +137,12 @@ class Negotiator {
   bool groupClosure(const OpKey& name, bool requireReady, std::vector<OpKey>* members) const;
   void removeEntry(const OpKey& name, bool dropGroups);
   std::vector<int32_t> missingRanks(const Entry& e) const;
-  std::string otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing) const;
+  // The incomplete entries by (process set, user part of the name): built once per stalled()
+  // call, so that finding each stalled op's hint costs a lookup, not a walk of the table.
+  using HintIndex = std::map<std::pair<int32_t, std::string>, std::vector<const OpKey*>>;
+  HintIndex hintIndex() const;
+  std::string otherTypeHint(const OpKey& key, const std::vector<int32_t>& missing,
+                            const HintIndex& index) const;
   // For a name held back by its groups: the ranks that still owe a member or a submission.
   std::vector<int32_t> groupBlockers(const OpKey& name) const;
   const std::vector<int32_t>& membersOf(const Entry& e) const;

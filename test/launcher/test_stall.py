@@ -16,6 +16,7 @@ regression fails through the short stall shutdown, not a hang.
 """
 
 import os
+import re
 import textwrap
 
 import pytest
@@ -52,6 +53,29 @@ def test_late_rank_is_warned_about_then_the_op_completes(np, tmp_path):
     assert "(process set 0)" in warnings[0] and "ranks still missing: %d" % (np - 1) in warnings[0]
     for rank in range(np):
         assert "[%d]<stdout>:DONE %d" % (rank, rank) in r.stdout, r.stdout
+
+
+def test_many_ops_behind_a_late_rank_are_summed_up_in_one_line(tmp_path):
+    # 30 ops wait for rank 1: a scan names at most 10 of them and counts the others in one line.
+    r = run_job(tmp_path, 2, """
+        if r == 1:
+            time.sleep(3.5)
+        hs = [kolo.allreduce_async(np.ones(1, dtype=np.float32), name="t%d" % i, op=kolo.Sum)
+              for i in range(30)]
+        for h in hs:
+            assert kolo.synchronize(h).tolist() == [2.0]
+        """, KOLO_STALL_CHECK_TIME_SECONDS="1", KOLO_STALL_SHUTDOWN_TIME_SECONDS="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    # Ops pass the check time a few at a time, so a scan may name fewer than 10 and sum up
+    # none; a summary line always comes right after 10 named ones, and the ops it counts are
+    # not named in that scan.
+    lines = r.stderr.splitlines()
+    summary = re.compile(r"stall: (\d+) more ops have waited up to \d+ s; ranks still missing: 1$")
+    found = [(i, int(m.group(1))) for i, l in enumerate(lines) for m in [summary.search(l)] if m]
+    assert found, r.stderr
+    for i, more in found:
+        named = [l for l in lines[max(0, i - 10):i] if "stall: allreduce 'allreduce.t" in l]
+        assert len(named) == 10 and 10 + more <= 30, r.stderr
 
 
 @pytest.mark.parametrize("np", [2, 3])
