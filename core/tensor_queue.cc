@@ -36,10 +36,10 @@ Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) 
     for (auto& e : entries) {
       OpKey key = keyOf(e->request);
       e->enqueued = Clock::now();
-      const uint64_t seq = nextSeq_++;
-      order_.emplace(seq, key);
+      const size_t at = order_.size();
+      order_.push_back(e.get());
       fresh_.push_back(key);
-      entries_.emplace(std::move(key), Slot{std::move(e), seq});
+      entries_.emplace(std::move(key), Slot{std::move(e), at});
     }
     woken_ = true;
   }
@@ -78,19 +78,35 @@ std::unique_ptr<TensorEntry> TensorQueue::remove(const OpKey& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return nullptr;
   auto entry = std::move(it->second.entry);
-  order_.erase(it->second.seq);
+  order_[it->second.at] = nullptr;
+  ++holes_;
   entries_.erase(it);
   fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), name), fresh_.end());
+  if (holes_ > 64 && holes_ * 2 > order_.size()) compact();
   return entry;
+}
+
+void TensorQueue::compact() {
+  size_t kept = 0;
+  for (TensorEntry* e : order_) {
+    if (e == nullptr) continue;
+    entries_.at(keyOf(e->request)).at = kept;
+    order_[kept++] = e;
+  }
+  order_.resize(kept);
+  holes_ = 0;
 }
 
 std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const Status& refusal) {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = refusal.isOk() ? Status(ErrorCode::kInternal, "the op queue is closed") : refusal;
   std::vector<std::unique_ptr<TensorEntry>> out;
-  for (const auto& [seq, name] : order_) out.push_back(std::move(entries_.at(name).entry));
+  for (TensorEntry* e : order_) {
+    if (e != nullptr) out.push_back(std::move(entries_.at(keyOf(e->request)).entry));
+  }
   entries_.clear();
   order_.clear();
+  holes_ = 0;
   fresh_.clear();
   return out;
 }
@@ -102,7 +118,9 @@ size_t TensorQueue::size() const {
 
 void TensorQueue::forEach(const std::function<void(TensorEntry&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const auto& [seq, name] : order_) fn(*entries_.at(name).entry);
+  for (TensorEntry* e : order_) {
+    if (e != nullptr) fn(*e);
+  }
 }
 
 }  // namespace kolo

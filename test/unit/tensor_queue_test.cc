@@ -51,3 +51,33 @@ TEST_CASE("tensor queue: close returns the entries in arrival order and refuses 
   CHECK(q.addGroup(std::move(more)).code() == ErrorCode::kAborted);
   CHECK(q.size() == 0);
 }
+
+TEST_CASE("tensor queue: removals in any order keep the others in arrival order") {
+  // Enough removals to compact the arrival order several times, from the back, the middle and
+  // the front; a removed name can be added again and then counts as the newest.
+  TensorQueue q;
+  std::vector<std::string> live;
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(q.add(entry("t" + std::to_string(i))).isOk());
+    live.push_back("t" + std::to_string(i));
+  }
+  auto drop = [&](size_t at) {
+    REQUIRE(q.remove(OpKey{0, live[at]}) != nullptr);
+    live.erase(live.begin() + static_cast<std::ptrdiff_t>(at));
+  };
+  for (int i = 0; i < 300; ++i) drop(live.size() - 1);
+  for (int i = 0; i < 300; ++i) drop(live.size() / 2);
+  for (int i = 0; i < 200; ++i) drop(0);
+  CHECK(q.remove(OpKey{0, "t0"}) == nullptr);  // already gone
+  REQUIRE(q.add(entry("t0")).isOk());
+  live.push_back("t0");
+  std::vector<std::string> seen;
+  q.forEach([&](TensorEntry& e) { seen.push_back(e.request.name); });
+  CHECK(seen == live);
+  CHECK(q.size() == live.size());
+  CHECK(q.find(OpKey{0, live[17]}) != nullptr);
+  auto out = q.close(Status(ErrorCode::kShutdown, "shut down"));
+  std::vector<std::string> closed;
+  for (auto& e : out) closed.push_back(e->request.name);
+  CHECK(closed == live);
+}
