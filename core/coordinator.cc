@@ -303,8 +303,7 @@ void Coordinator::warnStalled(Clock::time_point now) {
   }
   if (said > kStallLines) {
     d_.log->warn("stall: {} more ops have waited up to {:.0f} s; ranks still missing: {}",
-                 said - kStallLines, othersWaited,
-                 joinRanks(othersMissing));
+                 said - kStallLines, othersWaited, joinRanks(othersMissing));
   }
   stallWarned_ = std::move(warned);
 }
@@ -346,12 +345,11 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     looked_.push_back(l);
   });
   std::sort(missedGroups_.begin(), missedGroups_.end());  // one entry per missed member
-  missedGroups_.erase(std::unique(missedGroups_.begin(), missedGroups_.end()),
-                      missedGroups_.end());
+  missedGroups_.erase(std::unique(missedGroups_.begin(), missedGroups_.end()), missedGroups_.end());
   for (Looked& l : looked_) {
     TensorEntry& e = *l.entry;
-    if (e.request.groupSize > 0 && std::binary_search(missedGroups_.begin(), missedGroups_.end(),
-                                                      e.request.groupId)) {
+    if (e.request.groupSize > 0 &&
+        std::binary_search(missedGroups_.begin(), missedGroups_.end(), e.request.groupId)) {
       l.hit = ResponseCache::Lookup::kMiss;
     }
     if (l.hit == ResponseCache::Lookup::kHit) {

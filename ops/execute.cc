@@ -1,7 +1,8 @@
 // execute: the host backend of the batch plan. ops/batch_plan.cc lays the batch out (slots,
 // copies, zero slots, outputs, scale factors, splits: the same plan the device backend in
 // ops/device carries out); this file moves the bytes with kernels::copyBytes and runs the
-// collectives over the set's Transport, recording each step on the timeline. Why it is shaped like this:
+// collectives over the set's Transport, recording each step on the timeline.
+// Why it is shaped like this:
 //  - A batch of one tensor skips the fusion buffer (the copies would cost more than they save):
 //    the collective runs in the output tensor itself.
 //  - Where the transport reduces tensors where they lie (shared memory: allreduceSpans), a
@@ -78,7 +79,7 @@ Status reserveFusion(const ExecContext& ctx, size_t bytes, const char* what, cha
 void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) {
   for (const PlanCopy& c : p.copyIn) {
     copyUnlessInPlace(buf + c.bufferOffset,
-              static_cast<const char*>(es[c.tensor]->input.data) + c.tensorOffset, c.bytes);
+                      static_cast<const char*>(es[c.tensor]->input.data) + c.tensorOffset, c.bytes);
   }
   for (const PlanCopy& c : p.zeroFill) std::memset(buf + c.bufferOffset, 0, c.bytes);
 }
@@ -86,7 +87,7 @@ void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) 
 void unpackOut(const BatchPlan& p, const std::vector<void*>& outputs, const char* buf) {
   for (const PlanCopy& c : p.copyOut) {
     copyUnlessInPlace(static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, buf + c.bufferOffset,
-              c.bytes);
+                      c.bytes);
   }
 }
 

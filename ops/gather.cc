@@ -10,10 +10,10 @@
 //
 // Wire format of what a subtree sends: a uint64 length message, then that many bytes holding
 // records of [int32 rank][uint64 length][bytes], one per rank of the subtree; the integers are
-// little-endian (base/little_endian.h). The root checks
-// every record (rank in range, seen once, lengths inside the message) and names the sender of a
-// malformed one. Any rank count, any root. Blocking, like every ops function: each wait has
-// the transport's timeout and a lost peer is named by the transport's error.
+// little-endian (base/little_endian.h). The root checks every record (rank in range, seen once,
+// lengths inside the message) and names the sender of a malformed one. Any rank count, any
+// root. Blocking, like every ops function: each wait has the transport's timeout and a lost peer
+// is named by the transport's error.
 #include <cstring>
 
 #include "base/little_endian.h"
