@@ -14,6 +14,7 @@ import pytest
 from conftest import KOLORUN, PY, assert_all_gone, base_env, process_alive, read_pids, worker
 
 from kolo_launcher.orphan_guard import serve, start_time
+from kolo_launcher.workers import live_process_groups
 
 
 def _start(args):
@@ -66,17 +67,7 @@ def _group_of_sleepers():
 
 
 def _members(pgid):
-    n = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry, "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(b")") + 2:].split()
-            n += fields[0] != b"Z" and int(fields[2]) == pgid
-    return n
+    return live_process_groups()[pgid]
 
 
 def test_guard_stops_registered_groups_at_end_of_file_only():

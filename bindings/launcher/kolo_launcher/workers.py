@@ -20,6 +20,7 @@ the watcher channel of ssh.remote_script: request_stop() writes the signal name 
 and the remote side stops the rank; the local group is only killed when that takes too long.
 """
 
+import collections
 import os
 import signal
 import subprocess
@@ -171,13 +172,14 @@ class Worker:
 
 
 def live_process_groups():
-    """The ids of process groups that have a member other than a zombie, from one scan of
-    /proc (Linux), or None where /proc is not available."""
+    """The process groups that have a member other than a zombie, from one scan of /proc
+    (Linux): a Counter of live members by group id (`pgid in groups` asks whether one is
+    alive), or None where /proc is not available."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
-    groups = set()
+    groups = collections.Counter()
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -189,5 +191,5 @@ def live_process_groups():
         # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2:].split()
         if len(fields) >= 3 and fields[0] != b"Z":
-            groups.add(int(fields[2]))
+            groups[int(fields[2])] += 1
     return groups
