@@ -337,8 +337,11 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
     beginNegotiation(e);
     idle = false;
     if (e.request.type == OpType::kJoin) joined = true;
-    Looked l{&e, ResponseCache::Lookup::kMiss, 0};
-    l.hit = cache_.lookup(e.request, &l.bit);
+    if (e.cacheSeen != cache_.version() + 1) {
+      e.cacheLookup = static_cast<uint8_t>(cache_.lookup(e.request, &e.cacheBit));
+      e.cacheSeen = cache_.version() + 1;
+    }
+    Looked l{&e, static_cast<ResponseCache::Lookup>(e.cacheLookup), e.cacheBit};
     if (e.request.groupSize > 0 && l.hit != ResponseCache::Lookup::kHit) {
       missedGroups_.push_back(e.request.groupId);
     }

@@ -199,6 +199,7 @@ void Negotiator::add(const Request& r, Clock::time_point now) {
     e.type = r.type;
     e.arrivalSeq = nextSeq_++;
     e.firstArrival = now;
+    arrivals_.insert(now);
     it = table_.emplace(key, std::move(e)).first;
   }
   Entry& e = it->second;
@@ -457,6 +458,7 @@ void Negotiator::removeEntry(const OpKey& name, bool dropGroups) {
     }
   }
   if (it->second.complete) completeOrder_.erase(it->second.completeSeq);
+  arrivals_.erase(arrivals_.find(it->second.firstArrival));
   table_.erase(it);
 }
 
@@ -464,6 +466,10 @@ void Negotiator::erase(const OpKey& key) { removeEntry(key, false); }
 
 std::vector<Negotiator::Stall> Negotiator::stalled(Clock::time_point now,
                                                    double olderThanSeconds) const {
+  if (arrivals_.empty() ||
+      std::chrono::duration<double>(now - *arrivals_.begin()).count() <= olderThanSeconds) {
+    return {};  // not even the oldest entry has waited long enough
+  }
   std::vector<std::pair<uint64_t, Stall>> found;
   std::map<OpKey, bool> readyOf;  // per closure, computed once for all its members
   std::unique_ptr<HintIndex> index;

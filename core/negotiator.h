@@ -151,6 +151,9 @@ class Negotiator {
   const ProcessSetMembers* sets_;
   std::map<OpKey, Entry> table_;
   std::map<uint64_t, OpKey> completeOrder_;  // completeSeq -> key, complete entries only
+  // Every entry's firstArrival, oldest first: stalled() answers "none" without walking the
+  // table while no entry is old enough (the coordinator asks in every round, on rank 0).
+  std::multiset<Clock::time_point> arrivals_;
   std::map<uint64_t, Response> immediate_;         // ready responses without a table entry
   std::map<GroupKey, GroupRecord> groups_;
   std::vector<bool> joined_;

@@ -39,6 +39,12 @@ struct TensorEntry {
   // handle completes with it when the batch succeeded.
   Status localError;
   bool timelineOpen = false;  // the timeline holds its NEGOTIATE_<OP> begin, not yet its end
+  // The coordinator's response-cache lookup of this entry (core/coordinator.cc), kept while the
+  // cache is unchanged: cacheSeen is the cache's version + 1 at the lookup (0: never looked up).
+  // An entry that waits many rounds for a late rank is looked up once, not every round.
+  uint64_t cacheSeen = 0;
+  uint8_t cacheLookup = 0;  // a ResponseCache::Lookup
+  uint32_t cacheBit = 0;
 };
 
 }  // namespace kolo

@@ -449,6 +449,24 @@ TEST_CASE("stalls list ready and missing ranks; failStalled removes them") {
   CHECK_FALSE(n.hasPending());
 }
 
+TEST_CASE("stalled() finds the oldest entry whatever order the arrival times came in") {
+  // stalled() skips its walk while the oldest first arrival is young enough: the oldest must be
+  // tracked by time, through removals, not by arrival order.
+  Neg n(2);
+  n.add(req(0, "late"), at(50));
+  n.add(req(0, "early"), at(0));
+  auto st = n.stalled(at(20), 10);
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].name == "early");
+  n.erase(OpKey{0, "early"});
+  CHECK(n.stalled(at(20), 10).empty());
+  st = n.stalled(at(61), 10);
+  REQUIRE(st.size() == 1);
+  CHECK(st[0].name == "late");
+  n.erase(OpKey{0, "late"});
+  CHECK(n.stalled(at(1e6), 0).empty());
+}
+
 TEST_CASE("erase forgets a name completed elsewhere") {
   Neg n(2);
   n.add(req(0, "cached"), t0);
