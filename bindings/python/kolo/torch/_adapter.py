@@ -32,6 +32,18 @@ def dtype_code(dtype):
     return _DTYPES.get(dtype)
 
 
+# describe()'s shape array type per dimension count (one element for a 0-d tensor).
+_SHAPES = [ctypes.c_int64 * max(1, n) for n in range(_lib.MAX_DIMS + 1)]
+
+
+def _tensors_in(keep):
+    """The tensors in `keep` (items, or lists/tuples of items), in order, lazily."""
+    for item in keep or ():
+        for t in (item if isinstance(item, (list, tuple)) else (item,)):
+            if isinstance(t, torch.Tensor):
+                yield t
+
+
 class _DeviceBytes:
     """Exposes nbytes of CUDA memory at ptr to torch.as_tensor (no copy)."""
 
@@ -44,6 +56,8 @@ class _DeviceBytes:
 class TorchAdapter:
     @staticmethod
     def describe(x, label):
+        # Once per tensor per op: kept to cheap attribute reads (a CPU tensor never builds a
+        # torch.device), as it is on every gradient's path.
         if not isinstance(x, torch.Tensor):
             raise ValueError("%s: expected a torch.Tensor; got %s" % (label, type(x).__name__))
         if x.layout != torch.strided:
@@ -52,29 +66,25 @@ class TorchAdapter:
         code = _DTYPES.get(x.dtype)
         if code is None:
             raise ValueError("%s: tensor type %s is not supported by kolo" % (label, x.dtype))
-        if x.dim() > _lib.MAX_DIMS:
+        ndim = x.dim()
+        if ndim > _lib.MAX_DIMS:
             raise ValueError("%s: %d dimensions (kolo supports up to %d)"
-                             % (label, x.dim(), _lib.MAX_DIMS))
-        t = _lib.KoloTensor()
-        dev = x.device
-        if dev.type == "cpu":
-            t.device = _lib.CPU_DEVICE
-            t.stream = None
-        elif dev.type == "cuda":
+                             % (label, ndim, _lib.MAX_DIMS))
+        if x.is_cpu:
+            device, stream = _lib.CPU_DEVICE, None
+        elif x.is_cuda:
+            dev = x.device
             if not _lib.lib.kolo_cuda_built():
                 raise ValueError("%s: the tensor is on %s but this libkolo.so (%s) was built "
                                  "without CUDA; move it to the CPU" % (label, dev, _lib.path))
-            index = dev.index if dev.index is not None else torch.cuda.current_device()
-            t.device = index
-            t.stream = torch.cuda.current_stream(index).cuda_stream or None
+            device = dev.index if dev.index is not None else torch.cuda.current_device()
+            stream = torch.cuda.current_stream(device).cuda_stream or None
         else:
             raise ValueError("%s: tensors on %s are not supported (CPU or CUDA only)"
-                             % (label, dev))
-        t.data = x.data_ptr() if x.numel() else None
-        t.dtype = code
-        t.ndim = x.dim()
-        t.shape = (ctypes.c_int64 * max(1, x.dim()))(*x.shape)
-        return t
+                             % (label, x.device))
+        # The struct keeps the shape array alive (ctypes stores what a pointer field was given).
+        return _lib.KoloTensor(x.data_ptr() if x.numel() else None, code, ndim,
+                               _SHAPES[ndim](*x.shape), device, stream)
 
     @staticmethod
     def consume(c_handles, keep):
@@ -85,12 +95,11 @@ class TorchAdapter:
         in `keep` (inputs, staging copies, outputs) are recorded on that stream, so torch's
         caching allocator does not hand their memory out again, on the stream they were made
         on, before kolo's work is done. CPU tensors: nothing to do."""
-        tensors = [t for item in keep or ()
-                   for t in (item if isinstance(item, (list, tuple)) else (item,))
-                   if isinstance(t, torch.Tensor)]
-        if not tensors or tensors[0].device.type != "cuda":
-            return
-        device = tensors[0].device
+        first = next(_tensors_in(keep), None)
+        if first is None or not first.is_cuda:
+            return  # the CPU ops' path: stops at the first tensor
+        tensors = list(_tensors_in(keep))
+        device = first.device
         current = torch.cuda.current_stream(device)
         for h in c_handles:
             common.raise_for_call(_lib.lib.kolo_handle_stream_wait(h, current.cuda_stream or None),
