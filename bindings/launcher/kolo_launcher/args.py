@@ -84,9 +84,10 @@ failures:
   log or save a checkpoint. kolorun waits --failure-grace-seconds (default 10) for them to
   exit, then sends SIGTERM to every remaining rank's process group, SIGKILL after
   KOLO_LAUNCHER_KILL_GRACE_SECONDS, and exits with the first failed rank's status. A rank
-  that has not published its "host/<rank>" key in the store within --start-timeout (the
-  kolo runtime does so during init) fails the job too, without the grace window; a rank
-  that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP sent to kolorun
+  that has not published its "host/<rank>" key in the store (the kolo runtime does so
+  during init) --start-timeout after the first rank did fails the job too, without the
+  grace window; before any rank connected there is no limit (work before init may take
+  as long as it needs), and a rank that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP sent to kolorun
   are passed to every rank at once, also during the grace window (a second one kills them);
   SIGQUIT is handled as SIGTERM (the ranks get SIGTERM). When kolorun itself is killed
   (kill -9, the OOM killer), its orphan guard stops every local rank's process group (TERM,
@@ -215,8 +216,9 @@ OPTIONS = [
         "ranks choose their own"),
     Opt(("--start-timeout", "--gloo-timeout-seconds"), "start_timeout", "value", "SECONDS",
         G_NET,
-        "fail the job when a rank has not connected to the store within SECONDS of the start "
-        "(default: $KOLO_START_TIMEOUT, else 120); sets KOLO_START_TIMEOUT"),
+        "fail the job when a rank has not connected to the store SECONDS after the first "
+        "rank did (the ranks' init waits as long for each other; default: "
+        "$KOLO_START_TIMEOUT, else 120); sets KOLO_START_TIMEOUT"),
     Opt(("-x",), "env", "append", "VAR[=VAL]", G_ENV,
         "set VAR=VAL in every rank, or pass the launcher's own VAR (repeatable); in MPI mode "
         "exported with mpirun -x"),

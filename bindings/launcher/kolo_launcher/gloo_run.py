@@ -9,8 +9,10 @@ Life of a job (GlooJob.run):
      ssh (ssh.remote_argv), each in its own process group, with its KOLO_* environment;
      forward their output;
   4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
-     still running without its "host/<rank>" store key after --start-timeout fails it; a
-     signal to kolorun stops it;
+     still running without its "host/<rank>" store key --start-timeout after the first rank
+     published its key fails it (before any rank connected there is no limit: work before
+     init, or a command that never calls it, runs as long as it likes); a signal to kolorun
+     stops it;
   5. after a rank failed, the failure grace window (--failure-grace-seconds): the survivors'
      runtime has lost a peer and fails their collectives (KoloInternalError naming the rank),
      so they can log, save a checkpoint and exit by themselves; kolorun waits for that, up to
@@ -24,7 +26,8 @@ as SIGTERM (the ranks get SIGTERM: a SIGQUIT would make them dump core). A kolor
 SIGKILL cannot stop anything: its orphan guard (orphan_guard.py) stops the local ranks' groups,
 the remote watchers (ssh.py) the remote ones.
 Threading: GlooJob belongs to kolorun's main thread (the output pump and the store server run
-their own threads). Blocking: every wait is bounded (start timeout, grace windows, kill grace).
+their own threads). Blocking: every wait is bounded (start timeout once a rank connected, grace windows, kill
+grace) except the job itself: kolorun waits for its ranks to exit.
 Errors: a problem found before any rank started raises LaunchError; later ones end the job
 with a Failure (its reason printed, its exit status returned).
 """
@@ -384,7 +387,11 @@ class GlooJob:
 
     def _supervise(self):
         """The first failure, or None when every rank exited 0."""
-        deadline = time.monotonic() + self.opts.start_timeout
+        # --start-timeout bounds the skew between the ranks' connections, not the time a rank
+        # may spend before init (as Horovod's: a script that prepares data for an hour before
+        # hvd.init(), or a command that never calls it, runs freely): the clock starts when the
+        # first rank connects.
+        deadline = None
         connected = set()
         while True:
             if self._signals:
@@ -412,12 +419,15 @@ class GlooJob:
                 return None
             for w in self.workers:
                 if w.rank not in connected and self.server.has("host/%d" % w.rank):
+                    if deadline is None:
+                        deadline = time.monotonic() + self.opts.start_timeout
+                        first = w.rank
                     connected.add(w.rank)
-            if time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline:
                 late = [w for w in self.workers if w.status is None and w.rank not in connected]
                 if late:
-                    text = "rank %d (host %s) did not connect within %s s" % (
-                        late[0].rank, late[0].host, _seconds(self.opts.start_timeout))
+                    text = "rank %d (host %s) did not connect within %s s of rank %d" % (
+                        late[0].rank, late[0].host, _seconds(self.opts.start_timeout), first)
                     if len(late) > 1:
                         text += " (nor did rank%s %s)" % ("s" if len(late) > 2 else "",
                                                           _span([w.rank for w in late[1:]]))
