@@ -110,6 +110,54 @@ def test_output_lines_split_on_newlines_and_carriage_returns():
     assert output.split_lines(big) == ([big[:output._MAX_LINE] + b"\n"], b"B" * 10)
 
 
+def test_output_pump_drains_to_a_slow_reader_past_its_timeout():
+    # The ranks are gone but their last output is still on its way to a slow reader of
+    # kolorun's output (a pager, a log shipper): finish() keeps draining while output moves,
+    # and reports a clean end, not "a process held the pipe open".
+    import threading
+    from kolo_launcher import output
+
+    class SlowConsole(output.Console):
+        def __init__(self):
+            self.chunks = []
+            super().__init__()
+
+        def write(self, data, to_err=False):
+            time.sleep(0.4)
+            self.chunks.append(data)
+
+    console = SlowConsole()
+    pump = output.OutputPump(console)
+    r, w = os.pipe()
+    pump.add(os.fdopen(r, "rb"), 0, to_err=False)
+    pump.start()
+    line = b"x" * 1000 + b"\n"
+
+    def writer():
+        for _ in range(5):  # 5 chunks, each more than one read can take at once
+            os.write(w, line * 70)
+            time.sleep(0.05)
+        os.close(w)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    assert pump.finish(timeout=1.0)  # about 5 x 0.4 s of writes: longer than the timeout
+    t.join()
+    assert b"".join(console.chunks).count(b"[0]<stdout>:" + line) == 350
+
+
+def test_output_pump_gives_up_on_a_silent_open_pipe():
+    from kolo_launcher import output
+    pump = output.OutputPump(output.Console())
+    r, w = os.pipe()  # a writer that never closes (a process that left its group)
+    pump.add(os.fdopen(r, "rb"), 0, to_err=False)
+    pump.start()
+    t0 = time.monotonic()
+    assert not pump.finish(timeout=0.5)
+    assert time.monotonic() - t0 < 3
+    os.close(w)
+
+
 def test_output_filename_writes_per_rank_files(tmp_path):
     d = tmp_path / "logs"
     r = kolorun(["-np", "2", "--output-filename", str(d)] + worker("echo"))

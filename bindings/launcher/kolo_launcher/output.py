@@ -22,6 +22,7 @@ import threading
 import time
 
 _MAX_LINE = 16 * 1024 * 1024
+_DRAIN_LIMIT = 60.0  # finish(): the longest it drains output that is still moving
 _LINE_END = re.compile(b"(\r\n|\r|\n)")
 
 
@@ -72,6 +73,7 @@ class OutputPump:
         self._open = 0
         self._lock = threading.Lock()
         self._stop = False
+        self._moved = time.monotonic()  # when output last moved (read or written), for finish()
         self._thread = threading.Thread(target=self._run, name="kolo-output", daemon=True)
 
     def add(self, fileobj, rank, to_err):
@@ -87,19 +89,27 @@ class OutputPump:
         self._thread.start()
 
     def finish(self, timeout):
-        """Waits until every pipe reached EOF, at most `timeout` seconds, then stops. Returns
-        False when some pipe was still open (a process that escaped its group holds it)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        """Waits until every pipe reached EOF, then stops. The wait ends early only after
+        `timeout` seconds in which no output moved (a process that escaped its group and holds
+        a pipe open, silent): output that still flows to a slow reader of kolorun's own output
+        (a pipe into a pager, a slow log shipper) is drained, for up to _DRAIN_LIMIT seconds.
+        Returns False when some pipe was still open at the end."""
+        start = time.monotonic()
+        while True:
             with self._lock:
                 if self._open == 0:
                     break
+            now = time.monotonic()
+            if now - start >= max(timeout, _DRAIN_LIMIT):
+                break
+            if now - start >= timeout and now - self._moved >= timeout:
+                break
             time.sleep(0.02)
         with self._lock:
             clean = self._open == 0
             self._stop = True
         os.write(self._wake_w, b"x")
-        self._thread.join(max(0.5, deadline - time.monotonic()))
+        self._thread.join(0.5)
         return clean
 
     def _run(self):
@@ -140,10 +150,12 @@ class OutputPump:
             with self._lock:
                 self._open -= 1
             return
+        self._moved = time.monotonic()
         lines, state[3] = split_lines(state[3] + chunk)
         if lines:
             prefix, to_err = state[1], state[2]
             self._console.write(b"".join(prefix + line for line in lines), to_err)
+            self._moved = time.monotonic()  # a write to a slow reader is progress too
 
     def _flush_rest(self, state):
         if state[3]:
