@@ -67,6 +67,25 @@ def test_run_arguments():
         kolo.run(_work, np=2, use_mpi=True)
 
 
+def _rank_and_size():
+    import os
+    return int(os.environ["KOLO_RANK"]), int(os.environ["KOLO_SIZE"])
+
+
+def test_host_without_a_count_has_one_slot():
+    """As for horovod.run and kolorun -H: "localhost" is 1 slot, so np=2 asks for more ranks
+    than the hosts have (ValueError, nothing started), and np=1 runs one rank."""
+    import kolo
+    from kolo.runner import _is_local
+    assert not _is_local("localhost", 2) and _is_local("localhost", 1)
+    with pytest.raises(ValueError, match=r"more processes \(2\) than there are available slots "
+                                         r"\(1\)"):
+        kolo.run(_rank_and_size, np=2, hosts="localhost")
+    with pytest.raises(ValueError, match=r"more processes \(3\).*slots \(2\)"):
+        kolo.run(_rank_and_size, np=3, hosts="localhost,127.0.0.1")
+    assert kolo.run(_rank_and_size, np=1, hosts="localhost") == [(0, 1)]
+
+
 def _lose_a_peer(folder):
     import os
     import time

@@ -7,11 +7,13 @@ is the list of return values in rank order; when a rank raises (or dies), kolo.r
 RuntimeError naming the first failing rank, its host, and its traceback.
 
 Two ways to start the ranks:
-  - local (no `hosts`, or hosts="localhost:N"): np copies of this interpreter, with a
-    file-store rendezvous in a private temporary folder; the function and the results travel
-    through files there. If a rank fails, the others get the failure grace window to notice and
-    exit by themselves (kolorun's: KOLO_LAUNCHER_FAILURE_GRACE_SECONDS, default 10 s; the
-    runtime aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and are then terminated;
+  - local (no `hosts`, or hosts="localhost:N" with np=N; "localhost" alone is one slot, as
+    for horovod.run, and np beyond a host list's slots is a ValueError): np copies of this
+    interpreter, with a file-store rendezvous in a private temporary folder; the function and
+    the results travel through files there. If a rank fails, the others get the failure grace
+    window to notice and exit by themselves (kolorun's: KOLO_LAUNCHER_FAILURE_GRACE_SECONDS,
+    default 10 s; the runtime aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and
+    are then terminated;
   - hosts ("a:2,b:2", or hostfile=): kolorun starts the ranks (remote ones over ssh) and
     supervises them; the function and the results travel through a small authenticated TCP
     server of the calling process (kolo/_run_hosts.py describes it).
@@ -88,15 +90,49 @@ def _package_root():
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _host_slots(hosts):
+    """[(name, slots)] of a kolorun -H list ("a:2,b,[::1]:4"); an entry without a count has 1
+    slot, as for kolorun and horovod.run. None when the list does not parse (kolorun then says
+    why)."""
+    parsed = []
+    for entry in hosts.split(","):
+        entry = entry.strip()
+        if entry.startswith("["):
+            name, _, rest = entry[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                return None
+            count = rest[1:]
+        else:
+            name, sep, count = entry.rpartition(":")
+            if not sep:
+                name, count = entry, ""
+        if not name or (count and not count.isdigit()):
+            return None
+        parsed.append((name, int(count) if count else 1))
+    return parsed
+
+
 def _is_local(hosts, np):
-    """True for a host list that names only this machine with np slots (or none at all)."""
+    """True for no host list, or one that names only this machine with exactly np slots
+    ("localhost" alone is 1 slot)."""
     if not hosts:
         return True
-    entries = [e.strip() for e in hosts.split(",")]
-    if len(entries) != 1:
-        return False
-    name, _, slots = entries[0].partition(":")
-    return name in _LOCAL_HOSTS and (not slots or (np is not None and slots == str(np)))
+    parsed = _host_slots(hosts)
+    return (parsed is not None and len(parsed) == 1 and parsed[0][0] in _LOCAL_HOSTS
+            and np == parsed[0][1])
+
+
+def _check_slots(hosts, np):
+    """ValueError when np asks for more ranks than the -H list has slots (horovod.run's error;
+    kolorun would refuse the job too)."""
+    parsed = _host_slots(hosts) if hosts else None
+    if parsed is None or np is None:
+        return
+    total = sum(slots for _, slots in parsed)
+    if np > total:
+        raise ValueError("kolo.run: requested more processes (%d) than there are available "
+                         "slots (%d) in hosts=%r (a host without ':N' has 1 slot)"
+                         % (np, total, hosts))
 
 
 def _with_slots(hosts, slots):
@@ -121,9 +157,10 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
     """Runs func(*args, **kwargs) on `np` ranks; returns their results in rank order.
 
     hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
-      hosts in order; without either (or with "localhost:N") the ranks run on this machine
-      without kolorun, unless one of kolorun's options below is given. With hosts, np=None
-      takes every slot.
+      hosts in order (an entry without ":N" has 1 slot; np beyond the slots is a ValueError,
+      as in horovod.run); without either (or with "localhost:N" and np=N) the ranks run on
+      this machine without kolorun, unless one of kolorun's options below is given. With
+      hosts, np=None takes every slot.
     env: extra environment variables for the ranks (KOLO_* knobs, for instance).
     timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
       own; kolorun's start_timeout and the runtime's timeouts still bound a broken job).
@@ -149,6 +186,7 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
         raise ValueError("np=None (every slot) needs hosts or a hostfile")
     if np is not None and (isinstance(np, bool) or not isinstance(np, int) or np < 1):
         raise ValueError("np must be a positive int; got %r" % (np,))
+    _check_slots(hosts, np)
     kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
                        output_filename)
     if not remote and any(o is not None for o in kolorun_options):
