@@ -1,6 +1,7 @@
 """kolo.run (bindings/python/kolo/runner.py) on this machine, as horovod.run: a SIGTERM to the
 calling process stops its ranks and removes the temporary folder, then ends the process as
-SIGTERM would; a SIGKILLed caller's ranks (and their children) kill themselves (the lifeline);
+SIGTERM would; a SIGKILLed caller's ranks (and their children) kill themselves (the lifeline),
+and a SIGKILLed caller of a hosts= job leaves no kolorun, rank or child either (PDEATHSIG);
 horovod.run's disable_cache, mpi_args and slots keywords. Needs cloudpickle and the library
 (KOLO_LIBRARY); skips with a message otherwise."""
 
@@ -67,6 +68,50 @@ def test_signalled_caller_leaves_no_rank_nor_child(tmp_path, piddir, sig):
             p.kill()
     assert p.returncode == -sig, err.decode()  # died of the signal, as without kolo.run
     assert not glob.glob(os.path.join(env["TMPDIR"], "kolo-run-*"))  # no temporary folder left
+
+
+def _descendants(pid):
+    """Every process below pid, from /proc/PID/task/*/children."""
+    found, todo = [], [pid]
+    while todo:
+        for path in glob.glob("/proc/%d/task/*/children" % todo.pop()):
+            try:
+                with open(path) as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def test_sigkilled_caller_of_a_hosts_job_leaves_nothing(tmp_path, piddir):
+    """kolo.run(hosts=...): kolorun is tied to the calling process (the kernel sends it SIGTERM
+    when the caller dies), so kill -9 of the caller stops kolorun, which stops its ranks and
+    what they started, as on SIGTERM. Two host names of this machine: no ssh."""
+    env = _env(tmp_path)
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER.replace("np=2)", "np=2, hosts='localhost:1,127.0.0.1:1')"))
+    with open(str(tmp_path / "driver.err"), "w") as err:
+        p = subprocess.Popen([PY, str(driver), piddir], env=env, stdout=subprocess.DEVNULL,
+                             stderr=err)
+    tree = []
+    try:
+        pids = read_pids(piddir, 2, timeout=60)
+        tree = _descendants(p.pid)  # kolorun, its orphan guard, the ranks, their sleeps
+        assert set(pid for pair in pids for pid in pair) <= set(tree), tree
+        p.kill()
+        p.wait(timeout=30)
+        assert_all_gone([(pid,) for pid in tree], timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in tree:  # the failure case: leave nothing behind for the next test
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def test_previous_sigterm_handler_is_restored_and_runs(tmp_path):

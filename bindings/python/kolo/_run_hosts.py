@@ -7,7 +7,12 @@ How the job runs (the driver is the process that calls kolo.run):
   2. it runs kolorun as a child: `kolorun -np N -H hosts [options] -- python -c <worker>`.
      kolorun starts local ranks directly and remote ones over ssh, serves the rendezvous store
      and supervises the job (a failing rank stops the others). The ranks inherit the driver's
-     environment through kolorun (remote ones too), plus KOLO_RUN_PORT and KOLO_RUN_SECRET;
+     environment through kolorun (remote ones too), plus KOLO_RUN_PORT and KOLO_RUN_SECRET.
+     kolorun's life is tied to the driver's: it starts through a small exec wrapper (_TIED)
+     that sets PR_SET_PDEATHSIG to SIGTERM, so when the driver dies without stopping it
+     (kill -9, the OOM killer) the kernel sends kolorun SIGTERM, and kolorun stops every rank
+     (and what the ranks started) as on any SIGTERM; a kolorun killed harder still leaves no
+     rank, through its orphan guard (local ranks) and remote watchers;
   3. each rank (_worker) connects to KOLO_RENDEZVOUS_ADDR (the address at which kolorun told it
      to reach this machine) on KOLO_RUN_PORT, fetches the function, runs it, sends back
      (ok, return value or traceback, host, size) and exits (1 when the function raised);
@@ -57,6 +62,25 @@ _MAC_BYTES = 32
 _SOCKET_TIMEOUT = 120.0  # per socket operation (a result may be large)
 _STOP_GRACE = 30.0  # kolorun's own stop needs its grace + the remote watcher's; then SIGKILL
 _WORKER_MAIN = "import sys; from kolo._run_hosts import _worker; sys.exit(_worker())"
+# Runs as `python -I -S -c _TIED CALLER_PID kolorun-argv...`: asks the kernel for SIGTERM when
+# the parent (the thread of the caller that started it, which waits for kolorun until it is
+# gone) dies, checks that the caller is still its parent (it may have died before the prctl),
+# then becomes kolorun: the request survives exec, and kolorun stops its ranks on SIGTERM.
+_TIED = (
+    "import ctypes, os, signal, sys\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "if libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:  # PR_SET_PDEATHSIG\n"
+    "    sys.exit('kolo.run: prctl(PR_SET_PDEATHSIG): %s' % os.strerror(ctypes.get_errno()))\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('kolo.run: the calling process is gone; kolorun not started')\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+
+def tied_to_caller(cmd):
+    """cmd run so that kolorun gets SIGTERM when the calling process dies (see _TIED; Linux)."""
+    if not sys.platform.startswith("linux"):
+        return cmd
+    return [sys.executable, "-I", "-S", "-c", _TIED, str(os.getpid())] + cmd
 
 
 def _mac(key, data):
@@ -206,7 +230,7 @@ def run_on_hosts(payload, np, hosts, hostfile, env, timeout, python, base_env, o
                               options)
         if options.get("verbose"):
             print("kolo.run: %s" % " ".join(cmd[:-1] + ["'<worker>'"]), file=sys.stderr)
-        proc = subprocess.Popen(cmd, env=child_env, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(tied_to_caller(cmd), env=child_env, stdin=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE)
         tee = _StderrTee(proc.stderr)
         try:

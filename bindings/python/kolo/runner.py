@@ -28,7 +28,10 @@ the calling process holds, and a thread of the rank removes the temporary folder
 rank's process group (the rank and everything it started: each rank runs in its own session)
 with SIGKILL once the pipe reports end of file.
 A process fork()ed from the caller (without exec) shares the write end and delays that. With
-hosts, kolorun stops its ranks (its orphan guard and remote watchers cover a killed kolorun).
+hosts, kolorun is tied to the caller instead: it runs with PR_SET_PDEATHSIG (SIGTERM), so the
+kernel sends it SIGTERM when the caller dies, and kolorun stops its ranks (local and remote)
+as on any SIGTERM; its orphan guard and remote watchers cover a kolorun killed harder
+(_run_hosts.tied_to_caller).
 
 Threading: run() blocks its calling thread until the job ends; the SIGTERM handler is only
 installed when that is the main thread (elsewhere Python cannot), and not when SIGTERM is ignored.
