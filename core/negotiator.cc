@@ -312,6 +312,11 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   }
   if (t == OpType::kAlltoall) {
     for (const auto& [rank, r] : e.requests) {
+      if (r.splits.empty()) {  // the runtime fills them in unless dimension 0 does not divide
+        return invalid(sent(rank) + "no splits, and its dimension 0 (" +
+                       std::to_string(r.shape[0]) + ") is not divisible by the " +
+                       std::to_string(setSize) + " ranks");
+      }
       if (static_cast<int64_t>(r.splits.size()) != setSize) {
         return invalid(sent(rank) + std::to_string(r.splits.size()) +
                        " splits for a process set of " + std::to_string(setSize) + " ranks");

@@ -249,6 +249,14 @@ Status Runtime::enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle) {
   return Status::ok();
 }
 
+Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
+  e->input.data = nullptr;  // an error response never reaches the data path; nothing to read
+  e->output = TensorView();
+  e->allocate = nullptr;
+  (void)queue_.add(std::move(e));  // a name in flight (the caller's mistake too) sends nothing
+  return why;
+}
+
 namespace {
 Status checkScales(const std::string& where, ReduceOp op, double prescale, double postscale) {
   if (!isValidUserOp(op)) {
@@ -377,12 +385,13 @@ Status Runtime::allgather(const std::string& name, const TensorView& input, Outp
                           int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("allgather", name, input, processSet, &set));
-  if (input.shape.empty()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("allgather", name) + "a scalar (0-dimensional) tensor cannot be gathered "
-                                             "along dimension 0; reshape it to [1]");
-  }
   auto e = makeEntry(OpType::kAllgather, name, input, processSet);
+  if (input.shape.empty()) {
+    return refuse(std::move(e),
+                  Status(ErrorCode::kInvalidArgument,
+                         where("allgather", name) + "a scalar (0-dimensional) tensor cannot be "
+                                                    "gathered along dimension 0; reshape it to [1]"));
+  }
   e->allocate = std::move(alloc);
   return enqueue(std::move(e), handle);
 }
@@ -391,13 +400,14 @@ Status Runtime::broadcast(const std::string& name, const TensorView& tensor, int
                           int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("broadcast", name, tensor, processSet, &set));
-  if (root < 0 || root >= static_cast<int32_t>(set.ranks.size())) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("broadcast", name) + "root " + std::to_string(root) + " is outside [0, " +
-                      std::to_string(set.ranks.size()) + ")");
-  }
   auto e = makeEntry(OpType::kBroadcast, name, tensor, processSet);
   e->request.root = root;
+  if (root < 0 || root >= static_cast<int32_t>(set.ranks.size())) {
+    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
+                                       where("broadcast", name) + "root " + std::to_string(root) +
+                                           " is outside [0, " +
+                                           std::to_string(set.ranks.size()) + ")"));
+  }
   return enqueue(std::move(e), handle);
 }
 
@@ -407,37 +417,36 @@ Status Runtime::alltoall(const std::string& name, const TensorView& input,
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("alltoall", name, input, processSet, &set));
   const auto n = static_cast<int64_t>(set.ranks.size());
-  if (input.shape.empty()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("alltoall", name) + "a scalar (0-dimensional) tensor cannot be split");
-  }
+  auto e = makeEntry(OpType::kAlltoall, name, input, processSet);
+  // Refusals go to negotiation with the splits as given (none: dimension 0 does not divide),
+  // which the Negotiator's per-rank checks refuse with this rank's values.
+  e->request.splits = splits;
+  auto bad = [&](const std::string& what) {
+    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument, where("alltoall", name) + what));
+  };
+  if (input.shape.empty()) return bad("a scalar (0-dimensional) tensor cannot be split");
   std::vector<int64_t> s = splits;
   if (s.empty()) {
     if (input.shape[0] % n != 0) {
-      return Status(ErrorCode::kInvalidArgument,
-                    where("alltoall", name) + "dimension 0 (" + std::to_string(input.shape[0]) +
-                        ") is not divisible by the " + std::to_string(n) +
-                        " ranks; pass splits");
+      return bad("dimension 0 (" + std::to_string(input.shape[0]) + ") is not divisible by the " +
+                 std::to_string(n) + " ranks; pass splits");
     }
     s.assign(n, input.shape[0] / n);
   }
   if (static_cast<int64_t>(s.size()) != n) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("alltoall", name) + "got " + std::to_string(s.size()) +
-                      " splits for a set of " + std::to_string(n) + " ranks");
+    return bad("got " + std::to_string(s.size()) + " splits for a set of " + std::to_string(n) +
+               " ranks");
   }
   int64_t sum = 0;
   for (int64_t x : s) {
-    if (x < 0) return Status(ErrorCode::kInvalidArgument, where("alltoall", name) + "a split is negative");
+    if (x < 0) return bad("a split is negative");
     sum += x;
   }
   // As Horovod: the splits may cover fewer rows than dimension 0 (the rest are not sent).
   if (sum > input.shape[0]) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("alltoall", name) + "splits sum to " + std::to_string(sum) +
-                      ", more than dimension 0 (" + std::to_string(input.shape[0]) + ")");
+    return bad("splits sum to " + std::to_string(sum) + ", more than dimension 0 (" +
+               std::to_string(input.shape[0]) + ")");
   }
-  auto e = makeEntry(OpType::kAlltoall, name, input, processSet);
   e->request.splits = s;
   e->allocate = std::move(alloc);
   return enqueue(std::move(e), handle);
@@ -451,15 +460,16 @@ Status Runtime::reducescatter(const std::string& name, const TensorView& input, 
   KOLO_RETURN_IF_ERROR(checkScales(where("reducescatter", name), op, prescale, postscale));
   KOLO_RETURN_IF_ERROR(
       checkAdasum(where("reducescatter", name), OpType::kReducescatter, op, input));
-  if (input.shape.empty()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("reducescatter", name) + "a scalar (0-dimensional) tensor cannot be "
-                                                 "scattered along dimension 0");
-  }
   auto e = makeEntry(OpType::kReducescatter, name, input, processSet);
   e->request.reduceOp = op;
   e->request.prescale = prescale;
   e->request.postscale = postscale;
+  if (input.shape.empty()) {
+    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
+                                       where("reducescatter", name) +
+                                           "a scalar (0-dimensional) tensor cannot be scattered "
+                                           "along dimension 0"));
+  }
   e->allocate = std::move(alloc);
   return enqueue(std::move(e), handle);
 }

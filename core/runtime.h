@@ -107,6 +107,12 @@ class Runtime {
   std::unique_ptr<TensorEntry> makeEntry(OpType type, const std::string& name,
                                          const TensorView& t, int32_t processSet) const;
   Status enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle);
+  // A refusal that depends on this rank's own values (its shape, splits or root), which the
+  // other ranks may have sent valid: the caller gets `why` now, and the op still goes to
+  // negotiation with the values as submitted (without its data), where the Negotiator's
+  // per-rank checks fail it on every rank naming this one, so that the others do not wait
+  // for an op this rank never sends. Nobody waits on the entry; the agreed error completes it.
+  Status refuse(std::unique_ptr<TensorEntry> e, Status why);
   // Device tensors: the executor's submission checks and the producer's ready event.
   Status prepareDevice(TensorEntry* e, const std::string& op) const;
   std::string where(const char* op, const std::string& name) const;

@@ -254,3 +254,29 @@ def test_process_set_changes_after_one_refused_while_a_rank_had_joined(hvd):
     out = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="after_refused_add", process_set=ps)
     _exact(out, torch.full((2,), float(n)))
     hvd.remove_process_set(ps)
+
+
+def test_input_refused_on_one_rank_fails_the_op_on_every_rank(hvd):
+    # The last rank passes values only it has wrong (a scalar, bad splits, a root out of range);
+    # it gets a ValueError at once, and the op fails on the others too, naming that rank, within
+    # the negotiation instead of after the stall timeout (30 minutes by default). Automatic names
+    # stay in step: the refused call used one on every rank.
+    n, r = hvd.size(), hvd.rank()
+    bad = r == n - 1
+    cases = [
+        (lambda: hvd.allgather(torch.tensor(1.0) if bad else torch.ones(1)), "scalar"),
+        (lambda: hvd.reducescatter(torch.tensor(1.0) if bad else torch.ones(n)), "scalar"),
+        (lambda: hvd.alltoall(torch.ones(n), splits=[1] * (n + 1) if bad else None), "splits"),
+        (lambda: hvd.alltoall(torch.ones(n + 1 if bad else n)), "divisible"),
+        (lambda: hvd.broadcast(torch.ones(1), n if bad else 0, name="refused"), "root"),
+    ]
+    for call, word in cases:
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            call()
+        text = str(info.value)
+        if bad:
+            assert isinstance(info.value, ValueError) and word in text, text
+        else:  # the negotiation's message: a mismatch, or the rank's bad value
+            assert "rank %d sent" % (n - 1) in text, text
+    assert hvd.allgather(torch.tensor([r])).tolist() == list(range(n))
+    assert hvd.alltoall(torch.arange(n)).tolist() == [r] * n
