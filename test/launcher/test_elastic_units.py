@@ -347,3 +347,125 @@ def test_driver_fails_at_once_when_the_script_fails_on_its_first_run(tmp_path):
     assert "job failed: the host discovery script failed on its first run (host discovery " \
            "script exited with status 3: no such cluster)" in r.stderr
     assert "<stdout>" not in r.stdout  # no worker started
+
+
+# ---- stand-in workers that act by their worker id ------------------------------------------
+# ACTOR: a stand-in worker that acts as its argv says for its worker id ("ID=ACTION", "new=" for
+# ids not named): "N" joins its round then exits N; "now:N" exits N at once (no round);
+# "N@S" joins, sleeps S seconds, exits N; "hang" joins then sleeps 60 s. Each writes its pid to
+# pid.<id> next to the script first.
+ACTOR = textwrap.dedent("""\
+    import os, sys, time
+    sys.path[:0] = %r
+    from store_client import StoreClient
+    wid = os.environ["KOLO_ELASTIC_WORKER_ID"]
+    acts = dict(a.split("=", 1) for a in sys.argv[1:])
+    act = acts.get(wid, acts.get("new", "0"))
+    f = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pid." + wid)
+    open(f + ".tmp", "w").write(str(os.getpid()))
+    os.rename(f + ".tmp", f)
+    if act.startswith("now:"):
+        sys.exit(int(act[4:]))
+    c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if c.check("elastic/round"):
+            n = int(c.get("elastic/round", 1))
+            if c.check("elastic/round%%d/assign/%%s" %% (n, wid)):
+                break
+        time.sleep(0.05)
+    else:
+        sys.exit(3)
+    if act == "hang":
+        time.sleep(60)
+        sys.exit(9)
+    code, _, delay = act.partition("@")
+    time.sleep(float(delay or 0))
+    sys.exit(int(code))
+""")
+
+
+def actor(tmp_path, *acts):
+    path = tmp_path / "actor.py"
+    path.write_text(ACTOR % (STANDIN_PATH,))
+    return [PY, str(path)] + list(acts)
+
+
+def _timed_kolorun(args, env=None, timeout=40):
+    import time
+    t0 = time.monotonic()
+    r = kolorun(args, env=env, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+# ---- the discovery script runs beside the driver, in a process group of its own ------------
+def _hanging_discovery(tmp_path):
+    """A discovery script: its first run lists localhost:2; every later one writes "SHELL_PID
+    SLEEP_PID" to hang.pids and hangs in a child (sleep 60)."""
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\nif [ -e %(d)s/ran ]; then\n  sleep 60 &\n"
+                      "  echo \"$$ $!\" > %(d)s/hang.tmp; mv %(d)s/hang.tmp %(d)s/hang.pids\n"
+                      "  wait\nfi\ntouch %(d)s/ran\necho localhost:2\n" % {"d": tmp_path})
+    script.chmod(0o755)
+    return str(script)
+
+
+def _wait_for_file(path, timeout=20):
+    import time
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, "%s did not appear" % path
+        time.sleep(0.05)
+    return [int(x) for x in path.read_text().split()]
+
+
+def test_discovery_script_timeout_kills_its_children(tmp_path, monkeypatch):
+    from conftest import assert_all_gone
+    from kolo_launcher import discovery
+    monkeypatch.setattr(discovery, "SCRIPT_TIMEOUT", 0.5)
+    (tmp_path / "ran").write_text("")
+    d = discovery.HostDiscovery(_hanging_discovery(tmp_path))
+    hosts, error = d.poll()
+    assert hosts == [] and error == "host discovery script timed out after 0.5 s", error
+    assert_all_gone([tuple(_wait_for_file(tmp_path / "hang.pids"))], timeout=2)
+
+
+def test_a_hung_discovery_script_does_not_hold_up_the_driver(tmp_path):
+    # The workers finish while the script's second run hangs: kolorun ends the job at once
+    # (it used to wait for the script's 30 s limit) and leaves none of the script's processes.
+    from conftest import assert_all_gone
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    r, took = _timed_kolorun(["-np", "2", "--min-np", "2", "--host-discovery-script",
+                              _hanging_discovery(tmp_path)] + actor(tmp_path, "0=0@1", "1=0@1"),
+                             env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert took < 15, took
+    assert_all_gone([tuple(_wait_for_file(tmp_path / "hang.pids"))], timeout=2)
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
+def test_a_signal_stops_kolorun_during_a_hung_discovery_script(tmp_path, sig):
+    # SIGINT is acted on at once (not after the script's limit); after a SIGKILL, the orphan
+    # guard stops the script's group as it stops the workers'. Nothing is left either way.
+    import signal
+    import subprocess
+    import time
+    from conftest import KOLORUN, assert_all_gone
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    p = subprocess.Popen([PY, KOLORUN, "-np", "2", "--min-np", "2", "--host-discovery-script",
+                          _hanging_discovery(tmp_path)] + actor(tmp_path, "0=hang", "1=hang"),
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        script_pids = _wait_for_file(tmp_path / "hang.pids")
+        workers = [_wait_for_file(tmp_path / ("pid.%d" % i))[0] for i in range(2)]
+        t0 = time.monotonic()
+        p.send_signal(getattr(signal, sig))
+        _, err = p.communicate(timeout=30)
+        if sig == "SIGINT":
+            assert p.returncode == 128 + signal.SIGINT, err
+            assert time.monotonic() - t0 < 10, err
+        assert_all_gone([tuple(script_pids), tuple(workers)], timeout=5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()

@@ -7,6 +7,15 @@ last good list (the error is returned once, for the launcher to print); `ok` say
 run succeeded (the launcher fails the job when the first run fails: elastic_run.py). With
 -H/--hostfile instead, the list is fixed.
 
+The script runs beside the driver, never blocking it: start() starts a run, result() says
+(without waiting) whether it ended, and poll() waits for one while a caller's check (a signal to
+kolorun) may cut it short. Each run is in a session (and process group) of its own, its output
+goes to temporary files (nothing to drain while it runs), and it is registered with kolorun's
+orphan guard when one is given. A run past SCRIPT_TIMEOUT, a run cut short and a run still
+going when kolorun stops (close()) have their whole group killed (SIGKILL), as has a run that
+ended (what it left running), so no child of the script (a `sleep`, an ssh) outlives it; when
+kolorun is killed -9, the orphan guard stops the group (TERM, then KILL after the kill grace).
+
 HostHealth is the blacklist. A worker that fails blacklists its host: no new worker starts
 there, for the cool-down when --blacklist-cooldown-range MIN MAX is given (MIN, doubled at each
 further blacklisting of that host, at most MAX), else for the rest of the job (horovodrun's
@@ -15,12 +24,15 @@ failure is forgiven (a replacement may start there at once), a second one blackl
 other (a host that keeps failing is still shut out). And the host's other workers are never
 removed: they are healthy processes (scenario 0 of issue 14).
 
-Both are owned by the launcher's main thread; nothing here is thread-safe or blocks longer
-than the script's time limit.
+Both are owned by the launcher's main thread; nothing here is thread-safe. Only poll() blocks,
+at most the script's time limit (less when its caller's check says to stop).
 """
 
+import os
 import random
+import signal
 import subprocess
+import tempfile
 import time
 
 from .hosts import HostListError, parse_host_entry
@@ -48,37 +60,127 @@ def parse_discovery_output(text, slots_per_host):
 
 
 class HostDiscovery:
-    def __init__(self, script=None, fixed=None, slots_per_host=1, env=None):
+    def __init__(self, script=None, fixed=None, slots_per_host=1, env=None, guard=None):
         self.script = script
         self.fixed = [(h.name, h.slots) for h in (fixed or [])]
         self.slots_per_host = slots_per_host
         self.env = env
+        self.guard = guard  # an OrphanGuard (orphan_guard.py), or None
         self.hosts = list(self.fixed) if script is None else []
         self.ok = script is None  # whether some run succeeded
+        self._run = None  # the running script: (Popen, stdout file, stderr file, deadline)
 
-    def poll(self):
-        """Runs the script once; returns (hosts, error text or None)."""
-        if self.script is None:
-            return self.hosts, None
+    @property
+    def running(self):
+        return self._run is not None
+
+    def start(self):
+        """Starts a run of the script unless one is running (or the list is fixed). Returns the
+        error text when the script cannot be started (then no run is going on), else None."""
+        if self.script is None or self._run is not None:
+            return None
+        out = err = None
         try:
-            r = subprocess.run(self.script, shell=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, timeout=SCRIPT_TIMEOUT, env=self.env,
-                               stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            return self.hosts, "host discovery script timed out after %g s" % SCRIPT_TIMEOUT
+            out, err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            proc = subprocess.Popen(self.script, shell=True, stdout=out, stderr=err,
+                                    stdin=subprocess.DEVNULL, env=self.env,
+                                    start_new_session=True, close_fds=True)
         except OSError as e:
-            return self.hosts, "cannot run the host discovery script: %s" % e
-        if r.returncode != 0:
-            err = r.stderr.decode("utf-8", "replace").strip().splitlines()
-            return self.hosts, "host discovery script exited with status %d%s" % (
-                r.returncode, (": " + err[-1]) if err else "")
+            for f in (out, err):
+                if f is not None:
+                    f.close()
+            return "cannot run the host discovery script: %s" % e
+        if self.guard is not None:
+            self.guard.watch(proc.pid)
+        self._run = (proc, out, err, time.monotonic() + SCRIPT_TIMEOUT)
+        return None
+
+    def result(self):
+        """Without waiting: None while the run goes on (or when none was started), else
+        (hosts, error text or None) of the run that ended, or that ran past SCRIPT_TIMEOUT
+        (its process group is then killed)."""
+        if self._run is None:
+            return None
+        proc, out, err, deadline = self._run
+        if not _exited(proc.pid):
+            if time.monotonic() < deadline:
+                return None
+            self._end()
+            return self.hosts, "host discovery script timed out after %g s" % SCRIPT_TIMEOUT
+        code = self._end()
         try:
-            self.hosts = parse_discovery_output(r.stdout.decode("utf-8", "replace"),
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        finally:
+            out.close()
+            err.close()
+        if code != 0:
+            lines = stderr.decode("utf-8", "replace").strip().splitlines()
+            what = ("exited with status %d" % code if code > 0
+                    else "was killed by signal %d" % -code)
+            return self.hosts, "host discovery script %s%s" % (
+                what, (": " + lines[-1]) if lines else "")
+        try:
+            self.hosts = parse_discovery_output(stdout.decode("utf-8", "replace"),
                                                 self.slots_per_host)
         except HostListError as e:
             return self.hosts, str(e)
         self.ok = True
         return self.hosts, None
+
+    def poll(self, stop=None):
+        """Runs the script once and waits for it: (hosts, error text or None). `stop()`, asked
+        every 50 ms, cuts the wait short: the run is killed and (the last hosts, None)
+        returned."""
+        if self.script is None:
+            return self.hosts, None
+        error = self.start()
+        if error is not None:
+            return self.hosts, error
+        while True:
+            done = self.result()
+            if done is not None:
+                return done
+            if stop is not None and stop():
+                self.close()
+                return self.hosts, None
+            time.sleep(_POLL_SECONDS)
+
+    def close(self):
+        """Kills a run still going (its whole process group) and reaps it."""
+        if self._run is not None:
+            _, out, err, _ = self._run
+            self._end()
+            out.close()
+            err.close()
+
+    def _end(self):
+        """SIGKILL to the run's process group (its leader is not reaped yet, so the group id is
+        still its own; leftovers of a leader that exited are killed too), then reaps it.
+        Returns its exit code (negative: killed by that signal)."""
+        proc = self._run[0]
+        self._run = None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        code = proc.wait()
+        if self.guard is not None:
+            self.guard.forget(proc.pid)
+        return code
+
+
+_POLL_SECONDS = 0.05
+
+
+def _exited(pid):
+    """Whether child pid has exited, without reaping it (waitid WNOWAIT)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None and info.si_pid != 0
 
 
 class HostHealth:

@@ -22,9 +22,11 @@ The driver's loop, every 50 ms:
      except on request; kolorun exits 0 once every worker has exited, unless one failed after
      the first success); one that fails blacklists its host (discovery.HostHealth); one the
      driver stopped is just gone;
-  2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the workers of hosts no
-     longer listed (or listing fewer slots) are stopped (SIGTERM); new slots on usable hosts
-     get new workers, up to --max-np;
+  2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the script runs beside the
+     loop (discovery.py: its own process group, never waited for here, so signals and exits
+     are seen while it runs); when a run ends, the workers of hosts no longer listed (or
+     listing fewer slots) are stopped (SIGTERM); new slots on usable hosts get new workers, up
+     to --max-np;
   3. rounds: when the live workers (a new one once it is ready) differ from the current
      round's members, or a member asks for a new round, and things were quiet for
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
@@ -35,8 +37,10 @@ The driver's loop, every 50 ms:
 A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
 workers --failure-grace-seconds to exit, then stops them as Gloo mode does (gloo_run.py).
 Nothing waits forever: every wait here is bounded by the elastic timeout or a grace period.
-Signals are Gloo mode's (SIGQUIT as SIGTERM); the local workers are registered with the orphan
-guard (orphan_guard.py), so a kolorun killed -9 leaves none of them (nor their children) behind.
+Signals are Gloo mode's (SIGQUIT as SIGTERM); the local workers and each run of the discovery
+script are registered with the orphan guard (orphan_guard.py), so a kolorun killed -9 leaves
+none of them (nor their children) behind. Before the first round, waiting for the discovery
+script and for hosts is cut short by a signal too.
 """
 
 import json
@@ -134,8 +138,16 @@ class ElasticJob(GlooJob):
             return "127.0.0.1"  # a fixed list of this machine's names only
         return "0.0.0.0"  # a discovery script may add other hosts later: they must reach it
 
+    def _stopped(self):
+        return bool(self._signals)
+
     def _discover(self):
-        hosts, error = self.discovery.poll()
+        """Runs the discovery script once (a signal to kolorun cuts it short); the host list."""
+        return self._discovered(self.discovery.poll(self._stopped))
+
+    def _discovered(self, result):
+        """The host list of a discovery run's (hosts, error); says a new error once."""
+        hosts, error = result
         if error and error != self._discovery_error:
             self.console.message(error + ("; keeping the last host list" if self.discovery.ok
                                           else ""))
@@ -187,6 +199,9 @@ class ElasticJob(GlooJob):
     # ---- the job ---------------------------------------------------------------------------
     def run(self):
         self._install_signals()
+        # The guard first: it also stops the discovery script's runs if kolorun is killed -9.
+        self.guard = OrphanGuard(self.grace, self.console).start()
+        self.discovery.guard = self.guard
         try:
             hosts = self._wait_for_hosts()
             if isinstance(hosts, Failure):
@@ -194,16 +209,16 @@ class ElasticJob(GlooJob):
                 return hosts.exit_status
             self.bind = self._bind_address(hosts)
             self.server = StoreServer(self.bind, 0).start()
-            self.guard = OrphanGuard(self.grace, self.console).start()
             try:
                 return self._run_started(hosts)
             except BaseException:
                 self._kill_all()  # kolorun itself failed: leave no worker behind
                 raise
             finally:
-                self.guard.close()
                 self.server.stop()
         finally:
+            self.discovery.close()  # a run still going: its whole process group
+            self.guard.close()
             self._restore_signals()
 
     def _usable_slots(self, hosts):
@@ -213,7 +228,7 @@ class ElasticJob(GlooJob):
         """The first host list, or a Failure when the script's first run fails: as horovodrun,
         the job fails at once (a script that never worked is a mistake, not a lost host);
         later failures keep the last good list (HostDiscovery)."""
-        hosts, self._discovery_error = self.discovery.poll()
+        hosts, self._discovery_error = self.discovery.poll(self._stopped)
         if self._discovery_error:
             return Failure("the host discovery script failed on its first run (%s); a script "
                            "that fails on its first run fails the job at once"
@@ -245,8 +260,11 @@ class ElasticJob(GlooJob):
                     _seconds(self.eopts.elastic_timeout), self.eopts.min_np,
                     self._usable_slots(hosts)))
                 said = True
-            time.sleep(self.eopts.discovery_interval)
-            hosts = self._discover()
+            wake = time.monotonic() + self.eopts.discovery_interval
+            while not self._signals and time.monotonic() < wake:
+                time.sleep(POLL_SECONDS)
+            if not self._signals:
+                hosts = self._discover()
 
     def _run_started(self, hosts):
         self.pump = OutputPump(self.console)
@@ -320,11 +338,17 @@ class ElasticJob(GlooJob):
                         else "for %s s" % _seconds(period)))
                 if finishing and late_failure is None:
                     late_failure = Failure(text, status.shell_code(), worker=w)
-            # 2. discovery and new workers
-            if now >= next_discovery:
-                hosts = self._discover()
+            # 2. discovery (a run of the script goes on beside this loop) and new workers
+            if self.discovery.running:
+                result = self.discovery.result()
+                if result is not None:
+                    hosts = self._discovered(result)
+                    self._retire(hosts)
+            elif self.discovery.script is not None and now >= next_discovery:
+                error = self.discovery.start()
+                if error is not None:
+                    self._discovered((hosts, error))
                 next_discovery = now + e.discovery_interval
-                self._retire(hosts)
             self._reap_retiring()
             if not finishing:
                 for host, slots in hosts:
