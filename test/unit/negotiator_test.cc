@@ -234,6 +234,21 @@ TEST_CASE("per-rank invalid values are invalid-argument errors") {
   CHECK(out[0].error ==
         "reducescatter 's': rank 0 sent a scalar; reducescatter needs at least "
         "one dimension");
+  Request a2a = req(0, "a2a", OpType::kAlltoall, {5});  // no splits: 5 does not divide
+  s.add(a2a, t0);
+  Neg two(2);
+  two.add(a2a, t0);
+  a2a.rank = 1;
+  a2a.shape = {4};
+  a2a.splits = {2, 2};
+  two.add(a2a, t0);
+  out = two.takeReady(t0);
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].error ==
+        "alltoall 'a2a': rank 0 sent no splits, and its dimension 0 (5) is not divisible by the "
+        "2 ranks");
+  out = s.takeReady(t0);
+  REQUIRE(out.size() == 1);
   s.add(req(0, "neg", OpType::kAllreduce, {4, -2}), t0);
   out = s.takeReady(t0);
   REQUIRE(out.size() == 1);
