@@ -469,3 +469,38 @@ def test_a_signal_stops_kolorun_during_a_hung_discovery_script(tmp_path, sig):
         if p.poll() is None:
             p.kill()
             p.communicate()
+
+
+# ---- how an elastic job ends: every worker of the round failed, or no host is left ---------
+@pytest.mark.parametrize("cooldown", [[], ["--blacklist-cooldown-range", "1", "2"]])
+def test_driver_fails_at_once_when_every_worker_of_the_round_fails(tmp_path, cooldown):
+    # horovodrun: every worker of the round failed -> the job fails. Before, kolorun forgave
+    # the first failure, blacklisted localhost at the second and waited --elastic-timeout for
+    # hosts (a fixed list: none can come), or restarted both forever with a cool-down.
+    r, took = _timed_kolorun(["-np", "2", "--min-np", "2", "-H", "localhost:2",
+                              "--elastic-timeout", "60"] + cooldown
+                             + actor(tmp_path, "0=1", "1=1"))
+    assert r.returncode == 1, r.stderr
+    assert "job failed: every worker of elastic round 0 failed: worker 0 (host localhost) " \
+        "exited with status 1, worker 1 (host localhost) exited with status 1" in r.stderr, \
+        r.stderr
+    assert "waiting up to" not in r.stderr
+    assert "elastic round 1" not in r.stderr
+    assert took < 20, took
+
+
+def test_driver_fails_at_once_when_no_host_of_a_fixed_list_can_start_a_worker(tmp_path):
+    # Worker 0 fails (the only host: forgiven), its replacement 2 fails too: localhost is
+    # blacklisted for good, and worker 1 alone is below --min-np 2. With -H nothing can come
+    # back: the job fails now with the last failure's status, not after --elastic-timeout.
+    r, took = _timed_kolorun(["-np", "2", "--min-np", "2", "-H", "localhost:2",
+                              "--elastic-timeout", "60"]
+                             + actor(tmp_path, "0=3", "1=hang", "new=now:4"))
+    assert r.returncode == 4, r.stderr
+    assert "job failed: only 1 worker left, fewer than --min-np 2, and the fixed host list " \
+        "(-H/--hostfile) can never start enough (blacklisted for the rest of the job: " \
+        "localhost); the last failure: worker 2 (host localhost) exited with status 4" \
+        in r.stderr, r.stderr
+    assert took < 20, took
+
+

@@ -214,6 +214,10 @@ class HostHealth:
         """Whether a new worker may start on host now."""
         return self.clock() >= self.until.get(host, 0.0)
 
+    def blacklisted_for_good(self, host):
+        """Whether host gets no new worker for the rest of the job."""
+        return self.until.get(host, 0.0) == float("inf")
+
     def blacklisted(self):
         now = self.clock()
         return sorted(h for h, t in self.until.items() if now < t)

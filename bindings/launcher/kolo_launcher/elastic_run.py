@@ -21,7 +21,9 @@ The driver's loop, every 50 ms:
   1. exits: a worker that exits 0 puts the job in "finishing" (no new workers, no new rounds
      except on request; kolorun exits 0 once every worker has exited, unless one failed after
      the first success); one that fails blacklists its host (discovery.HostHealth); one the
-     driver stopped is just gone;
+     driver stopped is just gone. As horovodrun: when every member of the current round
+     failed (none finished, none was stopped by the driver), the job fails at once, with the
+     first failure's exit status;
   2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the script runs beside the
      loop (discovery.py: its own process group, never waited for here, so signals and exits
      are seen while it runs); when a run ends, the workers of hosts no longer listed (or
@@ -32,10 +34,14 @@ The driver's loop, every 50 ms:
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
      ordered by their oldest worker, the oldest worker first, so rank 0 is a worker that holds
      the committed state (it broadcasts it in State.sync). Fewer live workers than --min-np:
-     wait for discovery up to --elastic-timeout, then fail the job. More than --reset-limit
-     rounds after the first: fail the job.
+     wait for discovery up to --elastic-timeout, then fail the job; with a fixed host list
+     (-H/--hostfile) whose blacklisted-for-good hosts leave too few slots ever to reach
+     --min-np, fail it at once (nothing can come back), with the last failure's exit status.
+     More than --reset-limit rounds after the first: fail the job.
 A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
-workers --failure-grace-seconds to exit, then stops them as Gloo mode does (gloo_run.py).
+workers --failure-grace-seconds (at most 10 s) to exit, then stops them as Gloo mode does
+(gloo_run.py); a worker still starting (neither in a round nor waiting for one) is stopped at
+once.
 Nothing waits forever: every wait here is bounded by the elastic timeout or a grace period.
 Signals are Gloo mode's (SIGQUIT as SIGTERM); the local workers and each run of the discovery
 script are registered with the orphan guard (orphan_guard.py), so a kolorun killed -9 leaves
@@ -94,6 +100,10 @@ class ElasticJob(GlooJob):
         self.next_id = 0
         self.round = -1
         self.members = set()
+        # how each member of the current round that exited ended: "ok", "stopped" (by the
+        # driver) or its Failure, in the order seen
+        self.member_exits = {}
+        self.last_failure = None  # the Failure of the last worker that failed
         self.ever = set()  # every worker that was a member of some round
         self.resets = 0
         self.bind = None
@@ -279,7 +289,12 @@ class ElasticJob(GlooJob):
             stop_signal = forwarded_signal(failure.signal)
             self.console.message(stop_message(failure.signal, "worker"))
         elif failure is not None and self.live:
-            # The workers waiting for a round read elastic/abort and exit by themselves.
+            # The workers waiting for a round read elastic/abort and exit by themselves; one
+            # still starting up would only read it after its start-up: stopped now.
+            for wid, w in sorted(self.live.items()):
+                if wid not in self.ever and not self.server.has("elastic/ready/%d" % wid):
+                    w.request_stop(signal.SIGTERM)
+                    del self.live[wid]
             deadline = time.monotonic() + min(self.opts.failure_grace, 10.0)
             while (any(w.poll() is None for w in self.live.values()) and not self._signals
                    and time.monotonic() < deadline):
@@ -316,9 +331,14 @@ class ElasticJob(GlooJob):
                 if status is None:
                     continue
                 del self.live[wid]
+                member = wid in self.members
                 if w.stop_requested:
+                    if member:
+                        self.member_exits[wid] = "stopped"
                     continue
                 if status.ok:
+                    if member:
+                        self.member_exits[wid] = "ok"
                     if not finishing:
                         self.console.message("worker %d (host %s) finished; the job ends when "
                                              "every worker has" % (wid, w.host))
@@ -336,8 +356,15 @@ class ElasticJob(GlooJob):
                     self.console.message("%s; host %s gets no new worker %s" % (
                         text, w.host, "in this job" if period == float("inf")
                         else "for %s s" % _seconds(period)))
+                failure = Failure(text, status.shell_code(), worker=w)
+                self.last_failure = failure
+                if member:
+                    self.member_exits[wid] = failure
                 if finishing and late_failure is None:
-                    late_failure = Failure(text, status.shell_code(), worker=w)
+                    late_failure = failure
+            failure = self._round_failed()
+            if failure is not None:
+                return failure
             # 2. discovery (a run of the script goes on beside this loop) and new workers
             if self.discovery.running:
                 result = self.discovery.result()
@@ -395,6 +422,18 @@ class ElasticJob(GlooJob):
                     self.live.clear()
                     return late_failure
                 if len(live) < e.min_np:
+                    most = self._most_workers_possible(hosts)
+                    if most is not None and most < e.min_np:
+                        last = self.last_failure
+                        return self._abort(
+                            "only %d worker%s left, fewer than --min-np %d, and the fixed host "
+                            "list (-H/--hostfile) can never start enough (blacklisted for the "
+                            "rest of the job: %s)%s" % (
+                                len(live), "" if len(live) == 1 else "s", e.min_np,
+                                ", ".join(h for h, _ in hosts
+                                          if self.health.blacklisted_for_good(h)) or "none",
+                                "; the last failure: " + last.reason if last else ""),
+                            last.exit_status if last else 1)
                     if short_since is None:
                         short_since = now
                         self.console.message(
@@ -421,6 +460,32 @@ class ElasticJob(GlooJob):
                 changed_at = None
                 short_since = None
             time.sleep(POLL_SECONDS)
+
+    def _round_failed(self):
+        """horovodrun's rule: when every member of the current round failed (none finished and
+        none was stopped by the driver), the job fails: a Failure (elastic/abort set) with the
+        first failure's exit status, else None."""
+        if not self.members or not all(isinstance(self.member_exits.get(wid), Failure)
+                                       for wid in self.members):
+            return None
+        first = next(iter(self.member_exits.values()))
+        failures = [self.member_exits[wid].reason for wid in sorted(self.members)]
+        if len(failures) > 4:
+            failures = failures[:4] + ["and %d more" % (len(failures) - 4)]
+        return self._abort("every worker of elastic round %d failed: %s" % (
+            self.round, ", ".join(failures)), first.exit_status)
+
+    def _most_workers_possible(self, hosts):
+        """With a fixed host list: the most workers the job can ever have from now on (those
+        running, and every slot of a host not blacklisted for good); None with a discovery
+        script, which may list new hosts."""
+        if self.eopts.discovery_script is not None:
+            return None
+        most = 0
+        for host, slots in hosts:
+            running = sum(1 for w in self.live.values() if w.host == host)
+            most += running if self.health.blacklisted_for_good(host) else max(slots, running)
+        return most
 
     def _retire(self, hosts):
         """Stops the workers on hosts the discovery no longer lists, and the newest ones of a
@@ -490,6 +555,7 @@ class ElasticJob(GlooJob):
             self.resets += 1
         self.round = n
         self.members = set(ids)
+        self.member_exits = {}
         self.ever.update(ids)
         self.console.message("elastic round %d: %d worker%s (%s), rank 0 is worker %d" % (
             n, len(ids), "" if len(ids) == 1 else "s",
