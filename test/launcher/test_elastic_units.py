@@ -484,7 +484,8 @@ def test_driver_fails_at_once_when_every_worker_of_the_round_fails(tmp_path, coo
     assert "job failed: every worker of elastic round 0 failed: worker 0 (host localhost) " \
         "exited with status 1, worker 1 (host localhost) exited with status 1" in r.stderr, \
         r.stderr
-    assert "waiting up to" not in r.stderr
+    # (when the two exits are seen in separate polls, "1 worker left ... waiting" may come
+    # first: it is true until the second one is seen)
     assert "elastic round 1" not in r.stderr
     assert took < 20, took
 
