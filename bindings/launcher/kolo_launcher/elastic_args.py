@@ -4,6 +4,10 @@ A job is elastic when --host-discovery-script, --min-np or --max-np is given (as
 The hosts then come from the discovery script, re-run every few seconds, or from -H/--hostfile
 as a fixed list; -np is the default of --min-np. The other elastic flags without one of those
 three are a usage error, as is elastic mode with --mpi (MPI cannot re-initialize).
+Two environment variables tune the driver: KOLO_ELASTIC_DISCOVERY_INTERVAL (seconds between
+runs of the discovery script, default 1) and KOLO_ELASTIC_FINISH_GRACE_SECONDS (once a worker
+exited 0, how long the others may take to exit by themselves before kolorun stops them,
+default 30).
 """
 
 import math
@@ -12,6 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # horovodrun's default
 DEFAULT_DISCOVERY_INTERVAL = 1.0
+DEFAULT_FINISH_GRACE = 30.0
 
 # (names, dest, kind, metavar, help); args.py turns them into its Opt rows.
 ELASTIC_OPTIONS = [
@@ -49,6 +54,7 @@ class ElasticOptions(NamedTuple):
     reset_limit: Optional[int]
     cooldown: Optional[Tuple[float, float]]
     discovery_interval: float = DEFAULT_DISCOVERY_INTERVAL
+    finish_grace: float = DEFAULT_FINISH_GRACE
 
 
 def _int(text, flag, lo, error):
@@ -127,6 +133,11 @@ def elastic_options(ns, hosts, environ, error):
     if environ.get("KOLO_ELASTIC_DISCOVERY_INTERVAL"):
         interval = _seconds(environ["KOLO_ELASTIC_DISCOVERY_INTERVAL"],
                             "KOLO_ELASTIC_DISCOVERY_INTERVAL", 0.05, error)
+    finish_grace = DEFAULT_FINISH_GRACE
+    if environ.get("KOLO_ELASTIC_FINISH_GRACE_SECONDS"):
+        finish_grace = _seconds(environ["KOLO_ELASTIC_FINISH_GRACE_SECONDS"],
+                                "KOLO_ELASTIC_FINISH_GRACE_SECONDS", 0, error)
     return ElasticOptions(min_np=min_np, max_np=max_np, discovery_script=script,
                           slots_per_host=slots, elastic_timeout=timeout, reset_limit=limit,
-                          cooldown=cooldown, discovery_interval=interval)
+                          cooldown=cooldown, discovery_interval=interval,
+                          finish_grace=finish_grace)

@@ -18,9 +18,14 @@ store (round<N>/..., bootstrap/README.md), and a worker still at an older round 
 the runtime, so stale workers never join a new round.
 
 The driver's loop, every 50 ms:
-  1. exits: a worker that exits 0 puts the job in "finishing" (no new workers, no new rounds
-     except on request; kolorun exits 0 once every worker has exited, unless one failed after
-     the first success); one that fails blacklists its host (discovery.HostHealth); one the
+  1. exits: a worker that exits 0 puts the job in "finishing", as horovodrun's "if any process
+     succeeded, shutdown all other processes": no new workers and no new rounds (workers that
+     ask for one are stopped); the others get KOLO_ELASTIC_FINISH_GRACE_SECONDS (30 s) to exit
+     by themselves, then are stopped (SIGTERM, SIGKILL after the kill grace). kolorun exits 0,
+     unless a member of the success's round failed before it or a worker failed by itself
+     after it (not one the driver stopped): then with the first such failure's status (as
+     horovodrun's result, the first non-zero exit of the last round). One that fails
+     blacklists its host (discovery.HostHealth); one the
      driver stopped is just gone. As horovodrun: when every member of the current round
      failed (none finished, none was stopped by the driver), the job fails at once, with the
      first failure's exit status;
@@ -315,6 +320,8 @@ class ElasticJob(GlooJob):
         e = self.eopts
         cap = e.max_np if e.max_np is not None else float("inf")
         finishing = False
+        finish_by = None  # when the workers still running after a success are stopped
+        finished = None  # the first worker that exited 0
         late_failure = None
         changed_at = None
         short_since = None
@@ -337,11 +344,17 @@ class ElasticJob(GlooJob):
                         self.member_exits[wid] = "stopped"
                     continue
                 if status.ok:
+                    if not finishing:
+                        # A member of this round that failed before it fails the job.
+                        late_failure = next((f for f in self.member_exits.values()
+                                             if isinstance(f, Failure)), None)
+                        finished, finish_by = w, now + e.finish_grace
+                        self.console.message(
+                            "worker %d (host %s) finished; the job ends when every worker has, "
+                            "or in %s s (KOLO_ELASTIC_FINISH_GRACE_SECONDS) when kolorun stops "
+                            "the others" % (wid, w.host, _seconds(e.finish_grace)))
                     if member:
                         self.member_exits[wid] = "ok"
-                    if not finishing:
-                        self.console.message("worker %d (host %s) finished; the job ends when "
-                                             "every worker has" % (wid, w.host))
                     finishing = True
                     continue
                 only_host = not any(h != w.host and s > 0 and self.health.usable(h)
@@ -395,6 +408,18 @@ class ElasticJob(GlooJob):
                         del self.live[wid]
                 if not self.live:
                     return late_failure
+                if now >= finish_by:
+                    left = sorted(self.live)
+                    self.console.message(
+                        "worker%s %s still running %s s after worker %d finished: stopping %s "
+                        "(SIGTERM, then SIGKILL after %s s)" % (
+                            "" if len(left) == 1 else "s", _span(left),
+                            _seconds(e.finish_grace), finished.rank,
+                            "it" if len(left) == 1 else "them", _seconds(self.grace)))
+                    for w in self.live.values():
+                        w.request_stop(signal.SIGTERM)
+                    self.live.clear()
+                    return late_failure
             # 3. rounds: a new worker counts once it waits for its first round (it set
             # elastic/ready/<id>), so the others never wait for its start-up in a rendezvous
             live = {wid for wid in self.live
@@ -409,14 +434,14 @@ class ElasticJob(GlooJob):
             if (live != self.members and not finishing) or wanted:
                 if changed_at is None:
                     changed_at = now
-                if len(live) < e.min_np and finishing:
-                    # As horovodrun: once a worker finished, the job has succeeded. The others
-                    # cannot form a round below --min-np (a finishing job starts no workers, so
-                    # waiting for hosts cannot help): stop them; a failure seen since still
+                if finishing:
+                    # As horovodrun: once a worker finished, the job has succeeded, and the
+                    # others are shut down: no new round (below --min-np it could not form
+                    # anyway, a finishing job starts no workers); a failure seen since still
                     # fails the job.
                     self.console.message(
-                        "a worker finished; the other %d asked for a new round, fewer than "
-                        "--min-np %d: stopping them" % (len(self.live), e.min_np))
+                        "a worker finished; the other %d asked for a new round: stopping them "
+                        "(the job succeeded with the worker that finished)" % len(self.live))
                     for w in self.live.values():
                         w.request_stop(signal.SIGTERM)
                     self.live.clear()
