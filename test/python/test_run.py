@@ -244,3 +244,98 @@ def _say(word):
     kolo.init()
     print("%s from %d" % (word, kolo.rank()), flush=True)
     return kolo.rank()
+
+
+def test_horovod_run_argument_names():
+    """horovod.run's names: num_proc (np is its older name), min/max_num_proc (min_np,
+    max_np), reset_limit, cooldown_range; elastic arguments are never accepted and ignored."""
+    import kolo
+    assert kolo.run(_rank_and_size, num_proc=2) == [(0, 2), (1, 2)]
+    assert kolo.run(_rank_and_size, (), None, 2) == [(0, 2), (1, 2)]  # horovod.run's order
+    assert kolo.run(_rank_and_size, num_proc=1, np=1) == [(0, 1)]
+    with pytest.raises(ValueError, match="num_proc=2 and np=3 disagree"):
+        kolo.run(_rank_and_size, num_proc=2, np=3)
+    with pytest.raises(ValueError, match="min_num_proc=1 and min_np=2 disagree"):
+        kolo.run(_rank_and_size, np=2, min_num_proc=1, min_np=2)
+    for extra in ({"reset_limit": 3}, {"cooldown_range": (1, 5)}):
+        with pytest.raises(ValueError, match="elastic argument"):
+            kolo.run(_rank_and_size, num_proc=2, **extra)
+    with pytest.raises(ValueError, match="max_num_proc 1 is less than min_num_proc 2"):
+        kolo.run(_rank_and_size, num_proc=2, min_num_proc=2, max_num_proc=1)
+    with pytest.raises(ValueError, match="cooldown_range"):
+        kolo.run(_rank_and_size, num_proc=2, min_num_proc=1, cooldown_range=(5, 1))
+
+
+def test_elastic_arguments_reach_kolorun():
+    from kolo import _run_hosts
+    from kolo.runner import _elastic_options
+    elastic = _elastic_options(2, 1, 3, 0, (1, 5), None)
+    cmd = _run_hosts.kolorun_command("kolorun", "py", 2, "a:2,b:2", None, [],
+                                     {"elastic": elastic})
+    assert " ".join(cmd[1:cmd.index("--")]) == (
+        "kolorun -np 2 -H a:2,b:2 --min-np 1 --max-np 3 --reset-limit 0 "
+        "--blacklist-cooldown-range 1.0 5.0")
+    elastic = _elastic_options(None, 2, None, None, None, "/bin/discover")
+    elastic["slots_per_host"] = 4
+    cmd = _run_hosts.kolorun_command("kolorun", "py", None, None, None, [], {"elastic": elastic})
+    assert " ".join(cmd[1:cmd.index("--")]) == (
+        "kolorun --min-np 2 --host-discovery-script /bin/discover --slots-per-host 4")
+
+
+def _elastic_train(marker, until_round=0):
+    """With a marker, rank 1 of the first round dies at step 2 (once: the marker file); the
+    others restore the last commit and go on in a new round. With until_round, trains until
+    that round."""
+    import os
+    import time
+
+    import numpy as np
+
+    import kolo
+    import kolo.elastic
+    kolo.init()
+    state = kolo.elastic.ObjectState(step=0)
+
+    @kolo.elastic.run
+    def loop(state):
+        while state.step < 4 or (kolo.elastic.current_round() < until_round
+                                 and state.step < 1200):
+            if marker and kolo.rank() == 1 and state.step == 2:
+                try:
+                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+                    os._exit(3)
+                except FileExistsError:
+                    pass
+            kolo.allreduce(np.ones(1), name="step%d" % state.step)
+            state.step += 1
+            state.commit()
+            if until_round:
+                time.sleep(0.025)
+
+    loop(state)
+    return (kolo.rank(), kolo.size(), kolo.elastic.current_round(), state.step)
+
+
+def test_elastic_run_returns_the_final_workers_results(tmp_path):
+    """num_proc=2, min_num_proc=1: kolorun's elastic mode. The worker on 127.0.0.1 dies; its
+    host is blacklisted (no cooldown_range), the other goes on alone in round 1: the result is
+    that worker's, as rank 0 of 1 (horovod.run returns the final workers' results)."""
+    import kolo
+    results = kolo.run(_elastic_train, args=(str(tmp_path / "died"),), num_proc=2,
+                       min_num_proc=1, hosts="localhost:1,127.0.0.1:1", start_timeout=60)
+    assert results == [(0, 1, 1, 4)]
+    # the older names, on this machine (horovod.run's default hosts "localhost:np"), no loss
+    assert kolo.run(_elastic_train, args=(None,), np=2, min_np=1, max_np=2) == [
+        (0, 2, 0, 4), (1, 2, 0, 4)]
+
+
+def test_elastic_reset_limit_and_cooldown_range_are_used(tmp_path):
+    import kolo
+    with pytest.raises(RuntimeError, match="past --reset-limit 0"):
+        kolo.run(_elastic_train, args=(str(tmp_path / "died"),), num_proc=2, min_num_proc=1,
+                 max_num_proc=2, reset_limit=0)
+    # cooldown_range: the failed host is usable again after 0.5 s: a worker rejoins there
+    results = kolo.run(_elastic_train, args=(str(tmp_path / "died2"), 2), num_proc=2,
+                       min_num_proc=1, max_num_proc=2, reset_limit=3, cooldown_range=(0.5, 1),
+                       hosts="localhost:1,127.0.0.1:1")
+    assert [r[:3] for r in results] == [(0, 2, 2), (1, 2, 2)], results

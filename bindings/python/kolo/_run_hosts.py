@@ -19,6 +19,16 @@ How the job runs (the driver is the process that calls kolo.run):
   4. the driver waits for kolorun, then returns every rank's result in rank order, or raises
      RuntimeError naming the first failing rank, its host and its traceback (or kolorun's
      account of a rank that died without a word / never connected).
+Elastic jobs (kolo.run's min/max_num_proc, reset_limit, cooldown_range, host_discovery_script)
+run under kolorun's elastic mode (--min-np, --max-np, --reset-limit,
+--blacklist-cooldown-range, --host-discovery-script, --slots-per-host). Workers come and go,
+and take their rank and size when they join a round (kolo.elastic); each sends its result
+under its fixed worker id, with the rank, size and round it had when the function returned.
+When kolorun ends the job with status 0, the result is the return values of the workers of the
+final round, by rank (horovod.run reads the value stored last under each rank, the final
+workers' too, though only for ranks below min_num_proc): a worker that failed or was stopped
+in an earlier round does not fail the job. Otherwise RuntimeError with kolorun's reason and
+the traceback of the last worker that raised.
 
 Authentication: KOLO_RUN_SECRET is a random 32-byte key (hex) that reaches the ranks in their
 environment, as everything else kolorun passes (over ssh for remote ranks). Every message in
@@ -177,13 +187,25 @@ def kolorun_command(kolorun, python, np, hosts, hostfile, env_names, options):
     cmd = [sys.executable, kolorun]
     if np is not None:
         cmd += ["-np", str(np)]
-    cmd += ["-H", hosts] if hosts else ["--hostfile", hostfile]
+    if hosts:
+        cmd += ["-H", hosts]
+    elif hostfile:
+        cmd += ["--hostfile", hostfile]
     flags = {"network_interface": "--network-interface", "ssh_port": "--ssh-port",
              "ssh_identity_file": "--ssh-identity-file", "start_timeout": "--start-timeout",
              "output_filename": "--output-filename"}
     for name, flag in flags.items():
         if options.get(name) is not None:
             cmd += [flag, str(options[name])]
+    elastic = options.get("elastic") or {}
+    flags = {"min_np": "--min-np", "max_np": "--max-np", "reset_limit": "--reset-limit",
+             "host_discovery_script": "--host-discovery-script",
+             "slots_per_host": "--slots-per-host"}
+    for name, flag in flags.items():
+        if elastic.get(name) is not None:
+            cmd += [flag, str(elastic[name])]
+    if elastic.get("cooldown_range") is not None:
+        cmd += ["--blacklist-cooldown-range"] + [repr(v) for v in elastic["cooldown_range"]]
     if options.get("verbose"):
         cmd.append("--verbose")
     for name in env_names:
@@ -225,7 +247,8 @@ def run_on_hosts(payload, np, hosts, hostfile, env, timeout, python, base_env, o
     proc = tee = None
     try:
         child_env = dict(base_env)
-        child_env.update({"KOLO_RUN_PORT": str(server.port), "KOLO_RUN_SECRET": key.hex()})
+        child_env.update({"KOLO_RUN_PORT": str(server.port), "KOLO_RUN_SECRET": key.hex(),
+                          "KOLO_RUN_ELASTIC": "1" if options.get("elastic") else "0"})
         cmd = kolorun_command(find_kolorun(), python, np, hosts, hostfile, sorted(env or {}),
                               options)
         if options.get("verbose"):
@@ -240,6 +263,8 @@ def run_on_hosts(payload, np, hosts, hostfile, env, timeout, python, base_env, o
             raise TimeoutError("kolo.run: the job did not finish within %s s; it was stopped"
                                % timeout) from None
         tee.join()
+        if options.get("elastic"):
+            return _collect_elastic(server, code, list(tee.lines))
         return _collect(server, np, code, list(tee.lines))
     finally:
         if proc is not None and proc.poll() is None:
@@ -260,7 +285,8 @@ def _stop(proc):
 def _collect(server, np, code, kolorun_lines):
     outcomes = {}
     for rank, (arrival, body) in server.results.items():
-        outcomes[rank] = (arrival,) + tuple(pickle.loads(body))  # (arrival, ok, value, host, n)
+        # (arrival, ok, value, host, size); the rank and round are the elastic mode's
+        outcomes[rank] = ((arrival,) + tuple(pickle.loads(body)))[:5]
     size = np if np is not None else max([o[4] for o in outcomes.values()] or [0])
     failed = sorted((o[0], r) for r, o in outcomes.items() if not o[1])
     missing = [r for r in range(size) if r not in outcomes]
@@ -293,6 +319,39 @@ def _collect(server, np, code, kolorun_lines):
     raise RuntimeError(text)
 
 
+def _collect_elastic(server, code, kolorun_lines):
+    """An elastic job's results: those of the workers of the final round, by their rank in it
+    (horovod.run returns the results stored last under each rank: the final workers'). A
+    worker that failed or left in an earlier round does not fail a job that kolorun finished
+    (exit status 0), as under horovod.run."""
+    done = []  # (arrival, worker id, ok, value, host, size, rank, round)
+    for wid, (arrival, body) in server.results.items():
+        done.append((arrival, wid) + tuple(pickle.loads(body)))
+    ok = [d for d in done if d[2]]
+    if code == 0 and ok:
+        last = max(d[7] for d in ok)
+        final = {d[6]: d for d in ok if d[7] == last}
+        size = max(d[5] for d in final.values())
+        if sorted(final) == list(range(size)):
+            return [final[r][3] for r in range(size)]
+        text = ("kolo.run: the elastic job ended, but not every rank of its final round "
+                "(round %d, %d ranks) sent a result: ranks %s did" % (
+                    last, size, ",".join(map(str, sorted(final)))))
+    else:
+        job_failed = [l.split("job failed: ", 1)[1] for l in kolorun_lines
+                      if "job failed: " in l]
+        text = "kolo.run: elastic job failed: %s" % (
+            job_failed[0] if job_failed else "kolorun exited with status %d" % code)
+    failed = sorted(d for d in done if not d[2])
+    if failed:  # the last worker that raised: the likeliest cause
+        _, wid, _, value, host, _, rank, rnd = failed[-1]
+        text += "\nworker %d (rank %d of round %d, host %s) raised:\n%s" % (
+            wid, rank, rnd, host, value)
+    elif kolorun_lines:
+        text += "\n" + "\n".join(kolorun_lines[-10:])
+    raise RuntimeError(text)
+
+
 # ---- the rank's side ---------------------------------------------------------------------------
 def _request(addr, port, key, op, rank, body=b""):
     header = _HEADER.pack(_MAGIC, op, rank, len(body))
@@ -319,6 +378,10 @@ def _worker():
     cloudpickle = _pickler()
     rank = int(os.environ["KOLO_RANK"])
     size = int(os.environ.get("KOLO_SIZE", "0"))
+    # An elastic worker's rank comes with its round (kolo.elastic sets KOLO_RANK, KOLO_SIZE and
+    # KOLO_RENDEZVOUS_ROUND at init): its results are filed under its fixed worker id.
+    elastic = os.environ.get("KOLO_RUN_ELASTIC") == "1"
+    wid = int(os.environ.get("KOLO_ELASTIC_WORKER_ID", rank)) if elastic else rank
     host = os.environ.get("KOLO_HOSTNAME") or socket.gethostname()
     addr, port = os.environ["KOLO_RENDEZVOUS_ADDR"], int(os.environ["KOLO_RUN_PORT"])
     key = bytes.fromhex(os.environ.pop("KOLO_RUN_SECRET"))
@@ -334,16 +397,20 @@ def _worker():
     except BaseException:  # noqa: B902 - a function that cannot be loaded here is a failure too
         ok, value = False, "rank %d (host %s): cannot load the function:\n%s" % (
             rank, host, traceback.format_exc())
+    if elastic:
+        rank = int(os.environ.get("KOLO_RANK", rank))
+        size = int(os.environ.get("KOLO_SIZE", size))
+    rnd = int(os.environ.get("KOLO_RENDEZVOUS_ROUND") or -1) if elastic else 0
     try:
-        body = cloudpickle.dumps((ok, value, host, size))
+        body = cloudpickle.dumps((ok, value, host, size, rank, rnd))
     except Exception:  # an unpicklable return value
         ok = False
         body = cloudpickle.dumps((False, "rank %d: cannot pickle the result:\n%s"
-                                  % (rank, traceback.format_exc()), host, size))
+                                  % (rank, traceback.format_exc()), host, size, rank, rnd))
     deadline = time.monotonic() + 30
     while True:
         try:
-            _request(addr, port, key, b"R", rank, body)
+            _request(addr, port, key, b"R", wid, body)
             break
         except OSError as e:
             if time.monotonic() > deadline:

@@ -1,10 +1,11 @@
 """kolo.run and KoloRunner: run a Python function as the ranks of a kolo job.
 
-kolo.run(func, args, kwargs, np, hosts=...) is horovod.run: `func`, `args` and `kwargs` are
-pickled with cloudpickle, every rank unpickles and calls func(*args, **kwargs) with
-KOLO_RANK/KOLO_SIZE/... set, so the function just calls kolo.init() (or hvd.init()). The result
-is the list of return values in rank order; when a rank raises (or dies), kolo.run raises
-RuntimeError naming the first failing rank, its host, and its traceback.
+kolo.run(func, args, kwargs, num_proc, ..., hosts=...) is horovod.run, with its arguments (in
+its order, np/min_np/max_np included): `func`, `args` and `kwargs` are pickled with
+cloudpickle, every rank unpickles and calls func(*args, **kwargs) with KOLO_RANK/KOLO_SIZE/...
+set, so the function just calls kolo.init() (or hvd.init()). The result is the list of return
+values in rank order; when a rank raises (or dies), kolo.run raises RuntimeError naming the
+first failing rank, its host, and its traceback.
 
 Two ways to start the ranks:
   - local (no `hosts`, or hosts="localhost:N" with np=N; "localhost" alone is one slot, as
@@ -16,7 +17,10 @@ Two ways to start the ranks:
     are then terminated;
   - hosts ("a:2,b:2", or hostfile=): kolorun starts the ranks (remote ones over ssh) and
     supervises them; the function and the results travel through a small authenticated TCP
-    server of the calling process (kolo/_run_hosts.py describes it).
+    server of the calling process (kolo/_run_hosts.py describes it). Elastic jobs
+    (min_num_proc, max_num_proc, host_discovery_script) always run this way, on
+    "localhost:num_proc" without hosts (horovod.run's default), with kolorun's elastic mode:
+    the result is then the list of the final round's workers' return values, by rank.
 
 Stopping: while kolo.run waits in the main thread, a SIGTERM to the calling process stops the
 ranks (SIGTERM to each rank's process group, SIGKILL after 5 s), removes the temporary folder,
@@ -153,17 +157,100 @@ def _with_slots(hosts, slots):
     return ",".join(entries)
 
 
-def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, use_gloo=None,
-        use_mpi=None, timeout=None, verbose=None, executable=None, network_interface=None,
-        ssh_port=None, ssh_identity_file=None, start_timeout=None, output_filename=None,
-        disable_cache=None, mpi_args=None, slots=None):
-    """Runs func(*args, **kwargs) on `np` ranks; returns their results in rank order.
+class _NotGiven:
+    """The default of num_proc / np: 1 rank (with hosts too); None takes every slot."""
 
+    def __repr__(self):
+        return "1"
+
+
+_NOT_GIVEN = _NotGiven()
+
+
+def _alias(new, old, new_name, old_name, unset=None):
+    """horovod.run's deprecated alias (np, min_np, max_np) of a num_proc argument."""
+    if old is unset:
+        return new
+    if new is not unset and new != old:
+        raise ValueError("kolo.run: %s=%r and %s=%r disagree (%s is horovod.run's older name "
+                         "of %s): give one of them" % (new_name, new, old_name, old, old_name,
+                                                       new_name))
+    return old
+
+
+def _count(value, name, lowest=1):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                              or value < lowest):
+        raise ValueError("kolo.run: %s must be an int >= %d; got %r" % (name, lowest, value))
+    return value
+
+
+def _elastic_options(np, min_np, max_np, reset_limit, cooldown_range, discovery_script):
+    """kolorun's elastic options for min/max_num_proc, reset_limit, cooldown_range and
+    host_discovery_script, or None for a static job. As kolorun (and horovodrun, which looks at
+    min_num_proc and the discovery script only): the job is elastic when min_num_proc,
+    max_num_proc or host_discovery_script is given; reset_limit and cooldown_range alone are a
+    ValueError, never ignored."""
+    _count(min_np, "min_num_proc")
+    _count(max_np, "max_num_proc")
+    _count(reset_limit, "reset_limit", lowest=0)
+    if min_np is None and max_np is None and discovery_script is None:
+        for value, name in ((reset_limit, "reset_limit"), (cooldown_range, "cooldown_range")):
+            if value is not None:
+                raise ValueError("kolo.run: %s is an elastic argument: give min_num_proc or "
+                                 "max_num_proc (or host_discovery_script) too, for an elastic "
+                                 "job" % name)
+        return None
+    lowest = min_np if min_np is not None else np
+    if lowest is None:
+        raise ValueError("kolo.run: an elastic job needs num_proc or min_num_proc")
+    if max_np is not None and max_np < lowest:
+        raise ValueError("kolo.run: max_num_proc %d is less than %s %d" % (
+            max_np, "min_num_proc" if min_np is not None else "num_proc", lowest))
+    if np is not None and min_np is not None and np < min_np:
+        raise ValueError("kolo.run: num_proc %d is less than min_num_proc %d" % (np, min_np))
+    cooldown = None
+    if cooldown_range is not None:
+        try:
+            lo, hi = (float(v) for v in cooldown_range)
+        except (TypeError, ValueError):
+            raise ValueError("kolo.run: cooldown_range must be (min seconds, max seconds); got "
+                             "%r" % (cooldown_range,)) from None
+        if not 0 <= lo <= hi:
+            raise ValueError("kolo.run: cooldown_range must be (min, max) with 0 <= min <= max; "
+                             "got %r" % (cooldown_range,))
+        cooldown = (lo, hi)
+    return {"min_np": min_np, "max_np": max_np, "reset_limit": reset_limit,
+            "cooldown_range": cooldown, "host_discovery_script": discovery_script}
+
+
+def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_num_proc=None,
+        slots=None, reset_limit=None, cooldown_range=None, hosts=None, hostfile=None,
+        start_timeout=None, ssh_port=None, ssh_identity_file=None, disable_cache=None,
+        output_filename=None, verbose=None, use_gloo=None, use_mpi=None, mpi_args=None,
+        network_interface=None, executable=None, np=_NOT_GIVEN, min_np=None, max_np=None, *,
+        env=None, timeout=None, host_discovery_script=None):
+    """Runs func(*args, **kwargs) on `num_proc` ranks; returns their results in rank order.
+
+    horovod.run's arguments, in its order, with its meaning; np, min_np and max_np are its
+    older names of num_proc, min_num_proc and max_num_proc (both names of one argument: they
+    must agree). kolo's own arguments are keyword-only: env, timeout, host_discovery_script.
+
+    num_proc (np): the number of ranks, 1 by default; with hosts, None takes every slot.
     hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
-      hosts in order (an entry without ":N" has 1 slot; np beyond the slots is a ValueError,
-      as in horovod.run); without either (or with "localhost:N" and np=N) the ranks run on
-      this machine without kolorun, unless one of kolorun's options below is given. With
-      hosts, np=None takes every slot.
+      hosts in order (an entry without ":N" has 1 slot; num_proc beyond the slots is a
+      ValueError, as in horovod.run); without either (or with "localhost:N" and num_proc=N)
+      the ranks run on this machine without kolorun, unless one of kolorun's options below is
+      given, or the job is elastic.
+    min_num_proc, max_num_proc, reset_limit, cooldown_range (elastic, horovod.run's meaning):
+      any of min/max_num_proc (or host_discovery_script) makes the job elastic: kolorun runs it
+      with --min-np (default: num_proc), --max-np, --reset-limit and
+      --blacklist-cooldown-range on the hosts (default: "localhost:num_proc"); the function
+      uses kolo.elastic / kolo.torch.elastic (hvd.elastic.run) to survive changes. The result
+      is the list of the return values of the workers of the final round, by their final
+      rank. reset_limit or cooldown_range without an elastic job is a ValueError.
+    host_discovery_script: kolorun's --host-discovery-script (instead of hosts/hostfile): an
+      elastic job on the hosts it prints; slots is then its --slots-per-host.
     env: extra environment variables for the ranks (KOLO_* knobs, for instance).
     timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
       own; kolorun's start_timeout and the runtime's timeouts still bound a broken job).
@@ -183,13 +270,33 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
         raise ValueError("kolo.run needs a callable; got %r" % (func,))
     if hosts and hostfile:
         raise ValueError("kolo.run: give hosts or hostfile, not both")
-    hosts = _with_slots(hosts, slots)
-    remote = bool(hostfile) or not _is_local(hosts, np)
-    if np is None and not remote:
-        raise ValueError("np=None (every slot) needs hosts or a hostfile")
+    if host_discovery_script and (hosts or hostfile):
+        raise ValueError("kolo.run: give host_discovery_script or hosts/hostfile, not both")
+    np = _alias(num_proc, np, "num_proc", "np", unset=_NOT_GIVEN)
+    min_num_proc = _alias(min_num_proc, min_np, "min_num_proc", "min_np")
+    max_num_proc = _alias(max_num_proc, max_np, "max_num_proc", "max_np")
+    np_given = np is not _NOT_GIVEN
+    if not np_given:
+        np = 1
     if np is not None and (isinstance(np, bool) or not isinstance(np, int) or np < 1):
         raise ValueError("np must be a positive int; got %r" % (np,))
-    _check_slots(hosts, np)
+    if not np_given and min_num_proc is not None:
+        np = None  # kolorun's -np defaults to --min-np
+    elastic = _elastic_options(np, min_num_proc, max_num_proc, reset_limit, cooldown_range,
+                               host_discovery_script)
+    if elastic is not None and host_discovery_script:
+        if slots is not None:
+            elastic["slots_per_host"] = _count(slots, "slots")
+    else:
+        hosts = _with_slots(hosts, slots)
+    if elastic is not None and not (hosts or hostfile or host_discovery_script):
+        # horovod.run's default host list; only kolorun runs elastic jobs
+        hosts = "localhost:%d" % (np or max_num_proc or min_num_proc)
+    remote = elastic is not None or bool(hostfile) or not _is_local(hosts, np)
+    if np is None and not remote:
+        raise ValueError("np=None (every slot) needs hosts or a hostfile")
+    if elastic is None:
+        _check_slots(hosts, np)
     kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
                        output_filename)
     if not remote and any(o is not None for o in kolorun_options):
@@ -205,12 +312,15 @@ def run(func, args=(), kwargs=None, np=1, env=None, hosts=None, hostfile=None, u
     if remote:
         from kolo import _run_hosts
         for var in ("KOLO_RENDEZVOUS_DIR", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK",
-                    "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_CONTROLLER"):
+                    "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_CONTROLLER",
+                    "KOLO_ELASTIC", "HOROVOD_ELASTIC", "KOLO_ELASTIC_WORKER_ID",
+                    "KOLO_RENDEZVOUS_ROUND"):
             base.pop(var, None)
         payload = cloudpickle.dumps((func, tuple(args), kwargs))
         options = {"network_interface": network_interface, "ssh_port": ssh_port,
                    "ssh_identity_file": ssh_identity_file, "start_timeout": start_timeout,
-                   "output_filename": output_filename, "verbose": verbose}
+                   "output_filename": output_filename, "verbose": verbose,
+                   "elastic": elastic}
         with _sigterm_stops_the_job():
             return _run_hosts.run_on_hosts(payload, np, hosts, hostfile, env, timeout, python,
                                            base, options)
