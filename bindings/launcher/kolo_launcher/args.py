@@ -87,9 +87,10 @@ failures:
   that has not published its "host/<rank>" key in the store (the kolo runtime does so
   during init) --start-timeout after the first rank did fails the job too, without the
   grace window; before any rank connected there is no limit (work before init may take
-  as long as it needs), and a rank that exits 0 without ever connecting is fine. SIGINT, SIGTERM and SIGHUP sent to kolorun
-  are passed to every rank at once, also during the grace window (a second one kills them);
-  SIGQUIT is handled as SIGTERM (the ranks get SIGTERM). When kolorun itself is killed
+  as long as it needs), and a rank that exits 0 without ever connecting is fine. SIGINT,
+  SIGTERM and SIGHUP sent to kolorun are passed to every rank at once, also during the
+  grace window (a second one kills them); SIGQUIT is handled as SIGTERM (the ranks get
+  SIGTERM). When kolorun itself is killed
   (kill -9, the OOM killer), its orphan guard stops every local rank's process group (TERM,
   then KILL after KOLO_LAUNCHER_KILL_GRACE_SECONDS) and the remote watchers the remote ranks.
   In MPI mode mpirun stops the job itself, at once (see mpirun's documentation).
