@@ -14,6 +14,15 @@
 namespace kolo {
 namespace {
 
+// A failure that is not the op's own (the runtime stopped, a peer was lost during its batch)
+// as its handle reports it, "allreduce 'grad': <cause>" (" in process set 2" outside the
+// global set), so that a caller with many handles pending sees which op each one was.
+Status failedOp(const TensorEntry& e, const Status& cause) {
+  std::string op = std::string(toString(e.request.type)) + " '" + e.request.name + "'";
+  if (e.request.processSet != 0) op += " in process set " + std::to_string(e.request.processSet);
+  return Status(cause.code(), op + ": " + cause.message());
+}
+
 constexpr size_t kFlagNothingNew = 0;  // 1: nothing this rank must negotiate in full
 constexpr size_t kFlagIdle = 1;        // 1: nothing pending on this rank
 constexpr size_t kFlagCount = 2;
@@ -207,7 +216,7 @@ void Coordinator::finish(const Status& cause) {
                                       "the runtime aborted earlier: " + cause.toString());
   for (auto& e : d_.queue->close(refusal)) {
     endNegotiation(*e);
-    e->handle->complete(cause);
+    e->handle->complete(failedOp(*e, cause));
   }
 }
 
@@ -649,7 +658,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       if (es[k] == nullptr) continue;
       if (d_.timeline) d_.timeline->opEnd(displayName(keyOf(*rs[k])), rs[k]->dtype, rs[k]->shape);
       auto entry = d_.queue->remove(keyOf(*rs[k]));
-      if (entry) entry->handle->complete(s.isOk() ? entry->localError : s);
+      if (entry) entry->handle->complete(s.isOk() ? entry->localError : failedOp(*entry, s));
     }
     if (!s.isOk() && isTransportFailure(s.code())) return s;
   }

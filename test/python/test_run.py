@@ -114,7 +114,34 @@ def test_lost_peer_fails_pending_ops(tmp_path):
         kolo.run(_lose_a_peer, args=(str(tmp_path),), np=2, env={"KOLO_TIMEOUT_SECONDS": "3"})
     seconds, status, message = (tmp_path / "rank0.txt").read_text().split("|", 2)
     assert status in ("PEER_LOST", "ABORTED", "TIMEOUT", "SHUTDOWN"), message
+    assert "allreduce 'allreduce.after_the_loss'" in message, message  # which op it was
     assert float(seconds) < 60
+
+
+def _peer_shuts_down():
+    import numpy as np
+
+    import kolo
+    kolo.init()
+    if kolo.rank() == 1:
+        kolo.broadcast(np.zeros(1), 0, name="go")
+        kolo.shutdown()
+        return "left"
+    h = kolo.allreduce_async(np.ones(2), name="pending")  # pending before rank 1 hears "go"
+    kolo.broadcast(np.zeros(1), 0, name="go")
+    try:
+        kolo.synchronize(h)
+        return "no error"
+    except kolo.KoloInternalError as e:
+        return "%s|%s" % (e.status_name, e)
+
+
+def test_a_peers_shutdown_fails_pending_ops_naming_them():
+    import kolo
+    status, message = kolo.run(_peer_shuts_down, np=2)[0].split("|", 1)
+    assert status == "SHUTDOWN", message
+    assert message.startswith("allreduce 'allreduce.pending': "), message
+    assert "shut down (by rank 1)" in message, message
 
 
 def _main(scale, fail_rank=None):
