@@ -4,6 +4,8 @@
 #define KOLO_BUILDING_LIBRARY 1
 #include "bindings/c/kolo.h"
 
+#include <pthread.h>
+
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -34,6 +36,10 @@ struct Api {
   std::mutex handlesMu;
   std::unordered_map<int64_t, std::shared_ptr<HandleRecord>> handles;
   int64_t nextHandle = 1;
+  // Set in a child fork()ed after kolo_init (pthread_atfork): `rt` is the parent's, whose
+  // threads do not exist here. The child's calls fail, its shutdown (an atexit handler) leaves
+  // the copy alone, and its own kolo_init starts a runtime of its own.
+  bool forkedChild = false;
 };
 
 Api& api() {
@@ -57,10 +63,17 @@ int invalid(const std::string& what) { return fail(Status(ErrorCode::kInvalidArg
 
 std::shared_ptr<kolo::Runtime> runtime() {
   std::lock_guard<std::mutex> lock(api().mu);
+  if (api().forkedChild) return nullptr;
   return api().rt;
 }
 
 Status notInitialized() {
+  if (api().forkedChild) {
+    return Status(ErrorCode::kNotInitialized,
+                  "kolo was initialized in the parent of this forked process; its runtime does "
+                  "not run here (call kolo in the parent, or kolo_init in this process for a "
+                  "runtime of its own)");
+  }
   return Status(ErrorCode::kNotInitialized, "kolo is not initialized (call kolo_init first)");
 }
 
@@ -151,7 +164,19 @@ extern "C" {
 int kolo_init(void) {
   try {
     std::lock_guard<std::mutex> lock(api().mu);
+    if (api().forkedChild) {
+      // The parent's runtime, copied by fork: never destroyed here (its destructor would join
+      // threads this process does not have and remove the parent's shared memory).
+      new std::shared_ptr<kolo::Runtime>(std::move(api().rt));
+      api().forkedChild = false;
+    }
     if (api().rt) return KOLO_OK;
+    static std::once_flag atfork;
+    std::call_once(atfork, [] {
+      pthread_atfork(nullptr, nullptr, [] {
+        if (api().rt) api().forkedChild = true;  // the child is single-threaded here
+      });
+    });
     kolo::Config cfg;
     Status s = kolo::Config::fromEnvironment(&cfg);
     if (!s.isOk()) return fail(s);
@@ -169,6 +194,7 @@ int kolo_shutdown(void) {
   std::shared_ptr<kolo::Runtime> rt;
   {
     std::lock_guard<std::mutex> lock(api().mu);
+    if (api().forkedChild) return KOLO_OK;  // the parent's runtime: not this process's to stop
     rt.swap(api().rt);
   }
   if (rt) return report(rt->shutdown());

@@ -61,6 +61,36 @@ def test_init_twice_is_noop(kolo_world):
         k.init(process_sets="static")
 
 
+def test_forked_child_exits_cleanly_and_leaves_the_runtime_to_its_parent(kolo_world):
+    # A DataLoader worker or multiprocessing child forked after init: kolo's calls there fail
+    # with a clear error, and its normal exit (atexit runs shutdown) neither crashes nor hangs
+    # nor touches the parent's runtime.
+    k = kolo_world
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        import atexit
+        code = 3
+        try:
+            if not k.is_initialized():
+                try:
+                    k.allreduce(np.ones(2), name="from_the_child")
+                except Exception as e:  # noqa: BLE001 (any type; the message is checked)
+                    code = 0 if "forked process" in str(e) else 4
+            atexit._run_exitfuncs()  # as a normal exit: kolo's shutdown among them
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        assert time.monotonic() < deadline, "the forked child hangs at exit"
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert k.is_initialized()
+    assert k.allreduce(np.ones(2), op=k.Sum, name="after_fork").tolist() == [k.size()] * 2
+
+
 def test_ranks_agree(kolo_world):
     k = kolo_world
     ranks = k.allgather(np.array([k.rank()], dtype=np.int32))
