@@ -484,3 +484,26 @@ def test_elastic_job_of_one_worker_registers_the_gradient_hooks(hvd, tmp_path):
                              stderr=subprocess.PIPE, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "HOOKS %d" % hooks in out.stdout, (elastic, out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("groups", [None, 1])
+def test_a_failed_step_can_be_retried(hvd, groups):
+    # One step fails on every rank (the last rank's prescale differs: a mismatch); the caller
+    # catches it, zeroes the gradients and goes on. The next steps average correctly (they
+    # raised a bare AssertionError for good once a step had failed).
+    n, r = hvd.size(), hvd.rank()
+    model = torch.nn.Linear(3, 2).double()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(),
+                                   groups=groups)
+    for it in range(3):
+        opt.gradient_predivide_factor = 2.0 if it == 0 and r == n - 1 else 1.0
+        opt.zero_grad()
+        (model(torch.ones(1, 3, dtype=torch.float64)) * (r + 1)).sum().backward()
+        if it == 0 and n > 1:
+            with pytest.raises(hvd.HorovodInternalError, match="prescale"):
+                opt.step()
+            continue
+        opt.step()
+        mean = sum(q + 1 for q in range(n)) / n
+        assert torch.allclose(model.bias.grad, torch.full((2,), mean, dtype=torch.float64))

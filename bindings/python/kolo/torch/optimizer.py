@@ -227,7 +227,11 @@ class _DistributedOptimizer:
                         "before call to step(). Increase backward_passes_per_step to "
                         "accumulate gradients locally.")
             assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    "a gradient was computed again after its allreduce started and before "
+                    "optimizer.step() or optimizer.synchronize() (backward_passes_per_step=%d)"
+                    % self.backward_passes_per_step)
             self._allreduce_delay[p] -= 1
             handle, ctx = None, None
             group = self._p_to_group.get(p)
@@ -265,9 +269,14 @@ class _DistributedOptimizer:
         for key, (handle, ctx) in list(self._handles.items()):
             if handle is None:
                 self._handles[key] = self._allreduce_grad_async(key)
+        failure = None
         try:
             for key, (handle, ctx) in self._handles.items():
-                output = synchronize(handle)
+                try:
+                    output = synchronize(handle)
+                except Exception as e:  # noqa: BLE001 (re-raised below, after the others)
+                    failure = failure or e
+                    continue
                 if isinstance(key, tuple):
                     for p, out, c in zip(key, output, ctx):
                         self._allreduce_delay[p] = self.backward_passes_per_step
@@ -275,9 +284,25 @@ class _DistributedOptimizer:
                 else:
                     self._allreduce_delay[key] = self.backward_passes_per_step
                     self._write_grad(key, output, ctx)
+        except BaseException:
+            self._start_accumulation_over()
+            raise
         finally:
             self._handles.clear()
+        if failure is not None:
+            # The step failed on this rank (a mismatch, a lost peer): every other allreduce was
+            # still waited for (none writes into a gradient later), and the per-parameter
+            # counters start over, so that the next backward pass and step() work as if this
+            # one had not happened (they raised a bare AssertionError for good before).
+            self._start_accumulation_over()
+            raise failure
         self._synchronized = True
+
+    def _start_accumulation_over(self):
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        for ready in self._group_ready.values():
+            ready.clear()
 
     @contextmanager
     def skip_synchronize(self):
@@ -319,8 +344,7 @@ class _DistributedOptimizer:
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = self.backward_passes_per_step
+        self._start_accumulation_over()
         return super(self.__class__, self).load_state_dict(*args, **kwargs)
 
 
