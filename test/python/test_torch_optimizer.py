@@ -283,6 +283,29 @@ def test_broadcast_optimizer_state(hvd, kind):
             assert float(state["step"]) == 3
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_broadcast_optimizer_state_keeps_broadcast_parameters_under_weight_decay(hvd, kind):
+    # The checkpoint pattern: the root restored a model and optimizer state, the others start
+    # fresh; broadcast_parameters, then broadcast_optimizer_state. The fresh ranks' state comes
+    # from a step with zero gradients, which weight decay would turn into a parameter update:
+    # the parameters must still be the root's afterwards, on every rank.
+    r = hvd.rank()
+    m = _model(seed=7)
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.1),
+            "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.1, weight_decay=0.1)}[kind]
+    opt = make(m.parameters())
+    if r == 0:
+        opt.zero_grad()
+        m(torch.ones(2, 4, dtype=torch.float64)).pow(2).sum().backward()
+        opt.step()
+    hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+    before = [p.detach().clone() for p in m.parameters()]
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    for p, q in zip(m.parameters(), before):
+        assert torch.equal(p.detach(), q)
+    _assert_same_on_all_ranks(hvd, list(m.parameters()))
+
+
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_broadcast_optimizer_state_skips_frozen_parameters(hvd, kind):
     """A parameter with requires_grad=False (its .grad stays None) has no state to broadcast;

@@ -93,12 +93,17 @@ def _initialize_state(optimizer):
     that every rank holds the state tensors that the broadcast then overwrites. As in Horovod,
     a trainable parameter whose .grad was None keeps the zero gradient afterwards (scripts
     broadcast or read it), and a frozen one (requires_grad=False) is left alone: no gradient,
-    no state, nothing broadcast. A gradient that already existed is put back."""
+    no state, nothing broadcast. A gradient that already existed is put back, and so are the
+    parameters' values: a step with zero gradients still moves them under weight decay (SGD's,
+    Adam's, AdamW's), which would undo the broadcast_parameters that scripts call just before
+    (Horovod leaves them moved)."""
     saved = {}
+    values = {}
     for group in optimizer.param_groups:
         for p in group["params"]:
             if p.requires_grad and p not in optimizer.state:
                 saved[p] = p.grad
+                values[p] = p.detach().clone()
                 p.grad = torch.zeros_like(p)
                 if isinstance(optimizer, torch.optim.SparseAdam):
                     p.grad = p.grad.to_sparse()
@@ -109,6 +114,9 @@ def _initialize_state(optimizer):
         super(type(optimizer), optimizer).step()
     else:
         optimizer.step()
+    with torch.no_grad():
+        for p, value in values.items():
+            p.copy_(value)
     for p, grad in saved.items():
         if grad is not None:
             p.grad = grad
