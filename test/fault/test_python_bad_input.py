@@ -185,6 +185,8 @@ def test_torch_front_end(session):
     bad(ValueError, ["splits sum to 9"], hvd.alltoall, torch.arange(8), splits=torch.tensor([9]))
     bad((ValueError, TypeError), [], hvd.allreduce, t, op=99)
     bad((ValueError, OverflowError), [], hvd.broadcast, t, root_rank=3)
+    bad(ValueError, ["allreduce", "expanded view"], hvd.allreduce_, torch.ones(1).expand(4))
+    assert hvd.allreduce(torch.ones(1).expand(4), op=hvd.Sum).tolist() == [1.0] * 4  # allowed
     nc = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()  # not contiguous
     assert torch.equal(hvd.allreduce(nc, op=hvd.Sum), nc)
     usable()

@@ -123,6 +123,13 @@ class TorchAdapter:
     def check_writable(x, label):
         if not isinstance(x, torch.Tensor):
             raise ValueError("%s: expected a torch.Tensor; got %s" % (label, type(x).__name__))
+        if x.layout == torch.strided:
+            for d, (size, stride) in enumerate(zip(x.shape, x.stride())):
+                if stride == 0 and size > 1:  # an expand()ed view: one element, many places
+                    raise ValueError(
+                        "%s: the tensor repeats its memory along dimension %d (stride 0, an "
+                        "expanded view), so an in-place op cannot write its result into it; "
+                        "pass a .clone() or use the out-of-place op" % (label, d))
 
     @staticmethod
     def empty_like(x):
