@@ -253,7 +253,15 @@ Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
   e->input.data = nullptr;  // an error response never reaches the data path; nothing to read
   e->output = TensorView();
   e->allocate = nullptr;
-  (void)queue_.add(std::move(e));  // a name in flight (the caller's mistake too) sends nothing
+  e->refused = true;
+  HandlePtr h = e->handle;
+  // A name in flight (the caller's mistake too) sends nothing.
+  if (!queue_.add(std::move(e)).isOk()) return why;
+  // Wait a moment for the agreed error (this thread may run the round itself): when every rank
+  // refused, it comes at once and the name is free again when the caller gets `why`, so that a
+  // retry under the same name works on every rank alike. Bounded: the others may never submit
+  // the op (until they do, a retry here is refused as a duplicate that says why).
+  (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
   return why;
 }
 

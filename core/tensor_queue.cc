@@ -6,10 +6,16 @@
 namespace kolo {
 
 namespace {
-Status duplicate(const OpKey& key) {
+Status duplicate(const OpKey& key, bool refused) {
   std::string where = key.processSet == 0
                           ? ""
                           : " in process set " + std::to_string(key.processSet);
+  if (refused) {
+    return Status(ErrorCode::kDuplicateName,
+                  "an earlier op named '" + key.name + "'" + where +
+                      " was refused on this rank and the other ranks have not all submitted it "
+                      "yet (it fails there once they have); use another name");
+  }
   return Status(ErrorCode::kDuplicateName,
                 "an op named '" + key.name + "' is already in flight" + where +
                     " on this rank; wait for it or use another name");
@@ -29,9 +35,9 @@ Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) 
     std::unordered_set<OpKey, OpKeyHash> group;
     for (const auto& e : entries) {
       OpKey key = keyOf(e->request);
-      if (entries_.count(key) || !group.insert(std::move(key)).second) {
-        return duplicate(keyOf(e->request));
-      }
+      auto held = entries_.find(key);
+      if (held != entries_.end()) return duplicate(key, held->second.entry->refused);
+      if (!group.insert(std::move(key)).second) return duplicate(keyOf(e->request), false);
     }
     for (auto& e : entries) {
       OpKey key = keyOf(e->request);

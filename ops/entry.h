@@ -39,6 +39,9 @@ struct TensorEntry {
   // handle completes with it when the batch succeeded.
   Status localError;
   bool timelineOpen = false;  // the timeline holds its NEGOTIATE_<OP> begin, not yet its end
+  // Refused on this rank at submission (core/runtime.h Runtime::refuse): no data, nobody waits;
+  // it is in the queue only to fail the op on the other ranks too.
+  bool refused = false;
   // The coordinator's response-cache lookup of this entry (core/coordinator.cc), kept while the
   // cache is unchanged: cacheSeen is the cache's version + 1 at the lookup (0: never looked up).
   // An entry that waits many rounds for a late rank is looked up once, not every round.

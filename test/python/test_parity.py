@@ -280,3 +280,9 @@ def test_input_refused_on_one_rank_fails_the_op_on_every_rank(hvd):
             assert "rank %d sent" % (n - 1) in text, text
     assert hvd.allgather(torch.tensor([r])).tolist() == list(range(n))
     assert hvd.alltoall(torch.arange(n)).tolist() == [r] * n
+    # A refused call frees its name before it returns (once the others have the op too), so a
+    # retry under the same name works on every rank: after every rank refused, and after one did.
+    for who in (range(n), [n - 1]):
+        with pytest.raises((ValueError, RuntimeError)):
+            hvd.allgather(torch.tensor(1.0) if r in who else torch.ones(1), name="retried")
+        assert hvd.allgather(torch.tensor([r]), name="retried").tolist() == list(range(n))

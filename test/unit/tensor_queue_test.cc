@@ -28,6 +28,13 @@ TEST_CASE("tensor queue: the same name in two sets is two ops, twice in one set 
   CHECK(dup.code() == ErrorCode::kDuplicateName);
   CHECK(dup.message().find("'g' is already in flight in process set 3") != std::string::npos);
   CHECK(q.size() == 2);
+  // A name held by a refusal (Runtime::refuse) says so: nothing on this rank to wait for.
+  auto refused = entry("r");
+  refused->refused = true;
+  REQUIRE(q.add(std::move(refused)).isOk());
+  dup = q.add(entry("r"));
+  CHECK(dup.code() == ErrorCode::kDuplicateName);
+  CHECK(dup.message().find("'r' was refused on this rank") != std::string::npos);
 }
 
 TEST_CASE("tensor queue: close returns the entries in arrival order and refuses later adds") {
