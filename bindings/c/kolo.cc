@@ -9,6 +9,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -125,11 +126,13 @@ int publish(const HandlePtr& state, kolo_callback_t cb, void* user, kolo_handle_
 
 std::shared_ptr<HandleRecord> lookup(kolo_handle_t h) {
   std::lock_guard<std::mutex> lock(api().handlesMu);
+  if (api().forkedChild) return nullptr;  // the parent's ops: they never complete here
   auto it = api().handles.find(h);
   return it == api().handles.end() ? nullptr : it->second;
 }
 
 int unknownHandle(kolo_handle_t h) {
+  if (api().forkedChild) return fail(notInitialized());
   return invalid("handle " + std::to_string(h) + " is unknown (released, never issued or forged)");
 }
 
@@ -174,7 +177,12 @@ int kolo_init(void) {
     static std::once_flag atfork;
     std::call_once(atfork, [] {
       pthread_atfork(nullptr, nullptr, [] {
-        if (api().rt) api().forkedChild = true;  // the child is single-threaded here
+        // The child is single-threaded here. A lock another thread of the parent held at the
+        // fork would never be released: both start over unlocked (the forking thread itself
+        // holds neither, except inside kolo_init, whose forks exec at once).
+        new (&api().mu) std::mutex();
+        new (&api().handlesMu) std::mutex();
+        if (api().rt) api().forkedChild = true;
       });
     });
     kolo::Config cfg;

@@ -66,6 +66,7 @@ def test_forked_child_exits_cleanly_and_leaves_the_runtime_to_its_parent(kolo_wo
     # with a clear error, and its normal exit (atexit runs shutdown) neither crashes nor hangs
     # nor touches the parent's runtime.
     k = kolo_world
+    pending = k.allreduce_async(np.ones(2), op=k.Sum, name="pending_at_fork")
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         import atexit
@@ -76,19 +77,41 @@ def test_forked_child_exits_cleanly_and_leaves_the_runtime_to_its_parent(kolo_wo
                     k.allreduce(np.ones(2), name="from_the_child")
                 except Exception as e:  # noqa: BLE001 (any type; the message is checked)
                     code = 0 if "forked process" in str(e) else 4
+                try:  # the parent's op: its completion never comes here
+                    k.synchronize(pending)
+                    code = code or 5
+                except Exception as e:  # noqa: BLE001
+                    code = code or (0 if "forked process" in str(e) else 6)
             atexit._run_exitfuncs()  # as a normal exit: kolo's shutdown among them
         finally:
             os._exit(code)
-    deadline = time.monotonic() + 30
+    try:
+        _reap_within(pid, 30)
+    finally:
+        if _alive(pid):
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert k.synchronize(pending).tolist() == [k.size()] * 2
+    assert k.is_initialized()
+    assert k.allreduce(np.ones(2), op=k.Sum, name="after_fork").tolist() == [k.size()] * 2
+
+
+def _alive(pid):
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
+
+
+def _reap_within(pid, seconds):
+    deadline = time.monotonic() + seconds
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
-        assert time.monotonic() < deadline, "the forked child hangs at exit"
+        assert time.monotonic() < deadline, "the forked child hangs"
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    assert k.is_initialized()
-    assert k.allreduce(np.ones(2), op=k.Sum, name="after_fork").tolist() == [k.size()] * 2
 
 
 def test_ranks_agree(kolo_world):
