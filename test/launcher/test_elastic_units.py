@@ -39,7 +39,7 @@ def test_elastic_flags_parse_with_horovodrun_names():
     assert (e.min_np, e.max_np, e.discovery_script, e.cooldown) == (2, 3, None, None)
     assert parse(["--min-np", "2", "-H", "a:2", "p"], {"KOLO_ELASTIC_TIMEOUT": "7"}) \
         .elastic.elastic_timeout == 7.0
-    assert e.finish_grace == 30.0
+    assert e.finish_grace == float("inf")  # no limit by default, as horovodrun
     assert parse(["--min-np", "2", "-H", "a:2", "p"],
                  {"KOLO_ELASTIC_FINISH_GRACE_SECONDS": "2.5"}).elastic.finish_grace == 2.5
 

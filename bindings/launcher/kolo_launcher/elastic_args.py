@@ -6,8 +6,9 @@ as a fixed list; -np is the default of --min-np. The other elastic flags without
 three are a usage error, as is elastic mode with --mpi (MPI cannot re-initialize).
 Two environment variables tune the driver: KOLO_ELASTIC_DISCOVERY_INTERVAL (seconds between
 runs of the discovery script, default 1) and KOLO_ELASTIC_FINISH_GRACE_SECONDS (once a worker
-exited 0, how long the others may take to exit by themselves before kolorun stops them,
-default 30).
+exited 0, how long the others may take to exit by themselves before kolorun stops them;
+default: no limit, as horovodrun, which never stops a worker that is still running: a rank 0
+that writes the final checkpoint after the others left must not be killed).
 """
 
 import math
@@ -16,7 +17,7 @@ from typing import NamedTuple, Optional, Tuple
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # horovodrun's default
 DEFAULT_DISCOVERY_INTERVAL = 1.0
-DEFAULT_FINISH_GRACE = 30.0
+DEFAULT_FINISH_GRACE = math.inf  # no limit
 
 # (names, dest, kind, metavar, help); args.py turns them into its Opt rows.
 ELASTIC_OPTIONS = [

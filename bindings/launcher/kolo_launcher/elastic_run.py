@@ -20,8 +20,9 @@ the runtime, so stale workers never join a new round.
 The driver's loop, every 50 ms:
   1. exits: a worker that exits 0 puts the job in "finishing", as horovodrun's "if any process
      succeeded, shutdown all other processes": no new workers and no new rounds (workers that
-     ask for one are stopped); the others get KOLO_ELASTIC_FINISH_GRACE_SECONDS (30 s) to exit
-     by themselves, then are stopped (SIGTERM, SIGKILL after the kill grace). kolorun exits 0,
+     ask for one are stopped); the others finish by themselves (a rank 0 may still write the
+     final checkpoint), or, with KOLO_ELASTIC_FINISH_GRACE_SECONDS set, are stopped that long
+     after the success (SIGTERM, SIGKILL after the kill grace). kolorun exits 0,
      unless a member of the success's round failed before it or a worker failed by itself
      after it (not one the driver stopped): then with the first such failure's status (as
      horovodrun's result, the first non-zero exit of the last round). One that fails
@@ -55,6 +56,7 @@ script and for hosts is cut short by a signal too.
 """
 
 import json
+import math
 import os
 import re
 import signal
@@ -349,10 +351,12 @@ class ElasticJob(GlooJob):
                         late_failure = next((f for f in self.member_exits.values()
                                              if isinstance(f, Failure)), None)
                         finished, finish_by = w, now + e.finish_grace
+                        limit = ("" if math.isinf(e.finish_grace) else
+                                 ", or in %s s (KOLO_ELASTIC_FINISH_GRACE_SECONDS) when kolorun "
+                                 "stops the others" % _seconds(e.finish_grace))
                         self.console.message(
-                            "worker %d (host %s) finished; the job ends when every worker has, "
-                            "or in %s s (KOLO_ELASTIC_FINISH_GRACE_SECONDS) when kolorun stops "
-                            "the others" % (wid, w.host, _seconds(e.finish_grace)))
+                            "worker %d (host %s) finished; the job ends when every worker has%s"
+                            % (wid, w.host, limit))
                     if member:
                         self.member_exits[wid] = "ok"
                     finishing = True
