@@ -177,7 +177,8 @@ Status Runtime::usable() const {
 
 Status Runtime::validate(const char* op, const std::string& name, const TensorView& t,
                          int32_t processSet, ProcessSet* set) const {
-  KOLO_RETURN_IF_ERROR(usable());
+  Status state = usable();  // after a shutdown or an abort: which op was refused, too
+  if (!state.isOk()) return Status(state.code(), where(op, name) + state.message());
   auto bad = [&](const std::string& what) {
     return Status(ErrorCode::kInvalidArgument, where(op, name) + what);
   };

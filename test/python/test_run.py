@@ -133,15 +133,21 @@ def _peer_shuts_down():
         kolo.synchronize(h)
         return "no error"
     except kolo.KoloInternalError as e:
-        return "%s|%s" % (e.status_name, e)
+        first = "%s|%s" % (e.status_name, e)
+    try:  # refused at submission now: the runtime's own message names the op too
+        kolo.allreduce(np.ones(2), name="later")
+        return first + "|no error"
+    except kolo.KoloInternalError as e:
+        return first + "|" + str(e)
 
 
 def test_a_peers_shutdown_fails_pending_ops_naming_them():
     import kolo
-    status, message = kolo.run(_peer_shuts_down, np=2)[0].split("|", 1)
+    status, message, later = kolo.run(_peer_shuts_down, np=2)[0].split("|", 2)
     assert status == "SHUTDOWN", message
     assert message.startswith("allreduce 'allreduce.pending': "), message
     assert "shut down (by rank 1)" in message, message
+    assert "allreduce 'allreduce.later' on rank 0: " in later, later
 
 
 def _main(scale, fail_rank=None):
