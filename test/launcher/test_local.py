@@ -123,7 +123,7 @@ def test_output_pump_drains_to_a_slow_reader_past_its_timeout():
             super().__init__()
 
         def write(self, data, to_err=False):
-            time.sleep(0.4)
+            time.sleep(0.4 if self.chunks else 1.5)  # the first write outlasts the timeout
             self.chunks.append(data)
 
     console = SlowConsole()
@@ -141,7 +141,7 @@ def test_output_pump_drains_to_a_slow_reader_past_its_timeout():
 
     t = threading.Thread(target=writer)
     t.start()
-    assert pump.finish(timeout=1.0)  # about 5 x 0.4 s of writes: longer than the timeout
+    assert pump.finish(timeout=1.0)  # 1.5 s + a few 0.4 s writes: longer than the timeout
     t.join()
     assert b"".join(console.chunks).count(b"[0]<stdout>:" + line) == 350
 

@@ -74,6 +74,7 @@ class OutputPump:
         self._lock = threading.Lock()
         self._stop = False
         self._moved = time.monotonic()  # when output last moved (read or written), for finish()
+        self._writing = False  # the pump thread is inside a write to kolorun's output
         self._thread = threading.Thread(target=self._run, name="kolo-output", daemon=True)
 
     def add(self, fileobj, rank, to_err):
@@ -90,7 +91,7 @@ class OutputPump:
 
     def finish(self, timeout):
         """Waits until every pipe reached EOF, then stops. The wait ends early only after
-        `timeout` seconds in which no output moved (a process that escaped its group and holds
+        `timeout` seconds in which no output moved and no write was under way (a process that escaped its group and holds
         a pipe open, silent): output that still flows to a slow reader of kolorun's own output
         (a pipe into a pager, a slow log shipper) is drained, for up to _DRAIN_LIMIT seconds.
         Returns False when some pipe was still open at the end."""
@@ -102,7 +103,7 @@ class OutputPump:
             now = time.monotonic()
             if now - start >= max(timeout, _DRAIN_LIMIT):
                 break
-            if now - start >= timeout and now - self._moved >= timeout:
+            if now - start >= timeout and not self._writing and now - self._moved >= timeout:
                 break
             time.sleep(0.02)
         with self._lock:
@@ -154,8 +155,12 @@ class OutputPump:
         lines, state[3] = split_lines(state[3] + chunk)
         if lines:
             prefix, to_err = state[1], state[2]
-            self._console.write(b"".join(prefix + line for line in lines), to_err)
-            self._moved = time.monotonic()  # a write to a slow reader is progress too
+            self._writing = True  # a write that a slow reader holds up is progress too
+            try:
+                self._console.write(b"".join(prefix + line for line in lines), to_err)
+            finally:
+                self._writing = False
+                self._moved = time.monotonic()
 
     def _flush_rest(self, state):
         if state[3]:
