@@ -44,8 +44,9 @@ the driver's PYTHONPATH, KOLO_LIBRARY and working directory), ssh without a pass
 driver reachable from the hosts (use network_interface= to choose the address).
 
 Threads: the server's threads only read sockets and fill a dict under a lock; the caller's
-thread runs kolorun and decides. Bounded: socket operations time out, kolorun bounds the
-start (start_timeout) and a failing job, `timeout` bounds the whole job.
+thread runs kolorun and decides. Bounded: socket operations time out; kolorun stops a job
+whose rank fails or lags the first rank's init by start_timeout; `timeout` bounds the whole job
+(without it, ranks that never call init, like any function that never returns, run on).
 """
 
 import collections

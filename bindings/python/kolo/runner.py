@@ -253,7 +253,8 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
       elastic job on the hosts it prints; slots is then its --slots-per-host.
     env: extra environment variables for the ranks (KOLO_* knobs, for instance).
     timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
-      own; kolorun's start_timeout and the runtime's timeouts still bound a broken job).
+      own; a failing rank, one that lags the first rank's init by start_timeout, and the
+      runtime's timeouts still end a broken job, but a function that never returns runs on).
     network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
       kolorun's options of the same names (output_filename writes each rank's output to
       DIR/rank.N/ instead of this process's stdout/stderr); any of them but verbose makes even
