@@ -431,11 +431,13 @@ def _wait_for_file(path, timeout=20):
 def test_discovery_script_timeout_kills_its_children(tmp_path, monkeypatch):
     from conftest import assert_all_gone
     from kolo_launcher import discovery
-    monkeypatch.setattr(discovery, "SCRIPT_TIMEOUT", 0.5)
+    # 3 s: the script must start sh, fork its sleep and record both pids first, on a loaded
+    # machine too (its kill must not come before the pids it is checked against exist)
+    monkeypatch.setattr(discovery, "SCRIPT_TIMEOUT", 3)
     (tmp_path / "ran").write_text("")
     d = discovery.HostDiscovery(_hanging_discovery(tmp_path))
     hosts, error = d.poll()
-    assert hosts == [] and error == "host discovery script timed out after 0.5 s", error
+    assert hosts == [] and error == "host discovery script timed out after 3 s", error
     assert_all_gone([tuple(_wait_for_file(tmp_path / "hang.pids"))], timeout=2)
 
 

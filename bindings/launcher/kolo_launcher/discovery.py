@@ -106,6 +106,8 @@ class HostDiscovery:
             if time.monotonic() < deadline:
                 return None
             self._end()
+            out.close()
+            err.close()
             return self.hosts, "host discovery script timed out after %g s" % SCRIPT_TIMEOUT
         code = self._end()
         try:
