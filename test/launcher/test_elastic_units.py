@@ -518,9 +518,10 @@ def test_driver_fails_at_once_when_no_host_of_a_fixed_list_can_start_a_worker(tm
 
 # ---- how an elastic job ends: a worker finished ----------------------------------------------
 def test_driver_stops_the_others_once_a_worker_finished_and_the_grace_ran_out(tmp_path):
-    # horovodrun: once a worker succeeded, the others are shut down. Worker 1 never exits
-    # (it left the runtime and sleeps): it gets KOLO_ELASTIC_FINISH_GRACE_SECONDS, then SIGTERM;
-    # the job succeeds with worker 0. Before, kolorun waited for it forever.
+    # With KOLO_ELASTIC_FINISH_GRACE_SECONDS set, the workers still running that long after a
+    # success are stopped (by default they finish by themselves, as under horovodrun). Worker 1
+    # never exits (it left the runtime and sleeps): SIGTERM after 1 s; the job succeeds with
+    # worker 0.
     from conftest import process_alive
     env = base_env(KOLO_ELASTIC_FINISH_GRACE_SECONDS="1")
     r, took = _timed_kolorun(["-np", "2", "--min-np", "2", "-H", "localhost:2"]
