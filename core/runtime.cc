@@ -396,10 +396,10 @@ Status Runtime::allgather(const std::string& name, const TensorView& input, Outp
   KOLO_RETURN_IF_ERROR(validate("allgather", name, input, processSet, &set));
   auto e = makeEntry(OpType::kAllgather, name, input, processSet);
   if (input.shape.empty()) {
-    return refuse(std::move(e),
-                  Status(ErrorCode::kInvalidArgument,
-                         where("allgather", name) + "a scalar (0-dimensional) tensor cannot be "
-                                                    "gathered along dimension 0; reshape it to [1]"));
+    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
+                                       where("allgather", name) +
+                                           "a scalar (0-dimensional) tensor cannot be "
+                                           "gathered along dimension 0; reshape it to [1]"));
   }
   e->allocate = std::move(alloc);
   return enqueue(std::move(e), handle);
@@ -412,10 +412,10 @@ Status Runtime::broadcast(const std::string& name, const TensorView& tensor, int
   auto e = makeEntry(OpType::kBroadcast, name, tensor, processSet);
   e->request.root = root;
   if (root < 0 || root >= static_cast<int32_t>(set.ranks.size())) {
-    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
-                                       where("broadcast", name) + "root " + std::to_string(root) +
-                                           " is outside [0, " +
-                                           std::to_string(set.ranks.size()) + ")"));
+    return refuse(std::move(e),
+                  Status(ErrorCode::kInvalidArgument,
+                         where("broadcast", name) + "root " + std::to_string(root) +
+                             " is outside [0, " + std::to_string(set.ranks.size()) + ")"));
   }
   return enqueue(std::move(e), handle);
 }
@@ -431,7 +431,8 @@ Status Runtime::alltoall(const std::string& name, const TensorView& input,
   // which the Negotiator's per-rank checks refuse with this rank's values.
   e->request.splits = splits;
   auto bad = [&](const std::string& what) {
-    return refuse(std::move(e), Status(ErrorCode::kInvalidArgument, where("alltoall", name) + what));
+    return refuse(std::move(e),
+                  Status(ErrorCode::kInvalidArgument, where("alltoall", name) + what));
   };
   if (input.shape.empty()) return bad("a scalar (0-dimensional) tensor cannot be split");
   std::vector<int64_t> s = splits;

@@ -13,9 +13,9 @@
 #include <string>
 #include <unordered_map>
 
+#include "bootstrap/registry.h"
 #include "core/runtime.h"
 #include "kolo/build_config.h"
-#include "bootstrap/registry.h"
 
 namespace {
 
