@@ -123,7 +123,7 @@ class TorchAdapter:
     def check_writable(x, label):
         if not isinstance(x, torch.Tensor):
             raise ValueError("%s: expected a torch.Tensor; got %s" % (label, type(x).__name__))
-        if x.layout == torch.strided:
+        if x.layout == torch.strided and 0 in x.stride():
             for d, (size, stride) in enumerate(zip(x.shape, x.stride())):
                 if stride == 0 and size > 1:  # an expand()ed view: one element, many places
                     raise ValueError(
