@@ -92,6 +92,9 @@ class Coordinator {
   bool runRoundOnCaller(Deadline deadline);
   // Rounds run so far by waiting callers (runRoundOnCaller), for tests and diagnostics.
   uint64_t callerRoundsRun() const { return callerRoundsRun_.load(); }
+  // True on the thread running a round (a completion callback runs there): no wait there can
+  // see a later round's result.
+  bool inRound() const { return roundThread_.load() == std::this_thread::get_id(); }
 
  private:
   void loop();

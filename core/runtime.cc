@@ -262,7 +262,8 @@ Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
   // refused, it comes at once and the name is free again when the caller gets `why`, so that a
   // retry under the same name works on every rank alike. Bounded: the others may never submit
   // the op (until they do, a retry here is refused as a duplicate that says why).
-  (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
+  // Not from a completion callback: its round cannot move on while the callback waits.
+  if (!coordinator_->inRound()) (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
   return why;
 }
 
