@@ -167,6 +167,9 @@ TEST_CASE("invalid KOLO_* values fail init naming the variable") {
       {"KOLO_TIMEOUT_SECONDS", "0", "a number"},
       {"KOLO_TIMEOUT_SECONDS", "soon", "a number"},
       {"KOLO_HEARTBEAT_SECONDS", "20", "KOLO_TIMEOUT_SECONDS"},
+      // The heartbeat's default is too long for this timeout: the message gives both values.
+      {"KOLO_TIMEOUT_SECONDS", "0.5", "KOLO_HEARTBEAT_SECONDS (1 s; default 1) must be at most "
+                                      "half of KOLO_TIMEOUT_SECONDS (0.5 s)"},
       {"KOLO_CYCLE_TIME", "20000", "KOLO_TIMEOUT_SECONDS"},
       {"KOLO_HEARTBEAT_SECONDS", "0", "a number"},
       {"KOLO_START_TIMEOUT", "-1", "a number"},
