@@ -113,6 +113,14 @@ Runtime::~Runtime() { shutdown().ignore(); }
 const char* Runtime::controllerName() const { return controlTransport(*transport_).name(); }
 
 Status Runtime::shutdown() {
+  if (coordinator_ && coordinator_->inRound()) {
+    // A completion callback: the round running it (on the coordinator's thread or a waiting
+    // caller's) would wait for itself to end (a self-join, or a detach that never returns).
+    return Status(ErrorCode::kInvalidArgument,
+                  "shutdown was called inside a completion callback, which runs within a round "
+                  "that the shutdown would wait for; call it once the callback has returned "
+                  "(from another thread)");
+  }
   {
     std::lock_guard<std::mutex> lock(countersMu_);
     if (shutDown_) return Status::ok();
@@ -268,6 +276,32 @@ Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
 }
 
 namespace {
+// "float32 [4, 2] on the host", "float16 [8] on CUDA device 1"
+std::string describe(const TensorView& t) {
+  std::string s = std::string(toString(t.dtype)) + " " + shapeToString(t.shape);
+  return t.device >= 0 ? s + " on CUDA device " + std::to_string(t.device) : s + " on the host";
+}
+
+// An allreduce's output into e->output: none, or the input's own memory, is in place;
+// otherwise it must have the input's dtype, shape and device. kolo.h: only a tensor without
+// elements may have a NULL data pointer, so a NULL output is a mistake, not in place.
+Status takeOutput(const std::string& where, const TensorView* output, TensorEntry* e) {
+  if (output == nullptr) return Status::ok();
+  const TensorView& input = e->input;
+  if (output->data == nullptr && output->numElements() != 0) {
+    return Status(ErrorCode::kInvalidArgument, where + "the output tensor data pointer is NULL");
+  }
+  if (output->data == nullptr || output->data == input.data) return Status::ok();
+  if (output->dtype != input.dtype || output->shape != input.shape ||
+      output->device != input.device) {
+    return Status(ErrorCode::kInvalidArgument, where + "the output (" + describe(*output) +
+                                                   ") does not match the input (" +
+                                                   describe(input) + ")");
+  }
+  e->output = *output;
+  return Status::ok();
+}
+
 Status checkScales(const std::string& where, ReduceOp op, double prescale, double postscale) {
   if (!isValidUserOp(op)) {
     return Status(ErrorCode::kInvalidArgument,
@@ -305,29 +339,12 @@ Status checkAdasum(const std::string& where, OpType type, ReduceOp op, const Ten
 Status Runtime::allreduce(const std::string& name, const TensorView& input,
                           const TensorView* output, ReduceOp op, double prescale,
                           double postscale, int32_t processSet, HandlePtr* handle) {
-  std::vector<TensorView> outs;
-  if (output) outs.push_back(*output);
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
   KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
   KOLO_RETURN_IF_ERROR(checkAdasum(where("allreduce", name), OpType::kAllreduce, op, input));
   auto e = makeEntry(OpType::kAllreduce, name, input, processSet);
-  // kolo.h: only a tensor without elements may have a NULL data pointer (in place is "no
-  // output" or output data == input data), so a NULL output is a mistake, not in place.
-  if (output && output->data == nullptr && output->numElements() != 0) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("allreduce", name) + "the output tensor data pointer is NULL");
-  }
-  if (output && output->data != nullptr && output->data != input.data) {
-    if (output->dtype != input.dtype || output->shape != input.shape ||
-        output->device != input.device) {
-      return Status(ErrorCode::kInvalidArgument,
-                    where("allreduce", name) + "the output (" + toString(output->dtype) + " " +
-                        shapeToString(output->shape) + ") does not match the input (" +
-                        toString(input.dtype) + " " + shapeToString(input.shape) + ")");
-    }
-    e->output = *output;
-  }
+  KOLO_RETURN_IF_ERROR(takeOutput(where("allreduce", name), output, e.get()));
   e->request.reduceOp = op;
   e->request.prescale = prescale;
   e->request.postscale = postscale;
@@ -341,6 +358,20 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
   if (inputs.empty()) {
     return Status(ErrorCode::kInvalidArgument,
                   where("grouped_allreduce", name) + "the group has no tensors");
+  }
+  // The members are named "<name>.<i>" and checked as such; the group's own name first, so
+  // that an empty or too long one is refused as the group's (kolo.h: names are required).
+  const size_t suffix = 1 + std::to_string(inputs.size() - 1).size();
+  if (name.empty()) {
+    return Status(ErrorCode::kInvalidArgument, where("grouped_allreduce", name) + "the name is empty");
+  }
+  if (name.size() + suffix > kMaxNameBytes) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where("grouped_allreduce", name.substr(0, 64) + "...") + "the name is " +
+                      std::to_string(name.size()) + " bytes long; a group of " +
+                      std::to_string(inputs.size()) + " tensors allows at most " +
+                      std::to_string(kMaxNameBytes - suffix) +
+                      " (its members are named '<name>.<index>')");
   }
   if (outputs && outputs->size() != inputs.size()) {
     return Status(ErrorCode::kInvalidArgument,
@@ -365,18 +396,8 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
     KOLO_RETURN_IF_ERROR(
         checkAdasum(where("grouped_allreduce", member), OpType::kAllreduce, op, inputs[i]));
     auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);
-    if (outputs && (*outputs)[i].data == nullptr && (*outputs)[i].numElements() != 0) {
-      return Status(ErrorCode::kInvalidArgument,
-                    where("grouped_allreduce", member) + "the output tensor data pointer is NULL");
-    }
-    if (outputs && (*outputs)[i].data != nullptr && (*outputs)[i].data != inputs[i].data) {
-      const TensorView& o = (*outputs)[i];
-      if (o.dtype != inputs[i].dtype || o.shape != inputs[i].shape) {
-        return Status(ErrorCode::kInvalidArgument,
-                      where("grouped_allreduce", member) + "the output does not match the input");
-      }
-      e->output = o;
-    }
+    KOLO_RETURN_IF_ERROR(takeOutput(where("grouped_allreduce", member),
+                                    outputs ? &(*outputs)[i] : nullptr, e.get()));
     e->request.reduceOp = op;
     e->request.prescale = prescale;
     e->request.postscale = postscale;

@@ -47,7 +47,11 @@ class Runtime {
   static Status createFrom(BootstrapResult boot, std::unique_ptr<Runtime>* out);
   ~Runtime();
 
+  // Fails (kInvalidArgument) inside a completion callback: the round running the callback
+  // would wait for itself.
   Status shutdown();
+  // True on a thread that is running a round: inside a completion callback.
+  bool insideRound() const { return coordinator_ && coordinator_->inRound(); }
 
   const Topology& topology() const { return topo_; }
   // The data transport ("shm", "mpi", "gloo", "loopback").

@@ -203,6 +203,8 @@ int kolo_shutdown(void) {
   {
     std::lock_guard<std::mutex> lock(api().mu);
     if (api().forkedChild) return KOLO_OK;  // the parent's runtime: not this process's to stop
+    // Inside a completion callback the runtime refuses (and stays this process's runtime).
+    if (api().rt && api().rt->insideRound()) return report(api().rt->shutdown());
     rt.swap(api().rt);
   }
   if (rt) return report(rt->shutdown());

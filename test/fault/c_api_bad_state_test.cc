@@ -218,3 +218,71 @@ TEST_CASE("invalid KOLO_* values fail init naming the variable") {
   expectUsable();
   REQUIRE(kolo_shutdown() == KOLO_OK);
 }
+
+TEST_CASE("shutdown inside a completion callback is refused, not a crash or a hang") {
+  // The callback runs within a round: on the coordinator's thread (the op completes while
+  // nobody waits) or on a thread waiting for it (kolo_handle_wait runs the round). A shutdown
+  // there would wait for that round (a self-join: abort; a waiter detach: a hang).
+  Session s;
+  struct Seen {
+    std::atomic<int> rc{-1};
+    std::string text;
+  };
+  auto shutDown = [](kolo_handle_t, kolo_status_t, void* user) {
+    auto* seen = static_cast<Seen*>(user);
+    const int rc = kolo_shutdown();
+    seen->text = kolo_last_error();
+    seen->rc = rc;
+  };
+  for (bool wait : {true, false}) {
+    INFO((wait ? "completed in a waiting caller's round" : "completed by the coordinator"));
+    std::vector<float> v(4, 1.0f);
+    Tensor t(v.data(), KOLO_FLOAT32, {4});
+    Seen seen;
+    kolo_handle_t h = 0;
+    REQUIRE(kolo_allreduce_async("cb.shutdown", &t, nullptr, KOLO_SUM, 1, 1, 0, shutDown, &seen,
+                                 &h) == KOLO_OK);
+    if (wait) CHECK(kolo_handle_wait(h, 30.0) == KOLO_OK);
+    auto stop = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (seen.rc == -1 && std::chrono::steady_clock::now() < stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    CHECK(seen.rc == KOLO_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(seen.text, Contains("inside a completion callback"));
+    REQUIRE(kolo_handle_release(h) == KOLO_OK);
+    CHECK(kolo_is_initialized() == 1);
+    expectUsable();
+  }
+}
+
+TEST_CASE("grouped allreduce: the group's name and each output are checked like a single op's") {
+  Session s;
+  std::vector<float> a(4, 1.0f), b(4, 2.0f), out(4, 0.0f);
+  kolo_tensor_t ins[2];
+  Tensor ta(a.data(), KOLO_FLOAT32, {4}), tb(b.data(), KOLO_FLOAT32, {4});
+  ins[0] = ta;
+  ins[1] = tb;
+  kolo_handle_t h = 0;
+  for (const char* name : {static_cast<const char*>(nullptr), ""}) {
+    expectError(kolo_grouped_allreduce_async(name, 2, ins, nullptr, KOLO_SUM, 1, 1, 0, nullptr,
+                                             nullptr, &h),
+                KOLO_ERR_INVALID_ARGUMENT, {"name is empty"});
+  }
+  std::string n1023(1023, 'g');
+  expectError(kolo_grouped_allreduce_async(n1023.c_str(), 2, ins, nullptr, KOLO_SUM, 1, 1, 0,
+                                           nullptr, nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT, {"1023 bytes long; a group of 2 tensors allows at most 1022"});
+  // An output on another device than its input: refused, naming both (it was written as host
+  // memory).
+  kolo_tensor_t outs[2];
+  Tensor o0(out.data(), KOLO_FLOAT32, {4}), o1(out.data(), KOLO_FLOAT32, {4});
+  outs[0] = o0;
+  outs[1] = o1;
+  outs[1].device = 0;
+  expectError(kolo_grouped_allreduce_async("grp.dev", 2, ins, outs, KOLO_SUM, 1, 1, 0, nullptr,
+                                           nullptr, &h),
+              KOLO_ERR_INVALID_ARGUMENT,
+              {"'grp.dev.1'", "the output (float32 [4] on CUDA device 0) does not match the input "
+                              "(float32 [4] on the host)"});
+  CHECK(out == std::vector<float>(4, 0.0f));
+}
