@@ -94,7 +94,9 @@ typedef struct {
 typedef int64_t kolo_handle_t; /* > 0 when valid */
 
 /* Called exactly once, from a kolo thread, when the op completes (or at once from the calling
- * thread when it already had). Must not block; may call kolo_handle_* functions. */
+ * thread when it already had). Must not block; may call kolo_handle_* functions and submit ops.
+ * kolo_shutdown there returns KOLO_ERR_INVALID_ARGUMENT (the round that runs the callback would
+ * wait for itself); shut down once the callback has returned. */
 typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
 
 /* Output allocator for ops whose output size is known only after negotiation (allgather,
