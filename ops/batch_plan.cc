@@ -247,7 +247,8 @@ Status allocateOutputs(const BatchPlan& plan, const std::vector<TensorEntry*>& e
         // collective and leave them waiting until the timeout).
         e.localError = Status(ErrorCode::kInvalidArgument,
                               std::string(toString(e.request.type)) + " '" + e.request.name +
-                                  "': the output allocator returned NULL for " +
+                                  "' on rank " + std::to_string(e.request.rank) +
+                                  ": the output allocator returned NULL for " +
                                   std::to_string(o.bytes) + " bytes");
         KOLO_RETURN_IF_ERROR(own(h, o.bytes, &p));
       }
