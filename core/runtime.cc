@@ -263,14 +263,17 @@ Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
   e->output = TensorView();
   e->allocate = nullptr;
   e->refused = true;
+  // A handle that only waits: this thread must not run rounds (other ops' callbacks and
+  // allocators would run inside this submission); the coordinator's thread brings the error.
+  e->handle = std::make_shared<HandleState>();
   HandlePtr h = e->handle;
   // A name in flight (the caller's mistake too) sends nothing.
   if (!queue_.add(std::move(e)).isOk()) return why;
-  // Wait a moment for the agreed error (this thread may run the round itself): when every rank
-  // refused, it comes at once and the name is free again when the caller gets `why`, so that a
-  // retry under the same name works on every rank alike. Bounded: the others may never submit
-  // the op (until they do, a retry here is refused as a duplicate that says why).
-  // Not from a completion callback: its round cannot move on while the callback waits.
+  // Wait a moment for the agreed error: when every rank refused, it comes at once and the name
+  // is free again when the caller gets `why`, so that a retry under the same name works on
+  // every rank alike. Bounded: the others may never submit the op (until they do, a retry here
+  // is refused as a duplicate that says why). Not from a completion callback: its round cannot
+  // move on while the callback waits.
   if (!coordinator_->inRound()) (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
   return why;
 }

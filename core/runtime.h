@@ -115,10 +115,10 @@ class Runtime {
   // other ranks may have sent valid: the caller gets `why` now, and the op still goes to
   // negotiation with the values as submitted (without its data), where the Negotiator's
   // per-rank checks fail it on every rank naming this one, so that the others do not wait
-  // for an op this rank never sends. Nobody waits on the entry; the agreed error completes it.
-  // Waits up to a second for that error (the name is then free for a retry, on every rank
-  // alike when every rank refused). Only for values the Negotiator refuses itself (an
-  // accepted request would run without data).
+  // for an op this rank never sends. The caller gets no handle; the agreed error completes the
+  // entry. Waits (passively, outside completion callbacks) up to a second for that error: the
+  // name is then free for a retry, on every rank alike when every rank refused. Only for values
+  // the Negotiator refuses itself (an accepted request would run without data).
   Status refuse(std::unique_ptr<TensorEntry> e, Status why);
   // Device tensors: the executor's submission checks and the producer's ready event.
   Status prepareDevice(TensorEntry* e, const std::string& op) const;

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -40,7 +41,7 @@ struct Api {
   // Set in a child fork()ed after kolo_init (pthread_atfork): `rt` is the parent's, whose
   // threads do not exist here. The child's calls fail, its shutdown (an atexit handler) leaves
   // the copy alone, and its own kolo_init starts a runtime of its own.
-  bool forkedChild = false;
+  std::atomic<bool> forkedChild{false};
 };
 
 Api& api() {
@@ -171,19 +172,25 @@ int kolo_init(void) {
       // The parent's runtime, copied by fork: never destroyed here (its destructor would join
       // threads this process does not have and remove the parent's shared memory).
       new std::shared_ptr<kolo::Runtime>(std::move(api().rt));
+      // The parent's handles too: they lead to its coordinator (a wait would run its rounds).
+      std::lock_guard<std::mutex> handlesLock(api().handlesMu);
+      new std::unordered_map<int64_t, std::shared_ptr<HandleRecord>>(std::move(api().handles));
+      api().handles.clear();
       api().forkedChild = false;
     }
     if (api().rt) return KOLO_OK;
     static std::once_flag atfork;
     std::call_once(atfork, [] {
-      pthread_atfork(nullptr, nullptr, [] {
-        // The child is single-threaded here. A lock another thread of the parent held at the
-        // fork would never be released: both start over unlocked (the forking thread itself
-        // holds neither, except inside kolo_init, whose forks exec at once).
-        new (&api().mu) std::mutex();
-        new (&api().handlesMu) std::mutex();
-        if (api().rt) api().forkedChild = true;
-      });
+      // handlesMu is held only briefly and never around other code: taken across the fork, so
+      // the handle table is whole in the child. mu is held across kolo_init (whose MPI start
+      // may fork and exec): the child starts it over unlocked instead (single-threaded there;
+      // a lock another thread held would never be released).
+      pthread_atfork([] { api().handlesMu.lock(); }, [] { api().handlesMu.unlock(); },
+                     [] {
+                       api().handlesMu.unlock();
+                       new (&api().mu) std::mutex();
+                       if (api().rt) api().forkedChild = true;
+                     });
     });
     kolo::Config cfg;
     Status s = kolo::Config::fromEnvironment(&cfg);

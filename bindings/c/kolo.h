@@ -9,12 +9,15 @@
  *    unmodified until the op's handle completes. Handles are integers owned by the runtime until
  *    kolo_handle_release; a released, unknown or forged handle gives KOLO_ERR_INVALID_ARGUMENT.
  *  - Blocking: the *_async functions validate their arguments on the calling thread and return
- *    at once; kolo_handle_wait blocks up to its timeout; kolo_init blocks until every rank has
+ *    at once, except that input refused for this rank alone (a scalar to gather, alltoall
+ *    splits that do not fit, a broadcast root out of range) waits up to a second while the
+ *    refusal fails the op on the other ranks too; kolo_handle_wait blocks up to its timeout; kolo_init blocks until every rank has
  *    joined the rendezvous (KOLO_START_TIMEOUT), collective set management blocks until the
  *    change is agreed by every rank.
  *  - Names: each op carries a name, unique among this rank's ops in flight, identical across
- *    ranks for the same logical op (1..1024 bytes of UTF-8, no NUL). NULL or "" for a non-grouped
- *    op is accepted only where noted (barrier, join).
+ *    ranks for the same logical op (1..1024 bytes of UTF-8, no NUL). NULL or "" is accepted only
+ *    where noted (barrier, join). A grouped allreduce's members are named "<name>.<index>", so
+ *    its name may be at most 1024 - len(".<n-1>") bytes.
  */
 #ifndef KOLO_H_
 #define KOLO_H_
@@ -94,9 +97,11 @@ typedef struct {
 typedef int64_t kolo_handle_t; /* > 0 when valid */
 
 /* Called exactly once, from a kolo thread, when the op completes (or at once from the calling
- * thread when it already had). Must not block; may call kolo_handle_* functions and submit ops.
- * kolo_shutdown there returns KOLO_ERR_INVALID_ARGUMENT (the round that runs the callback would
- * wait for itself); shut down once the callback has returned. */
+ * thread when it already had). Must not block: it may submit ops and call kolo_handle_poll,
+ * _status, _output and _release, and kolo_handle_wait only with a timeout (a pending op cannot
+ * complete while the callback holds the round up). kolo_shutdown there returns
+ * KOLO_ERR_INVALID_ARGUMENT (the round running the callback would wait for itself; a callback
+ * run at once by the submitting thread is outside a round and may shut down). */
 typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
 
 /* Output allocator for ops whose output size is known only after negotiation (allgather,

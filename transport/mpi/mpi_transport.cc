@@ -11,6 +11,7 @@
 
 #include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,7 +50,15 @@ constexpr std::chrono::seconds kExitBarrierWait{5};
 // arrives (an abort of a healthy group, e.g. a process set torn down on purpose), MPI is
 // finalized as usual; otherwise the rank exits without it, which lets mpirun see the failure
 // and tear the job down (the stopped rank included).
+// The process that initialized MPI (a child fork()ed from it inherits the atexit hook, and
+// its MPI_Finalize would synchronize with the parent's peers).
+pid_t& mpiOwner() {
+  static pid_t pid = 0;
+  return pid;
+}
+
 void finalizeMpiAtExit() {
+  if (getpid() != mpiOwner()) return;
   if (mpiFinalized()) return;
   if (anyTransportAborted().load()) {
     MPI_Request req = MPI_REQUEST_NULL;
@@ -94,6 +103,7 @@ Status ensureMpiInitialized() {
     int provided = 0;
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Init_thread");
+    mpiOwner() = getpid();
     std::atexit(&finalizeMpiAtExit);
   }
   int provided = 0;

@@ -159,8 +159,8 @@ class OutputPump:
             try:
                 self._console.write(b"".join(prefix + line for line in lines), to_err)
             finally:
+                self._moved = time.monotonic()  # first: finish() must never see neither
                 self._writing = False
-                self._moved = time.monotonic()
 
     def _flush_rest(self, state):
         if state[3]:
