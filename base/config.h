@@ -101,4 +101,8 @@ struct Config {
 // of Config::hostname, and what names a machine where KOLO_HOSTNAME may not (one machine's GPUs).
 std::string localHostname();
 
+// The shortest text that reads back as the same double ("0.5", "1", not "0.500000"): how
+// messages show a knob's or a scale factor's value.
+std::string formatDouble(double v);
+
 }  // namespace kolo

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -16,14 +15,6 @@
 
 namespace kolo {
 namespace {
-
-// 0.5, 1, 2.25: a knob's value as a user would write it.
-std::string number(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 
 // The newest round any rank of this store started, outside every round's key space.
 constexpr const char* kRoundKey = "kolo/round";
@@ -80,18 +71,18 @@ Status resolveConfig(const Config& in, Config* cfg) {
   }
   if (cfg->heartbeatSeconds * 2 > cfg->timeoutSeconds) {
     return Status(ErrorCode::kInvalidArgument,
-                  "KOLO_HEARTBEAT_SECONDS (" + number(cfg->heartbeatSeconds) +
+                  "KOLO_HEARTBEAT_SECONDS (" + formatDouble(cfg->heartbeatSeconds) +
                       " s; default 1) must be at most half of KOLO_TIMEOUT_SECONDS (" +
-                      number(cfg->timeoutSeconds) + " s): set KOLO_HEARTBEAT_SECONDS=" +
-                      number(cfg->timeoutSeconds / 2) + " or less, or a longer timeout");
+                      formatDouble(cfg->timeoutSeconds) + " s): set KOLO_HEARTBEAT_SECONDS=" +
+                      formatDouble(cfg->timeoutSeconds / 2) + " or less, or a longer timeout");
   }
   // A rank with work pending sleeps up to a cycle between its rounds, and a peer waiting in a
   // round for it would count it lost.
   if (cfg->cycleTimeMs / 1000.0 * 2 > cfg->timeoutSeconds) {
     return Status(ErrorCode::kInvalidArgument,
-                  "KOLO_CYCLE_TIME (" + number(cfg->cycleTimeMs) +
+                  "KOLO_CYCLE_TIME (" + formatDouble(cfg->cycleTimeMs) +
                       " ms) must be at most half of KOLO_TIMEOUT_SECONDS (" +
-                      number(cfg->timeoutSeconds) + " s)");
+                      formatDouble(cfg->timeoutSeconds) + " s)");
   }
   return Status::ok();
 }

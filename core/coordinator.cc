@@ -18,9 +18,7 @@ namespace {
 // as its handle reports it, "allreduce 'grad': <cause>" (" in process set 2" outside the
 // global set), so that a caller with many handles pending sees which op each one was.
 Status failedOp(const TensorEntry& e, const Status& cause) {
-  std::string op = std::string(toString(e.request.type)) + " '" + e.request.name + "'";
-  if (e.request.processSet != 0) op += " in process set " + std::to_string(e.request.processSet);
-  return Status(cause.code(), op + ": " + cause.message());
+  return Status(cause.code(), opLabel(e.request.type, keyOf(e.request)) + ": " + cause.message());
 }
 
 constexpr size_t kFlagNothingNew = 0;  // 1: nothing this rank must negotiate in full

@@ -6,20 +6,11 @@
 #include <cstdlib>
 #include <memory>
 
+#include "base/config.h"
 #include "base/tensor.h"
 
 namespace kolo {
 namespace {
-
-// Shortest text that reads back as the same double, so "0.5" and "1" rather than "0.500000".
-std::string formatDouble(double v) {
-  char buf[40];
-  for (int precision = 1; precision <= 17; ++precision) {
-    std::snprintf(buf, sizeof buf, "%.*g", precision, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  return buf;
-}
 
 std::string deviceName(int32_t device) {
   return device < 0 ? "cpu" : "cuda:" + std::to_string(device);
@@ -29,13 +20,6 @@ std::string rankList(const std::vector<int32_t>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s + "]";
-}
-
-// "allreduce 'grad'", and " in process set 2" for ops outside the global set.
-std::string prefix(OpType type, const OpKey& key) {
-  std::string s = std::string(toString(type)) + " '" + key.name + "'";
-  if (key.processSet != 0) s += " in process set " + std::to_string(key.processSet);
-  return s;
 }
 
 bool sameScale(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
@@ -140,7 +124,7 @@ void Negotiator::processSetRemoved(int32_t id) {
     const Entry& e = table_.at(d.second);
     immediate_[nextSeq_++] =
         errorResponse(e.requests.begin()->second, ErrorCode::kInvalidArgument,
-                      prefix(e.type, d.second) + ": process set " + std::to_string(id) +
+                      opLabel(e.type, d.second) + ": process set " + std::to_string(id) +
                           " was removed");
     removeEntry(d.second, false);
   }
@@ -188,7 +172,7 @@ void Negotiator::add(const Request& r, Clock::time_point now) {
                                            " is not a member of process set " +
                                            std::to_string(r.processSet);
     immediate_[nextSeq_++] =
-        errorResponse(r, ErrorCode::kInvalidArgument, prefix(r.type, key) + ": " + why);
+        errorResponse(r, ErrorCode::kInvalidArgument, opLabel(r.type, key) + ": " + why);
     if (it != table_.end()) removeEntry(key, false);
     return;
   }
@@ -250,7 +234,7 @@ void Negotiator::failUnmatchedGroupMembers(const OpKey& key, const Entry& e) {
     const Request& ref = it->second.requests.begin()->second;
     immediate_[nextSeq_++] =
         errorResponse(ref, ErrorCode::kMismatch,
-                      prefix(ref.type, m) + " is in a group whose size the ranks disagree on (" +
+                      opLabel(ref.type, m) + " is in a group whose size the ranks disagree on (" +
                           e.response.error + "); ranks " + rankList(missingRanks(it->second)) +
                           " will never submit it");
     removeEntry(m, false);
@@ -279,7 +263,7 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   const int32_t refRank = e.requests.begin()->first;
   const Request& ref = e.requests.begin()->second;
   const OpType t = ref.type;
-  const std::string head = prefix(t, keyOf(ref)) + ": ";
+  const std::string head = opLabel(t, keyOf(ref)) + ": ";
   auto sent = [&](int32_t rank) { return "rank " + std::to_string(rank) + " sent "; };
   // Fields outer, ranks inner: the most fundamental difference wins, whoever sent it.
   for (const Field& f : kFields) {
@@ -355,7 +339,7 @@ Response Negotiator::buildResponse(const OpKey& key, const Entry& e) const {
     for (size_t i = 0; i < excused.size(); ++i) who += (i ? ", " : "") + std::to_string(excused[i]);
     who += excused.size() == 1 ? " has" : " have";
     return errorResponse(ref, ErrorCode::kJoined,
-                         prefix(ref.type, key) + " is not allowed while " + who + " joined");
+                         opLabel(ref.type, key) + " is not allowed while " + who + " joined");
   }
 
   Response r = errorResponse(ref, ErrorCode::kOk, "");
@@ -550,7 +534,7 @@ std::string Negotiator::otherTypeHint(const OpKey& key, const std::vector<int32_
     if (who.empty()) continue;
     return "; " + std::string(who.size() == 1 ? "rank " : "ranks ") +
            (who.size() == 1 ? std::to_string(who[0]) : rankList(who)) + " submitted " +
-           prefix(e.type, *other) + " instead (the same name with another op type?)";
+           opLabel(e.type, *other) + " instead (the same name with another op type?)";
   }
   return "";
 }
@@ -589,12 +573,12 @@ std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olde
       const Request& ref = it->second.requests.begin()->second;
       std::string message;
       if (m != key) {
-        message = prefix(ref.type, m) + " is grouped with stalled " + prefix(s.type, key);
+        message = opLabel(ref.type, m) + " is grouped with stalled " + opLabel(s.type, key);
       } else if (it->second.complete) {
-        message = prefix(s.type, m) + " stalled for " + waited +
+        message = opLabel(s.type, m) + " stalled for " + waited +
                   " s in a group waiting for ranks " + rankList(s.missingRanks);
       } else {
-        message = prefix(s.type, m) + " stalled for " + waited + " s: missing ranks " +
+        message = opLabel(s.type, m) + " stalled for " + waited + " s: missing ranks " +
                   rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks) + s.hint;
       }
       out.push_back(errorResponse(ref, ErrorCode::kStalled, std::move(message)));

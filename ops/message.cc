@@ -8,6 +8,12 @@
 
 namespace kolo {
 
+std::string opLabel(OpType type, const OpKey& key) {
+  std::string s = std::string(toString(type)) + " '" + key.name + "'";
+  if (key.processSet != 0) s += " in process set " + std::to_string(key.processSet);
+  return s;
+}
+
 std::string displayName(const OpKey& key) {
   if (key.processSet == 0) return key.name;
   return key.name + "@ps" + std::to_string(key.processSet);

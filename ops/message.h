@@ -51,6 +51,9 @@ struct OpKeyHash {
 
 // How messages and timeline rows show an op: "name" in the global set, "name@ps3" in set 3.
 std::string displayName(const OpKey& key);
+// How an error message names an op: "allreduce 'grad'", and " in process set 2" outside the
+// global set.
+std::string opLabel(OpType type, const OpKey& key);
 
 // OpSpec: what one op is, the part a rank's Request and the agreed Response share (same fields,
 // same wire order in both messages). Request and Response embed it as their base, so a response
