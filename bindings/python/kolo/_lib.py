@@ -58,6 +58,16 @@ class KoloTensor(ctypes.Structure):
     ]
 
 
+# KoloTensor.shape's array type per dimension count (one element for a 0-d tensor), made once:
+# describe() builds one for every tensor of every op.
+_SHAPE_TYPES = [ctypes.c_int64 * max(1, n) for n in range(MAX_DIMS + 1)]
+
+
+def shape_array(shape):
+    """The ctypes int64 array of `shape` (at most MAX_DIMS entries) for KoloTensor.shape."""
+    return _SHAPE_TYPES[len(shape)](*shape)
+
+
 Handle = ctypes.c_int64
 CallbackFn = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p)
 AllocFn = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int32,

@@ -53,7 +53,7 @@ class NumpyAdapter:
         t.data = x.ctypes.data if x.size else None
         t.dtype = code
         t.ndim = x.ndim
-        t.shape = (ctypes.c_int64 * max(1, x.ndim))(*x.shape)
+        t.shape = _lib.shape_array(x.shape)
         t.device = _lib.CPU_DEVICE
         t.stream = None
         return t

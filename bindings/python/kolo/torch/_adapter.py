@@ -32,10 +32,6 @@ def dtype_code(dtype):
     return _DTYPES.get(dtype)
 
 
-# describe()'s shape array type per dimension count (one element for a 0-d tensor).
-_SHAPES = [ctypes.c_int64 * max(1, n) for n in range(_lib.MAX_DIMS + 1)]
-
-
 def _tensors_in(keep):
     """The tensors in `keep` (items, or lists/tuples of items), in order, lazily."""
     for item in keep or ():
@@ -84,7 +80,7 @@ class TorchAdapter:
                              % (label, x.device))
         # The struct keeps the shape array alive (ctypes stores what a pointer field was given).
         return _lib.KoloTensor(x.data_ptr() if x.numel() else None, code, ndim,
-                               _SHAPES[ndim](*x.shape), device, stream)
+                               _lib.shape_array(x.shape), device, stream)
 
     @staticmethod
     def consume(c_handles, keep):
