@@ -101,22 +101,13 @@ class HostDiscovery:
         (its process group is then killed)."""
         if self._run is None:
             return None
-        proc, out, err, deadline = self._run
+        proc, _, _, deadline = self._run
         if not _exited(proc.pid):
             if time.monotonic() < deadline:
                 return None
             self._end()
-            out.close()
-            err.close()
             return self.hosts, "host discovery script timed out after %g s" % SCRIPT_TIMEOUT
-        code = self._end()
-        try:
-            out.seek(0)
-            err.seek(0)
-            stdout, stderr = out.read(), err.read()
-        finally:
-            out.close()
-            err.close()
+        code, stdout, stderr = self._end(read=True)
         if code != 0:
             lines = stderr.decode("utf-8", "replace").strip().splitlines()
             what = ("exited with status %d" % code if code > 0
@@ -152,16 +143,14 @@ class HostDiscovery:
     def close(self):
         """Kills a run still going (its whole process group) and reaps it."""
         if self._run is not None:
-            _, out, err, _ = self._run
             self._end()
-            out.close()
-            err.close()
 
-    def _end(self):
+    def _end(self, read=False):
         """SIGKILL to the run's process group (its leader is not reaped yet, so the group id is
-        still its own; leftovers of a leader that exited are killed too), then reaps it.
-        Returns its exit code (negative: killed by that signal)."""
-        proc = self._run[0]
+        still its own; leftovers of a leader that exited are killed too), then reaps it and
+        closes its output files. Returns (exit code (negative: killed by that signal), stdout,
+        stderr); the output is read only with `read` (else empty)."""
+        proc, out, err, _ = self._run
         self._run = None
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -170,7 +159,15 @@ class HostDiscovery:
         code = proc.wait()
         if self.guard is not None:
             self.guard.forget(proc.pid)
-        return code
+        try:
+            if not read:
+                return code, b"", b""
+            out.seek(0)
+            err.seek(0)
+            return code, out.read(), err.read()
+        finally:
+            out.close()
+            err.close()
 
 
 _POLL_SECONDS = 0.05
