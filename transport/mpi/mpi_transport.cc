@@ -43,13 +43,6 @@ std::atomic<bool>& anyTransportAborted() {
 // How long, after an abort, a rank waits at exit for every other rank to be exiting too.
 constexpr std::chrono::seconds kExitBarrierWait{5};
 
-// Registered with atexit when kolo initialized MPI: MPI cannot be re-initialized after
-// MPI_Finalize, so it has to stay up until the process ends. MPI_Finalize synchronizes with
-// every rank, so after an abort a survivor could block forever in exit() on a peer that stopped
-// answering. Then a non-blocking barrier with a short deadline decides first: when every rank
-// arrives (an abort of a healthy group, e.g. a process set torn down on purpose), MPI is
-// finalized as usual; otherwise the rank exits without it, which lets mpirun see the failure
-// and tear the job down (the stopped rank included).
 // The process that initialized MPI (a child fork()ed from it inherits the atexit hook, and
 // its MPI_Finalize would synchronize with the parent's peers).
 pid_t& mpiOwner() {
@@ -57,6 +50,13 @@ pid_t& mpiOwner() {
   return pid;
 }
 
+// Registered with atexit when kolo initialized MPI: MPI cannot be re-initialized after
+// MPI_Finalize, so it has to stay up until the process ends. MPI_Finalize synchronizes with
+// every rank, so after an abort a survivor could block forever in exit() on a peer that stopped
+// answering. Then a non-blocking barrier with a short deadline decides first: when every rank
+// arrives (an abort of a healthy group, e.g. a process set torn down on purpose), MPI is
+// finalized as usual; otherwise the rank exits without it, which lets mpirun see the failure
+// and tear the job down (the stopped rank included).
 void finalizeMpiAtExit() {
   if (getpid() != mpiOwner()) return;
   if (mpiFinalized()) return;

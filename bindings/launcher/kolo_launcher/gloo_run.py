@@ -26,8 +26,8 @@ as SIGTERM (the ranks get SIGTERM: a SIGQUIT would make them dump core). A kolor
 SIGKILL cannot stop anything: its orphan guard (orphan_guard.py) stops the local ranks' groups,
 the remote watchers (ssh.py) the remote ones.
 Threading: GlooJob belongs to kolorun's main thread (the output pump and the store server run
-their own threads). Blocking: every wait is bounded (start timeout once a rank connected, grace windows, kill
-grace) except the job itself: kolorun waits for its ranks to exit.
+their own threads). Blocking: every wait is bounded (start timeout once a rank connected,
+grace windows, kill grace) except the job itself: kolorun waits for its ranks to exit.
 Errors: a problem found before any rank started raises LaunchError; later ones end the job
 with a Failure (its reason printed, its exit status returned).
 """

@@ -91,10 +91,10 @@ class OutputPump:
 
     def finish(self, timeout):
         """Waits until every pipe reached EOF, then stops. The wait ends early only after
-        `timeout` seconds in which no output moved and no write was under way (a process that escaped its group and holds
-        a pipe open, silent): output that still flows to a slow reader of kolorun's own output
-        (a pipe into a pager, a slow log shipper) is drained, for up to _DRAIN_LIMIT seconds.
-        Returns False when some pipe was still open at the end."""
+        `timeout` seconds in which no output moved and no write was under way (a process that
+        escaped its group and holds a pipe open, silent): output that still flows to a slow
+        reader of kolorun's own output (a pipe into a pager, a slow log shipper) is drained,
+        for up to _DRAIN_LIMIT seconds. Returns False when some pipe was still open at the end."""
         start = time.monotonic()
         while True:
             with self._lock:
