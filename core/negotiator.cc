@@ -122,10 +122,9 @@ void Negotiator::processSetRemoved(int32_t id) {
   std::sort(doomed.begin(), doomed.end());
   for (const auto& d : doomed) {
     const Entry& e = table_.at(d.second);
-    immediate_[nextSeq_++] =
-        errorResponse(e.requests.begin()->second, ErrorCode::kInvalidArgument,
-                      opLabel(e.type, d.second) + ": process set " + std::to_string(id) +
-                          " was removed");
+    immediate_[nextSeq_++] = errorResponse(
+        e.requests.begin()->second, ErrorCode::kInvalidArgument,
+        opLabel(e.type, d.second) + ": process set " + std::to_string(id) + " was removed");
     removeEntry(d.second, false);
   }
 }

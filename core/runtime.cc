@@ -340,8 +340,8 @@ Status checkAdasum(const std::string& where, OpType type, ReduceOp op, const Ten
 // ---- ops -----------------------------------------------------------------------------------
 
 Status Runtime::allreduce(const std::string& name, const TensorView& input,
-                          const TensorView* output, ReduceOp op, double prescale,
-                          double postscale, int32_t processSet, HandlePtr* handle) {
+                          const TensorView* output, ReduceOp op, double prescale, double postscale,
+                          int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
   KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
   KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
@@ -366,7 +366,8 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
   // that an empty or too long one is refused as the group's (kolo.h: names are required).
   const size_t suffix = 1 + std::to_string(inputs.size() - 1).size();
   if (name.empty()) {
-    return Status(ErrorCode::kInvalidArgument, where("grouped_allreduce", name) + "the name is empty");
+    return Status(ErrorCode::kInvalidArgument,
+                  where("grouped_allreduce", name) + "the name is empty");
   }
   if (name.size() + suffix > kMaxNameBytes) {
     return Status(ErrorCode::kInvalidArgument,

@@ -168,8 +168,9 @@ TEST_CASE("invalid KOLO_* values fail init naming the variable") {
       {"KOLO_TIMEOUT_SECONDS", "soon", "a number"},
       {"KOLO_HEARTBEAT_SECONDS", "20", "KOLO_TIMEOUT_SECONDS"},
       // The heartbeat's default is too long for this timeout: the message gives both values.
-      {"KOLO_TIMEOUT_SECONDS", "0.5", "KOLO_HEARTBEAT_SECONDS (1 s; default 1) must be at most "
-                                      "half of KOLO_TIMEOUT_SECONDS (0.5 s)"},
+      {"KOLO_TIMEOUT_SECONDS", "0.5",
+       "KOLO_HEARTBEAT_SECONDS (1 s; default 1) must be at most "
+       "half of KOLO_TIMEOUT_SECONDS (0.5 s)"},
       {"KOLO_CYCLE_TIME", "20000", "KOLO_TIMEOUT_SECONDS"},
       {"KOLO_HEARTBEAT_SECONDS", "0", "a number"},
       {"KOLO_START_TIMEOUT", "-1", "a number"},
@@ -271,7 +272,8 @@ TEST_CASE("grouped allreduce: the group's name and each output are checked like 
   std::string n1023(1023, 'g');
   expectError(kolo_grouped_allreduce_async(n1023.c_str(), 2, ins, nullptr, KOLO_SUM, 1, 1, 0,
                                            nullptr, nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"1023 bytes long; a group of 2 tensors allows at most 1022"});
+              KOLO_ERR_INVALID_ARGUMENT,
+              {"1023 bytes long; a group of 2 tensors allows at most 1022"});
   // An output on another device than its input: refused, naming both (it was written as host
   // memory).
   kolo_tensor_t outs[2];
@@ -282,7 +284,8 @@ TEST_CASE("grouped allreduce: the group's name and each output are checked like 
   expectError(kolo_grouped_allreduce_async("grp.dev", 2, ins, outs, KOLO_SUM, 1, 1, 0, nullptr,
                                            nullptr, &h),
               KOLO_ERR_INVALID_ARGUMENT,
-              {"'grp.dev.1'", "the output (float32 [4] on CUDA device 0) does not match the input "
-                              "(float32 [4] on the host)"});
+              {"'grp.dev.1'",
+               "the output (float32 [4] on CUDA device 0) does not match the input "
+               "(float32 [4] on the host)"});
   CHECK(out == std::vector<float>(4, 0.0f));
 }

@@ -424,8 +424,9 @@ TEST_CASE("an output allocator that returns NULL on one rank fails that rank's o
   INFO("rank " << R() << ": " << kolo_last_error());
   if (R() == 1) {
     REQUIRE(rc == KOLO_ERR_INVALID_ARGUMENT);
-    REQUIRE(std::string(kolo_last_error()).find("'null.alloc' on rank 1: the output allocator "
-                                                "returned NULL") != std::string::npos);
+    REQUIRE(std::string(kolo_last_error())
+                .find("'null.alloc' on rank 1: the output allocator "
+                      "returned NULL") != std::string::npos);
   } else {
     REQUIRE(rc == KOLO_OK);
     for (int r = 0; r < N(); ++r) {
