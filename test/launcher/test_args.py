@@ -195,6 +195,9 @@ def test_start_timeout_from_environment():
     (["-np", "2", "--autotune-warmup-samples", "-1", "c"], "--autotune-warmup-samples"),
     (["-np", "2", "--autotune-gaussian-process-noise", "inf", "c"],
      "--autotune-gaussian-process-noise"),
+    # horovodrun's validate_config_args: "must be in [0, 1]"
+    (["-np", "2", "--autotune-gaussian-process-noise", "1.5", "c"],
+     "--autotune-gaussian-process-noise: expected a number from 0 to 1, got '1.5'"),
     (["-np", "2", "--autotune-log-file", "", "c"], "--autotune-log-file: empty"),
     (["-np", "2", "--start-timeout", "0", "c"], "--start-timeout"),
     (["-np", "2", "--ssh-port", "70000", "c"], "--ssh-port"),

@@ -77,6 +77,20 @@ def test_unsupported_flag_exit_status():
     assert r.returncode == 2 and "--jsrun: jsrun (LSF) mode" in r.stderr
 
 
+def test_one_letter_options_take_attached_values_as_argparse_does():
+    # horovodrun's argparse reads -Hlocalhost:2 as -H localhost:2 (any one-letter option)
+    o = parse("-n2", "-Hlocalhost:2", "-p2222", "-i/k", "-xFOO=1", "c", "-Hx")
+    assert (o.np, o.hosts, o.ssh_port, o.ssh_identity) == (2, [HostSlots("localhost", 2)],
+                                                         2222, "/k")
+    assert o.extra_env == {"FOO": "1"} and o.command == ["c", "-Hx"]
+    assert parse("-np", "1", "-xHOME", "c", env={"HOME": "/h"}).extra_env == {"HOME": "/h"}
+    # -np2 would be -n with the value "p2" under argparse: refused, saying what to write
+    with pytest.raises(args.UsageError, match="unrecognized option '-np2': write '-np 2'"):
+        parse("-np2", "c")
+    with pytest.raises(args.UsageError, match="unrecognized option '-Z2'"):
+        parse("-np", "1", "-Z2", "c")
+
+
 # ---- --config-file ----------------------------------------------------------------------------
 # Horovod's own test file (test/single/data/config.test.yaml): its keys and nesting.
 HOROVOD_CONFIG = """\
@@ -146,6 +160,49 @@ def test_config_file_sets_what_the_flags_set(tmp_path):
         parse("-np", "2", "c").knob_env
 
 
+# Horovod's sample file as its repository has it (test/data/config.test.yaml): its
+# library_options.mlsl_bgt_affinity is the key's name before oneCCL.
+HOROVOD_SAMPLE = HOROVOD_CONFIG.split("\nlibrary_options:")[0] + """
+library_options:
+  mpi_threads_disable: true
+  num_nccl_streams: 2
+  mlsl_bgt_affinity: 1
+"""
+
+
+def test_horovods_sample_config_file_runs_with_a_note_per_unused_key(tmp_path):
+    o = parse("-np", "2", "--config-file", config(tmp_path, HOROVOD_SAMPLE), "c")
+    assert o.knob_env["KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] == "0.9"
+    mlsl = [n for n in o.notes if "mlsl_bgt_affinity" in n]
+    assert len(mlsl) == 1 and "has no effect in kolo" in mlsl[0] and "\n" not in mlsl[0]
+    r = kolorun(["-np", "1", "--config-file", config(tmp_path, HOROVOD_SAMPLE), "true"])
+    assert r.returncode == 0, r.stderr
+    assert "kolorun: library_options.mlsl_bgt_affinity (older Horovod's name of " \
+        "ccl_bgt_affinity) has no effect in kolo" in r.stderr
+
+
+def test_autotune_off_passes_none_of_the_autotune_settings(tmp_path):
+    # horovodrun's set_env_from_args exports the autotune settings only when autotune is on:
+    # --no-autotune over a file that turns it on, and a file that turns it off, export none.
+    on = config(tmp_path, HOROVOD_CONFIG)
+    o = parse("-np", "1", "--config-file", on, "--no-autotune", "c")
+    assert not [k for k in o.knob_env if k.startswith("KOLO_AUTOTUNE")], o.knob_env
+    assert "HOROVOD_AUTOTUNE_LOG" not in args.horovod_knob_environment(o.knob_env)
+    off = config(tmp_path, "autotune:\n  enabled: false\n  log_file: a.csv\n"
+                 "  warmup_samples: 2\n")
+    assert not [k for k in parse("-np", "1", "--config-file", off, "c").knob_env
+                if k.startswith("KOLO_AUTOTUNE")]
+    o = parse("-np", "1", "--no-autotune", "--autotune-log-file", "a.csv", "c")
+    assert "KOLO_AUTOTUNE_LOG" not in o.knob_env
+    # still checked, as horovodrun's validate_config_args checks them whatever the switch
+    with pytest.raises(args.UsageError, match="expected a number from 0 to 1"):
+        parse("-np", "1", "--no-autotune", "--autotune-gaussian-process-noise", "2", "c")
+    # autotune on: every setting is passed
+    o = parse("-np", "1", "--config-file", config(tmp_path, HOROVOD_CONFIG), "c")
+    assert o.knob_env["KOLO_AUTOTUNE"] == "1" and o.knob_env["KOLO_AUTOTUNE_LOG"] == \
+        "horovod_autotune_log.txt"
+
+
 def test_command_line_flags_override_the_config_file(tmp_path):
     path = config(tmp_path, "controller: mpi\nparams:\n  cycle_time_ms: 10\n"
                   "  hierarchical_allreduce: true\nautotune:\n  enabled: false\n"
@@ -189,6 +246,11 @@ def test_command_line_flags_override_the_config_file(tmp_path):
     ("controller: jsrun\n", "controller: expected gloo or mpi, got 'jsrun'"),
     ("params: 32\n", "params: expected a mapping of its keys"),
     ("- a\n- b\n", "expected a mapping of keys (controller, params, autotune, ...), got list"),
+    ("autotune:\n  gaussian_process_noise: 5\n",
+     "autotune.gaussian_process_noise: expected a number from 0 to 1, got '5'"),
+    ("library_options:\n  mlsl_bgt_affinity: x1\n", "expected a number >= 0, got 'x1'"),
+    ("library_options:\n  ccl_bgt_affinity: -1\n", "expected a number >= 0, got -1"),
+    ("library_options:\n  mlsl_affinity: 1\n", "unknown key 'library_options.mlsl_affinity'"),
     ("params:\n  cycle_time_ms: [1\n", "not valid YAML (line "),
 ])
 def test_config_file_errors_name_the_key(tmp_path, text, message):
@@ -386,7 +448,10 @@ def test_output_filename_pads_ranks_like_horovodrun(tmp_path):
     names = sorted(p.name for p in d.iterdir())
     assert names == ["rank.%02d" % q for q in range(11)]
     for q in range(11):
-        assert (d / ("rank.%02d" % q) / "stdout").read_text() == "%d\n" % q
+        # horovodrun's forward_stream adds the prefix, then MultiFile writes the line to the
+        # terminal and to the file: the same prefixed text in both
+        assert (d / ("rank.%02d" % q) / "stdout").read_text() == "[%d]<stdout>:%d\n" % (q, q)
+        assert "[%d]<stdout>:%d\n" % (q, q) in r.stdout
 
 
 def test_horovodrun_negations_and_aliases(tmp_path):

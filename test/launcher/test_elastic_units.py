@@ -35,8 +35,11 @@ def test_elastic_flags_parse_with_horovodrun_names():
     assert o.command == ["prog"]
     assert opts("-np", "2").elastic is None
     # min-np defaults to -np, max-np to unbounded, -H as a fixed host list
-    e = opts("-np", "2", "--max-np", "3", "-H", "localhost:3").elastic
+    e = opts("-np", "2", "--min-np", "2", "--max-np", "3", "-H", "localhost:3").elastic
     assert (e.min_np, e.max_np, e.discovery_script, e.cooldown) == (2, 3, None, None)
+    e = opts("-np", "3", "--host-discovery-script", "/bin/true").elastic
+    assert (e.min_np, e.max_np, e.start_np, e.start_flag) == (3, None, 3, "-np")
+    assert opts("--min-np", "2", "-H", "a:2").elastic.start_flag == "--min-np"
     assert parse(["--min-np", "2", "-H", "a:2", "p"], {"KOLO_ELASTIC_TIMEOUT": "7"}) \
         .elastic.elastic_timeout == 7.0
     assert e.finish_grace == float("inf")  # no limit by default, as horovodrun
@@ -55,6 +58,13 @@ def test_elastic_flags_parse_with_horovodrun_names():
     (["--min-np", "2", "-H", "a:2", "--blacklist-cooldown-range", "5", "1"], "less than MIN"),
     (["--min-np", "x", "-H", "a:2"], "--min-np: expected an integer"),
     (["--min-np", "2", "-H", "a:2", "--elastic-timeout", "-1"], "--elastic-timeout"),
+    (["-np", "2", "--max-np", "4", "--reset-limit", "1"], "--reset-limit is for elastic jobs"),
+    (["-np", "2", "--max-np", "x"], "--max-np: expected an integer"),
+    # a fixed host list never grows: -np slots it lacks would be waited for in vain
+    (["-np", "3", "--min-np", "1", "-H", "localhost:2"],
+     "-np 3 asks for more slots than the host list has (2: localhost:2)"),
+    (["--min-np", "3", "-H", "a:1,b:1"],
+     "--min-np 3 asks for more slots than the host list has (2: a:1,b:1)"),
 ])
 def test_elastic_flag_errors(argv, text):
     with pytest.raises(UsageError) as e:
@@ -159,8 +169,135 @@ def test_driver_waits_for_min_np_slots_then_fails(tmp_path):
     r = kolorun(["--min-np", "2", "--host-discovery-script", str(script), "--elastic-timeout",
                  "1", PY, standin(tmp_path), "0"], env=env)
     assert r.returncode == 1
-    assert "job failed: the hosts offer 1 slot, fewer than --min-np 2, after --elastic-timeout " \
-           "1 s" in r.stderr
+    assert "job failed: the hosts offer 1 slot, fewer than --min-np 2 (the slots the first " \
+           "round needs), after --elastic-timeout 1 s (hosts: localhost:1)" in r.stderr
+
+
+def test_max_np_alone_is_a_static_job_as_under_horovodrun():
+    # horovodrun's launch._is_elastic looks at --host-discovery-script and --min-np only
+    o = opts("-np", "2", "--max-np", "4", "-H", "localhost:4")
+    assert o.elastic is None and o.np == 2
+    assert o.notes == ("--max-np has no effect without --min-np or --host-discovery-script: "
+                       "the job is static, with -np ranks (or one per slot), as under "
+                       "horovodrun",)
+    r = kolorun(["-np", "2", "--max-np", "4", "-H", "localhost:4", PY, "-c",
+                 "import os; print('W', os.environ.get('KOLO_ELASTIC'), "
+                 "os.environ['KOLO_SIZE'])"])
+    assert r.returncode == 0, r.stderr
+    assert sorted(l for l in r.stdout.splitlines() if ":W " in l) == [
+        "[0]<stdout>:W None 2", "[1]<stdout>:W None 2"]
+    assert "--max-np has no effect" in r.stderr
+
+
+def counting_script(tmp_path, before, after, runs):
+    """A discovery script printing `before` for its first `runs` runs, then `after`."""
+    count = tmp_path / "runs"
+    script = tmp_path / "grow.sh"
+    script.write_text("#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0)\necho $((n + 1)) > %s\n"
+                      "if [ $n -lt %d ]; then echo %s; else echo %s; fi\n"
+                      % (count, count, runs, before, after))
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_the_first_round_waits_for_np_slots_not_min_np(tmp_path):
+    # horovodrun: -np is "in elastic mode, number of processes required before training can
+    # start" (gloo_run waits for num_proc slots before driver.start): with one slot offered
+    # for a while and --min-np 1, the job must wait for the second slot and start on 2.
+    script = counting_script(tmp_path, "localhost:1", "localhost:2", 5)
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    r = kolorun(["-np", "2", "--min-np", "1", "--host-discovery-script", script,
+                 "--elastic-timeout", "20", PY, standin(tmp_path), "0"], env=env)
+    assert r.returncode == 0, r.stderr
+    assert "waiting up to 20 s (--elastic-timeout) for the 2 slots of -np 2 before the first " \
+        "round (the hosts offer 1: localhost:1)" in r.stderr, r.stderr
+    got = sorted((p[0], p[2]["rank"], p[2]["size"]) for p in places(r.stdout))
+    assert got == [(0, 0, 2), (0, 1, 2)], r.stdout
+
+
+def test_the_first_round_fails_after_the_timeout_naming_np(tmp_path):
+    script = tmp_path / "one.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    r = kolorun(["-np", "3", "--min-np", "1", "--host-discovery-script", str(script),
+                 "--elastic-timeout", "1", PY, standin(tmp_path), "0"], env=env)
+    assert r.returncode == 1, r.stderr
+    assert "job failed: the hosts offer 2 slots, fewer than -np 3 (the slots the first round " \
+        "needs), after --elastic-timeout 1 s (hosts: localhost:2)" in r.stderr, r.stderr
+    assert "<stdout>" not in r.stdout  # no worker started
+
+
+# A worker that prints the place it was started with (before any init) and the place its
+# round gives it, once the round it waits for (argv[1]) has formed.
+SPAWN = textwrap.dedent("""\
+    import json, os, sys, time
+    sys.path[:0] = %r
+    from store_client import StoreClient
+    names = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME")
+    spawn = {n.lower().replace("hostname", "host"): os.environ["KOLO_" + n] for n in names}
+    assert all(os.environ["HOROVOD_" + n] == os.environ["KOLO_" + n] for n in names)
+    c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
+    wid = os.environ["KOLO_ELASTIC_WORKER_ID"]
+    c.set("elastic/ready/" + wid, b"1")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        n = int(c.get("elastic/round", 1)) if c.check("elastic/round") else -1
+        key = "elastic/round%%d/assign/%%s" %% (n, wid)
+        if n >= int(sys.argv[1]) and c.check(key):
+            place = {k: str(v) for k, v in json.loads(c.get(key, 1)).items()}
+            print("SPAWN " + json.dumps([wid, n, spawn, place]), flush=True)
+            sys.exit(0)
+        time.sleep(0.05)
+    sys.exit(3)
+""")
+
+
+def spawned(stdout):
+    return {s[0]: s[1:] for s in (json.loads(l.split("SPAWN ", 1)[1])
+                                  for l in stdout.splitlines() if "]<stdout>:SPAWN " in l)}
+
+
+def test_workers_start_with_the_place_of_their_first_round(tmp_path):
+    # horovodrun builds a worker's environment from its slot (create_slot_env_vars): rank,
+    # size, local and cross ranks are the round's from the start, not placeholders until init.
+    prog = tmp_path / "spawn.py"
+    prog.write_text(SPAWN % (STANDIN_PATH,))
+    r = kolorun(["--min-np", "4", "-H", "localhost:2,127.0.0.1:2", PY, str(prog), "0"])
+    assert r.returncode == 0, r.stderr
+    got = spawned(r.stdout)
+    assert sorted(got) == ["0", "1", "2", "3"], r.stdout
+    for wid, (n, spawn, place) in got.items():
+        assert n == 0 and spawn == place, (wid, spawn, place)
+    assert got["3"][1] == {"rank": "3", "size": "4", "local_rank": "1", "local_size": "2",
+                           "cross_rank": "1", "cross_size": "2", "host": "127.0.0.1"}
+
+
+def test_a_worker_added_later_starts_with_its_place_in_the_next_round(tmp_path):
+    # 2 slots, then 3: worker 2 starts as rank 2 of 3, its place in round 1, while workers 0
+    # and 1 (started as ranks 0 and 1 of 2) wait for round 1 to form.
+    prog = tmp_path / "spawn.py"
+    prog.write_text(SPAWN % (STANDIN_PATH,))
+    script = counting_script(tmp_path, "localhost:2", "localhost:3", 3)
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1")
+    r = kolorun(["-np", "2", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+                 script, PY, str(prog), "1"], env=env)
+    assert r.returncode == 0, r.stderr
+    got = spawned(r.stdout)
+    assert sorted(got) == ["0", "1", "2"], r.stdout + r.stderr
+    assert got["0"][1]["size"] == got["1"][1]["size"] == "2"
+    n, spawn, place = got["2"]
+    assert n == 1 and spawn == place, (spawn, place)
+    assert (place["rank"], place["size"], place["local_rank"]) == ("2", "3", "2")
+
+
+def test_elastic_worker_0_reads_kolorun_stdin(tmp_path):
+    prog = tmp_path / "read.py"
+    prog.write_text("import os, sys\nprint('GOT', os.environ['KOLO_ELASTIC_WORKER_ID'], "
+                    "repr(sys.stdin.readline()))\n")
+    r = kolorun(["--min-np", "2", "-H", "localhost:2", PY, str(prog)], input="hi\n")
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:GOT 0 'hi\\n'" in r.stdout and "[1]<stdout>:GOT 1 ''" in r.stdout
 
 
 def test_driver_failed_script_keeps_last_list_and_says_so(tmp_path):

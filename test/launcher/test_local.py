@@ -158,15 +158,96 @@ def test_output_pump_gives_up_on_a_silent_open_pipe():
     os.close(w)
 
 
-def test_output_filename_writes_per_rank_files(tmp_path):
+def test_output_filename_writes_per_rank_files_and_the_terminal(tmp_path):
+    # horovodrun's gloo_run writes each line to MultiFile([sys.stdout, the rank's file]) after
+    # forward_stream prefixed it: the terminal and the files get the same prefixed lines (the
+    # last line without its newline in the file, as horovodrun writes it).
     d = tmp_path / "logs"
     r = kolorun(["-np", "2", "--output-filename", str(d)] + worker("echo"))
     assert r.returncode == 0, r.stderr
-    assert "line one" not in r.stdout
     for rank in (0, 1):
+        out = "[%d]<stdout>:line one\n[%d]<stdout>:line two\n" % (rank, rank)
+        assert out in r.stdout
+        assert "[%d]<stderr>:an error line\n" % rank in r.stderr
         assert (d / ("rank.%d" % rank) / "stdout").read_text() == (
-            "line one\nline two\nno newline at the end")
-        assert (d / ("rank.%d" % rank) / "stderr").read_text() == "an error line\n"
+            out + "[%d]<stdout>:no newline at the end" % rank)
+        assert (d / ("rank.%d" % rank) / "stderr").read_text() == \
+            "[%d]<stderr>:an error line\n" % rank
+
+
+def test_output_file_that_cannot_be_written_leaves_the_terminal_copy(tmp_path):
+    from kolo_launcher import output
+    got = []
+
+    class Console:
+        def write(self, data, to_err=False):
+            got.append(data)
+
+        def message(self, text):
+            got.append(("message", text))
+
+    copy = open(os.devnull, "wb")
+    copy.close()  # every write fails (ValueError: closed file)
+    pump = output.OutputPump(Console())
+    r, w = os.pipe()
+    pump.add(os.fdopen(r, "rb"), 3, to_err=False, copy=copy)
+    pump.start()
+    os.write(w, b"one\ntwo\n")
+    os.close(w)
+    assert pump.finish(timeout=5)
+    assert b"".join(g for g in got if isinstance(g, bytes)) == \
+        b"[3]<stdout>:one\n[3]<stdout>:two\n"
+    notes = [g[1] for g in got if isinstance(g, tuple)]
+    assert len(notes) == 1 and "its output goes to the terminal only" in notes[0], notes
+
+
+STDIN_RANK = ("import os, sys; line = sys.stdin.readline(); "
+              "print('GOT', os.environ['KOLO_RANK'], repr(line), flush=True)")
+
+
+def test_rank_0_reads_kolorun_stdin_and_the_others_dev_null():
+    # As mpirun: rank 0 gets the launcher's stdin, the others /dev/null (an immediate EOF).
+    r = kolorun(["-np", "3", PY, "-c", STDIN_RANK], input="hello\nmore\n")
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:GOT 0 'hello\\n'" in r.stdout, r.stdout
+    assert "[1]<stdout>:GOT 1 ''" in r.stdout and "[2]<stdout>:GOT 2 ''" in r.stdout
+
+
+# A session leader with the pty as its controlling terminal (what a login shell has): it runs
+# kolorun in its own process group (the terminal's foreground job) or, with "bg", in another
+# one (a job started with &).
+TTY_SHELL = """\
+import fcntl, os, subprocess, sys, termios
+fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+group = {"preexec_fn": os.setpgrp} if sys.argv[1] == "bg" else {}
+sys.exit(subprocess.Popen(sys.argv[2:], **group).wait())
+"""
+
+
+@pytest.mark.parametrize("job", ["fg", "bg"])
+def test_a_terminal_stdin_reaches_rank_0_only_in_the_foreground(job):
+    # A rank runs in a session of its own: reading the terminal never stops it (SIGTTIN is for
+    # the terminal's own session), so kolorun passes a terminal only when it is the terminal's
+    # foreground job, as mpirun reads it only then; a background job's rank 0 gets /dev/null.
+    import pty
+    master, slave = pty.openpty()
+    try:
+        p = subprocess.Popen([PY, "-c", TTY_SHELL, job, PY, KOLORUN, "-np", "2", PY, "-c",
+                              STDIN_RANK], stdin=slave, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=base_env(), start_new_session=True,
+                             text=True)
+        os.close(slave)
+        slave = None
+        os.write(master, b"typed\n")
+        out, err = p.communicate(timeout=60)
+    finally:
+        os.close(master)
+        if slave is not None:
+            os.close(slave)
+    assert p.returncode == 0, err
+    want = "'typed\\n'" if job == "fg" else "''"
+    assert "[0]<stdout>:GOT 0 %s" % want in out, out + err
+    assert "[1]<stdout>:GOT 1 ''" in out, out
 
 
 def test_failing_rank_stops_the_others_and_leaves_no_orphans(piddir):

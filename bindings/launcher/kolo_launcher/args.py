@@ -20,7 +20,7 @@ from . import __version__
 from .binding import BindingError, BindSpec, binding_options
 from .check_build import print_report
 from .config_file import apply_config
-from .elastic_args import ELASTIC_OPTIONS, ElasticOptions, elastic_options
+from .elastic_args import ELASTIC_OPTIONS, ElasticOptions, elastic_options, static_notes
 from .hosts import HostListError, HostSlots, parse_hostfile, parse_hosts
 
 DEFAULT_START_TIMEOUT = 120.0
@@ -59,6 +59,13 @@ environment of every rank (Gloo mode):
                                     for the tuning flags), for scripts that read them
   plus the launcher's own environment (remote ranks: all of it except per-session variables
   such as HOME, USER, SHELL, SSH_*), the -x variables, and the tuning flags above.
+
+stdin:
+  As under mpirun, rank 0 reads kolorun's stdin when it runs on this machine (elastic mode:
+  worker 0), and every other rank reads /dev/null; a rank 0 on another host gets no stdin.
+  A terminal is passed only when kolorun is its foreground job (mpirun's rule: a job started
+  with & leaves the shell's input alone). Ranks run in sessions of their own, so reading the
+  terminal never stops a rank (no SIGTTIN), also while kolorun is suspended.
 
 environment read by kolorun itself:
   KOLO_START_TIMEOUT                default for --start-timeout (then HOROVOD_START_TIMEOUT;
@@ -112,9 +119,12 @@ core binding:
   ranks than cores: use --no-bind or --binding-args there).
 
 elastic training (Gloo mode; see the README's "Elastic training" and kolo.elastic):
-  --host-discovery-script, --min-np or --max-np make the job elastic: workers are started on
-  the hosts the script (or -H) lists, re-numbered at each rendezvous round when one dies or
-  new slots appear, and the job ends when the workers exit 0 (elastic_run.py). Output lines
+  --host-discovery-script or --min-np makes the job elastic (--max-np alone does not, as
+  with horovodrun): kolorun waits up to --elastic-timeout for -np slots, starts workers on the
+  hosts the script (or -H) lists, each with the place (KOLO_RANK, HOROVOD_RANK, ...) of the
+  round it is started for, re-numbers them at each rendezvous round when one dies or new
+  slots appear (a later round needs only --min-np), and the job ends when the workers exit 0
+  (elastic_run.py). Output lines
   carry the worker's id ("[id]", fixed for its life; ranks change at each round), and kolorun
   prints each round's members and the failures; exit status 1 when the job fails for want of
   workers (--min-np, --elastic-timeout) or at --reset-limit.
@@ -224,8 +234,9 @@ OPTIONS = [
         "set VAR=VAL in every rank, or pass the launcher's own VAR (repeatable); in MPI mode "
         "exported with mpirun -x"),
     Opt(("--output-filename",), "output_dir", "value", "DIR", G_OUT,
-        "write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr instead of the "
-        "terminal (MPI mode: mpirun --output-filename DIR)"),
+        "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr: the lines "
+        "the terminal shows, with their [rank] prefix, as horovodrun writes them to both (MPI "
+        "mode: mpirun --output-filename DIR)"),
     Opt(("--verbose",), "verbose", "flag", None, G_OUT,
         "print what kolorun does: the host assignment, the store address, each remote command, "
         "the mpirun command line"),
@@ -296,7 +307,8 @@ OPTIONS = [
         "KOLO_AUTOTUNE=1"),
     Opt(("--no-autotune",), "no_autotune", "flag", None, G_TUNE,
         "no autotuning (the default; horovodrun's negation of --autotune): sets no variable, "
-        "wins over --config-file's autotune.enabled: true, excludes --autotune"),
+        "and passes none of the autotune settings below on (as horovodrun); wins over "
+        "--config-file's autotune.enabled: true, excludes --autotune"),
     Opt(("--autotune-log-file",), "autotune_log", "value", "FILE", G_TUNE,
         "rank 0 writes one CSV line per autotune sample (Horovod's columns plus the "
         "crossovers), the best last; sets KOLO_AUTOTUNE_LOG"),
@@ -309,8 +321,9 @@ OPTIONS = [
         "scored samples before the best set is fixed (fewer when the search converges); sets "
         "KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES (default 20)"),
     Opt(("--autotune-gaussian-process-noise",), "autotune_noise", "value", "X", G_TUNE,
-        "accepted for horovodrun's scripts; kolo's search (a compass search, not a Gaussian "
-        "process) does not use it; sets KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"),
+        "accepted for horovodrun's scripts, from 0 to 1 as there; kolo's search (a compass "
+        "search, not a Gaussian process) does not use it; sets "
+        "KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"),
     Opt(("--log-level",), "log_level", "value", "LEVEL", G_TUNE,
         "runtime log level: trace, debug, info, warning, error, fatal or off; sets "
         "KOLO_LOG_LEVEL (runtime default warning)"),
@@ -447,11 +460,40 @@ def split_command(argv):
         opt = _BY_NAME.get(name)
         if opt is None and name in UNSUPPORTED:
             raise UsageError("%s: %s is not supported by kolorun" % (name, UNSUPPORTED[name]))
+        if opt is None and _attached_value(word):
+            i += 1  # -Hlocalhost:2: argparse splits it as it does for any one-letter option
+            continue
+        if opt is None and _attached_hint(word):
+            raise UsageError("unrecognized option %r: %s" % (word, _attached_hint(word)))
         if opt is None:
             raise UsageError("unrecognized option %r (the command comes after kolorun's "
                              "options; put '--' before it if it starts with '-')" % word)
         i += 1 if opt.kind == "flag" or "=" in word else (3 if opt.kind == "pair" else 2)
     return argv, []
+
+
+def _attached_value(word):
+    """Whether word is a one-letter option with its value attached (-Hlocalhost:2, -p2222,
+    -ikey, -xVAR=1), which argparse (and so horovodrun) accepts. A word that begins with a
+    longer single-dash name (-np2, -cb1) is not: argparse would read -np2 as -n with the value
+    'p2', so it is refused with a hint instead (_attached_hint)."""
+    if word.startswith("--") or len(word) < 3:
+        return False
+    opt = _BY_NAME.get(word[:2])
+    longer = [n for n in _BY_NAME if not n.startswith("--") and len(n) > 2
+              and word.startswith(n)]
+    return opt is not None and opt.kind in ("value", "append") and not longer
+
+
+def _attached_hint(word):
+    """"write '-np 2' (...)" for a longer single-dash option glued to its value, else ""."""
+    for name in sorted(_BY_NAME, key=len, reverse=True):
+        opt = _BY_NAME[name]
+        if (not name.startswith("--") and len(name) > 2 and word.startswith(name)
+                and opt.kind != "flag"):
+            return ("write '%s %s' (only one-letter options such as -H take their value "
+                    "attached)" % (name, word[len(name):]))
+    return ""
 
 
 def format_help():
@@ -521,7 +563,31 @@ def knob_environment(ns, start_timeout):
         env["KOLO_STALL_SHUTDOWN_TIME_SECONDS"] = env_number(_number(
             ns.stall_shutdown, src("stall_shutdown", "--stall-check-shutdown-time-seconds"), 0,
             1e7))
+    env.update(_autotune_environment(ns))
+    if ns.log_level is not None:
+        level = ns.log_level.lower()
+        if level not in LOG_LEVELS:
+            raise UsageError("%s: expected one of %s, got %r"
+                             % (src("log_level", "--log-level"), ", ".join(LOG_LEVELS),
+                                ns.log_level))
+        env["KOLO_LOG_LEVEL"] = level
+    if ns.network_interface is not None:
+        env["KOLO_GLOO_IFACE"] = ns.network_interface.split(",")[0]
+    if ns.tcp:
+        env["NCCL_IB_DISABLE"] = "1"  # horovodrun's config_parser does the same for --tcp
+    return env
+
+
+def _autotune_environment(ns):
+    """KOLO_AUTOTUNE and its settings' variables. The settings are checked whatever the switch
+    says (horovodrun's validate_config_args), but with autotuning turned off (--no-autotune,
+    or the config file's autotune.enabled: false) none of them is passed on: horovodrun exports
+    them only when autotuning is on, and a rank must not find a log file name or sample counts
+    that --no-autotune meant to drop. Without either switch they are passed (a KOLO_AUTOTUNE=1
+    of the ranks' own environment turns autotuning on there)."""
+    src = lambda dest, flag: _source(ns, dest, flag)  # noqa: E731
     _exclusive(ns, "autotune", "no_autotune")
+    env = {}
     if ns.autotune:
         env["KOLO_AUTOTUNE"] = "1"
     if ns.autotune_log is not None:
@@ -536,21 +602,11 @@ def knob_environment(ns, start_timeout):
         if value is not None:
             env["KOLO_AUTOTUNE_" + var] = str(_integer(value, src(dest, flag), lo, 1 << 20))
     if ns.autotune_noise is not None:
+        # horovodrun: "autotune_gaussian_process_noise=X must be in [0, 1]"
         env["KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE"] = env_number(_number(
             ns.autotune_noise, src("autotune_noise", "--autotune-gaussian-process-noise"), 0,
-            1e6))
-    if ns.log_level is not None:
-        level = ns.log_level.lower()
-        if level not in LOG_LEVELS:
-            raise UsageError("%s: expected one of %s, got %r"
-                             % (src("log_level", "--log-level"), ", ".join(LOG_LEVELS),
-                                ns.log_level))
-        env["KOLO_LOG_LEVEL"] = level
-    if ns.network_interface is not None:
-        env["KOLO_GLOO_IFACE"] = ns.network_interface.split(",")[0]
-    if ns.tcp:
-        env["NCCL_IB_DISABLE"] = "1"  # horovodrun's config_parser does the same for --tcp
-    return env
+            1))
+    return {} if ns.no_autotune else env
 
 
 def _exclusive(ns, dest, negation):
@@ -610,6 +666,8 @@ def parse(argv, environ=None):
     except HostListError as e:
         raise UsageError(str(e)) from None
     elastic = elastic_options(ns, hosts, environ, UsageError)
+    if elastic is None:
+        config_notes += static_notes(ns, UsageError)
     if ns.np is not None:
         np = _integer(ns.np, "-np", 1, 1 << 20)
     elif elastic is not None:

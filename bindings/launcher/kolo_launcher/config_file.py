@@ -9,7 +9,8 @@ The keys and their nesting are Horovod's (horovod/runner/common/util/config_pars
                    gaussian_process_noise
   timeline:        filename, mark_cycles
   stall_check:     enabled, warning_time_seconds, shutdown_time_seconds
-  library_options: mpi_threads_disable, num_nccl_streams, ccl_bgt_affinity, gloo_timeout_seconds
+  library_options: mpi_threads_disable, num_nccl_streams, ccl_bgt_affinity (mlsl_bgt_affinity,
+                   its name in older Horovod releases), gloo_timeout_seconds
   logging:         level, with_timestamp, hide_timestamp
 
 Each key sets what its flag sets (CONFIG_KEYS names the flag), so the values are checked as the
@@ -19,13 +20,16 @@ horovodrun: a key it does not know is an error naming the key (horovodrun ignore
 silently changed nothing), and so is a value of the wrong type (a string where a number or
 true/false belongs). A null value counts as absent, as in horovodrun. Keys for horovodrun knobs
 kolo has no use for (hierarchical_allgather, mpi_threads_disable, num_nccl_streams,
-ccl_bgt_affinity, with_timestamp / hide_timestamp) are accepted with the same note as their flags.
+ccl_bgt_affinity, mlsl_bgt_affinity, with_timestamp / hide_timestamp) are accepted with a one-line
+note (their flags' note, or Key.note for the keys without a flag), so Horovod's own sample file
+(test/data/config.test.yaml, which has mlsl_bgt_affinity) runs as it is.
 
 The file is read with PyYAML (python3-yaml on Debian/Ubuntu, pip's pyyaml), imported only when
 --config-file is given: kolorun itself needs nothing but the standard library, and says how to
 install PyYAML when this Python cannot import it.
 """
 
+import math
 import sys
 from typing import NamedTuple, Optional
 
@@ -38,6 +42,7 @@ class Key(NamedTuple):
     dest: Optional[str]  # the flag's destination in the parsed namespace
     flag: str  # the flag it stands for (for messages)
     off_dest: Optional[str] = None  # bool keys: the destination that false sets
+    note: Optional[str] = None  # keys without a kolo flag (dest None): what kolorun says
 
 
 CONFIG_KEYS = {
@@ -78,7 +83,13 @@ CONFIG_KEYS = {
         "mpi_threads_disable": Key("bool", "ignored_mpi_threads_disable",
                                    "--mpi-threads-disable", "ignored_no_mpi_threads_disable"),
         "num_nccl_streams": Key("number", "ignored_num_nccl_streams", "--num-nccl-streams"),
-        "ccl_bgt_affinity": Key("number", None, "--ccl-bgt-affinity"),
+        "ccl_bgt_affinity": Key("number", None, "--ccl-bgt-affinity", note=(
+            "library_options.ccl_bgt_affinity has no effect in kolo (kolo has no oneCCL "
+            "backend)")),
+        # Horovod before oneCCL (its sample config file still has it)
+        "mlsl_bgt_affinity": Key("number", None, "--mlsl-bgt-affinity", note=(
+            "library_options.mlsl_bgt_affinity (older Horovod's name of ccl_bgt_affinity) has "
+            "no effect in kolo (kolo has no MLSL or oneCCL backend)")),
         "gloo_timeout_seconds": Key("number", "start_timeout", "--gloo-timeout-seconds"),
     },
     "logging": {
@@ -89,10 +100,6 @@ CONFIG_KEYS = {
                               "ignored_log_with_timestamp"),
     },
 }
-
-CCL_NOTE = ("library_options.ccl_bgt_affinity has no effect in kolo (kolo has no oneCCL "
-            "backend)")
-
 
 def load_yaml(path, error):
     """The parsed file; error(message) (an exception class) when PyYAML is missing, the file
@@ -173,6 +180,14 @@ def apply_config(ns, path, error):
     return tuple(notes), origin
 
 
+def _nonnegative(value):
+    """horovodrun's _validate_arg_nonnegative, for a value given as a number or its text."""
+    try:
+        return math.isfinite(float(value)) and float(value) >= 0
+    except ValueError:
+        return False
+
+
 def _given(ns, dest):
     return dest is not None and getattr(ns, dest) not in (None, False)
 
@@ -200,8 +215,10 @@ def _apply(ns, path, name, key, value, error, notes, origin):
             raise error("%s: expected a string, got %r" % (label, value))
     elif isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise error("%s: expected a number, got %r" % (label, value))
-    if key.dest is None:  # ccl_bgt_affinity: no kolo flag
-        notes.append(CCL_NOTE)
+    if key.dest is None:  # a Horovod key without a kolo flag: checked as horovodrun, noted
+        if not _nonnegative(value):
+            raise error("%s: expected a number >= 0, got %r" % (label, value))
+        notes.append(key.note)
         return
     if _given(ns, key.dest):
         return

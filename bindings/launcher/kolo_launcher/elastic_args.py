@@ -1,9 +1,13 @@
 """kolorun's elastic flags (horovodrun's names) and their validation: ElasticOptions.
 
-A job is elastic when --host-discovery-script, --min-np or --max-np is given (as horovodrun).
-The hosts then come from the discovery script, re-run every few seconds, or from -H/--hostfile
-as a fixed list; -np is the default of --min-np. The other elastic flags without one of those
-three are a usage error, as is elastic mode with --mpi (MPI cannot re-initialize).
+A job is elastic when --host-discovery-script or --min-np is given (horovodrun's
+launch._is_elastic). --max-np alone leaves the job static, with -np ranks, as under horovodrun
+(kolorun notes that it has no effect there). The hosts then come from the discovery script,
+re-run every few seconds, or from -H/--hostfile as a fixed list; -np is the default of
+--min-np, and the number of slots the first round waits for (horovodrun's "number of processes
+required before training can start"; later rounds need only --min-np). The other elastic flags
+without --host-discovery-script or --min-np are a usage error, as is elastic mode with --mpi
+(MPI cannot re-initialize).
 Two environment variables tune the driver: KOLO_ELASTIC_DISCOVERY_INTERVAL (seconds between
 runs of the discovery script, default 1) and KOLO_ELASTIC_FINISH_GRACE_SECONDS (once a worker
 exited 0, how long the others may take to exit by themselves before kolorun stops them;
@@ -25,7 +29,8 @@ ELASTIC_OPTIONS = [
      "elastic: the fewest workers training may continue with; below it the job waits up to "
      "--elastic-timeout for new hosts, then fails (default: -np)"),
     (("--max-np", "--max-num-proc"), "max_np", "value", "N",
-     "elastic: the most workers started, whatever the hosts offer (default: every slot)"),
+     "elastic: the most workers started, whatever the hosts offer (default: every slot); "
+     "alone it does not make the job elastic (as horovodrun: a static job of -np ranks)"),
     (("--host-discovery-script",), "discovery_script", "value", "SCRIPT",
      "elastic: an executable printing the available hosts, one 'host:slots' (or 'host', with "
      "--slots-per-host slots) a line; kolorun runs it every second and starts workers on new "
@@ -35,8 +40,9 @@ ELASTIC_OPTIONS = [
     (("--slots-per-host", "--slots"), "slots_per_host", "value", "N",
      "elastic: slots of a host the discovery script lists without ':slots' (default 1)"),
     (("--elastic-timeout",), "elastic_timeout", "value", "SECONDS",
-     "elastic: how long to wait for --min-np workers (at the start and after failures) before "
-     "the job fails (default: $KOLO_ELASTIC_TIMEOUT, $HOROVOD_ELASTIC_TIMEOUT, else 600)"),
+     "elastic: how long to wait for slots before the job fails: -np of them before the first "
+     "round, --min-np after failures (default: $KOLO_ELASTIC_TIMEOUT, "
+     "$HOROVOD_ELASTIC_TIMEOUT, else 600)"),
     (("--reset-limit",), "reset_limit", "value", "N",
      "elastic: fail the job when the workers would be re-formed (a rendezvous round after the "
      "first) more than N times (default: no limit)"),
@@ -56,6 +62,10 @@ class ElasticOptions(NamedTuple):
     cooldown: Optional[Tuple[float, float]]
     discovery_interval: float = DEFAULT_DISCOVERY_INTERVAL
     finish_grace: float = DEFAULT_FINISH_GRACE
+    # the slots the first round waits for: -np (horovodrun's "number of processes required
+    # before training can start"), else --min-np; start_flag names it in messages
+    start_np: int = 1
+    start_flag: str = "-np"
 
 
 def _int(text, flag, lo, error):
@@ -75,19 +85,33 @@ def _seconds(text, flag, lo, error):
     return v
 
 
+def is_elastic(ns):
+    """horovodrun's launch._is_elastic: a discovery script or --min-np (not --max-np)."""
+    return ns.discovery_script is not None or ns.min_np is not None
+
+
+def static_notes(ns, error):
+    """What kolorun says about the elastic flags of a static job: --max-np alone is accepted and
+    does nothing, as under horovodrun (its value is still checked). Raises `error` for the other
+    elastic flags, which would silently change nothing."""
+    for dest, flag in (("slots_per_host", "--slots-per-host"),
+                       ("elastic_timeout", "--elastic-timeout"),
+                       ("reset_limit", "--reset-limit"),
+                       ("cooldown", "--blacklist-cooldown-range")):
+        if getattr(ns, dest) is not None:
+            raise error("%s is for elastic jobs: give --host-discovery-script or --min-np too"
+                        % flag)
+    if ns.max_np is None:
+        return ()
+    _int(ns.max_np, "--max-np", 1, error)
+    return ("--max-np has no effect without --min-np or --host-discovery-script: the job is "
+            "static, with -np ranks (or one per slot), as under horovodrun",)
+
+
 def elastic_options(ns, hosts, environ, error):
-    """ElasticOptions when the command line asks for an elastic job, else None. Raises `error`
-    (args.UsageError) for a bad or contradictory value."""
-    elastic = (ns.discovery_script is not None or ns.min_np is not None
-               or ns.max_np is not None)
-    if not elastic:
-        for dest, flag in (("slots_per_host", "--slots-per-host"),
-                           ("elastic_timeout", "--elastic-timeout"),
-                           ("reset_limit", "--reset-limit"),
-                           ("cooldown", "--blacklist-cooldown-range")):
-            if getattr(ns, dest) is not None:
-                raise error("%s is for elastic jobs: give --host-discovery-script, --min-np or "
-                            "--max-np too" % flag)
+    """ElasticOptions when the command line asks for an elastic job (is_elastic), else None.
+    Raises `error` (args.UsageError) for a bad or contradictory value."""
+    if not is_elastic(ns):
         return None
     if ns.mpi:
         raise error("elastic training needs Gloo mode (MPI cannot be initialized again in a "
@@ -114,6 +138,17 @@ def elastic_options(ns, hosts, environ, error):
     if np is not None and (np < min_np or (max_np is not None and np > max_np)):
         raise error("-np %d is outside --min-np %d .. --max-np %s"
                     % (np, min_np, max_np if max_np is not None else "unbounded"))
+    start_np = np if np is not None else min_np
+    if script is None and sum(h.slots for h in hosts) < start_np:
+        # horovodrun would wait --elastic-timeout for slots that a fixed list never adds
+        raise error("%s %d asks for more slots than the host list has (%d: %s): an elastic job "
+                    "waits for %s slots before its first round, and a fixed host list "
+                    "(-H/--hostfile) never offers more; give fewer, or a "
+                    "--host-discovery-script" % (
+                        "-np" if np is not None else "--min-np", start_np,
+                        sum(h.slots for h in hosts),
+                        ",".join("%s:%d" % (h.name, h.slots) for h in hosts),
+                        "-np" if np is not None else "--min-np"))
     slots = _int(ns.slots_per_host, "--slots-per-host", 1, error) \
         if ns.slots_per_host is not None else 1
     timeout_text, flag = ns.elastic_timeout, "--elastic-timeout"
@@ -141,4 +176,5 @@ def elastic_options(ns, hosts, environ, error):
     return ElasticOptions(min_np=min_np, max_np=max_np, discovery_script=script,
                           slots_per_host=slots, elastic_timeout=timeout, reset_limit=limit,
                           cooldown=cooldown, discovery_interval=interval,
-                          finish_grace=finish_grace)
+                          finish_grace=finish_grace, start_np=start_np,
+                          start_flag="-np" if np is not None else "--min-np")

@@ -71,6 +71,7 @@ from .hosts import HostSlots
 from .output import OutputPump
 from .store_server import StoreServer
 from .topology import Slot, assign
+from .workers import launcher_stdin_usable
 
 SETTLE_SECONDS = 0.3  # deaths of one host's workers, seen a few polls apart, form one round
 
@@ -172,8 +173,9 @@ class ElasticJob(GlooJob):
         return hosts
 
     # ---- the environment of a worker -------------------------------------------------------
-    def _rank_env(self, slot, addr):
-        env = GlooJob._rank_env(self, slot, addr)
+    def _rank_env(self, slot, addr, place=None):
+        """slot.rank is the worker's id; place its place in the round it is started for."""
+        env = GlooJob._rank_env(self, slot, addr, place)
         env.update({
             "KOLO_ELASTIC": "1", "HOROVOD_ELASTIC": "1",
             "KOLO_ELASTIC_WORKER_ID": str(slot.rank),
@@ -182,36 +184,58 @@ class ElasticJob(GlooJob):
         })
         return env
 
-    def _start_worker(self, host):
+    def _start_workers(self, hosts, cap):
+        """Starts a worker on every free slot of the usable hosts, up to --max-np (a stopped
+        worker still there keeps its slot: its GPU, its memory). Each starts with the place it
+        will have in the next round, as horovodrun's workers start with their slot's
+        (create_slot_env_vars): the round the driver forms next holds the live workers and
+        these, numbered by _placement, so the place is the round's unless the workers change
+        before it forms; the worker takes its round's place at init (kolo.elastic). A Failure
+        when one cannot be started, else None."""
+        new = []  # the hosts of the workers to start, in order
+        for host, slots in hosts:
+            on_host = new.count(host) + sum(
+                1 for w in list(self.live.values()) + [r[0] for r in self.retiring.values()]
+                if w.host == host)
+            while on_host < slots and len(self.live) + len(new) < cap and self.health.usable(host):
+                new.append(host)
+                on_host += 1
+        if not new:
+            return None
+        host_of = {wid: w.host for wid, w in self.live.items()}
+        host_of.update((self.next_id + i, host) for i, host in enumerate(new))
+        places = self._placement(host_of)
+        for host in new:
+            failure = self._start_worker(host, places[self.next_id])
+            if failure is not None:
+                return failure
+        return None
+
+    def _start_worker(self, host, place):
+        """Starts the next worker on host; a Failure when it cannot, else None."""
         wid = self.next_id
         self.next_id += 1
-        # Provisional place: the worker takes its real one from its round's assignment.
+        # The worker's own slot is its id and host (its output prefix, its files); its place
+        # in the job is in its environment.
         slot = Slot(rank=wid, size=1, host=host, local_rank=0, local_size=1, cross_rank=0,
                     cross_size=1)
         self._is_local(host)
         try:
-            w = self._make_worker(slot, self._reach_address(host))
+            w = self._make_worker(slot, self._reach_address(host), place,
+                                  stdin=wid == 0 and launcher_stdin_usable())
         except OSError as e:
-            return None, Failure("cannot create the output files of worker %d in %s: %s"
-                                 % (wid, self.opts.output_dir, e.strerror), 1)
+            return Failure("cannot create the output files of worker %d in %s: %s"
+                           % (wid, self.opts.output_dir, e.strerror), 1)
         self.workers.append(w)
-        try:
-            w.start()
-        except OSError as e:
-            return None, Failure("cannot start worker %d on host %s: %s: %s"
-                                 % (wid, host, w.argv[0], e.strerror),
-                                 127 if isinstance(e, FileNotFoundError) else 126)
-        finally:
-            for f in w.files:
-                f.close()
-        if w.proc.stdout is not None:
-            self.pump.add(w.proc.stdout, wid, to_err=False)
-            self.pump.add(w.proc.stderr, wid, to_err=True)
+        failure = self._start_worker_process(w, "worker %d" % wid)
+        if failure is not None:
+            return failure
         self.live[wid] = w
         w.started_at = time.monotonic()
         if self.opts.verbose:
-            self.console.message("started worker %d on host %s" % (wid, host))
-        return w, None
+            self.console.message("started worker %d on host %s (rank %d of %d for now)"
+                                 % (wid, host, place.rank, place.size))
+        return None
 
     # ---- the job ---------------------------------------------------------------------------
     def run(self):
@@ -253,29 +277,34 @@ class ElasticJob(GlooJob):
         return hosts
 
     def _wait_for_hosts(self):
-        """The first host list with --min-np usable slots, or a Failure after the timeout (or at
-        once when the discovery script's first run fails)."""
-        deadline = time.monotonic() + self.eopts.elastic_timeout
+        """The first host list with -np usable slots (horovodrun's wait_for_available_slots
+        before the first round; later rounds need only --min-np), or a Failure after
+        --elastic-timeout (or at once when the discovery script's first run fails)."""
+        e = self.eopts
+        need = "%s %d" % (e.start_flag, e.start_np)
+        deadline = time.monotonic() + e.elastic_timeout
         said = False
         hosts = self._first_discovery()
         while True:
             if isinstance(hosts, Failure):
                 return hosts
-            if self._usable_slots(hosts) >= self.eopts.min_np:
+            found = self._usable_slots(hosts)
+            if found >= e.start_np:
                 return hosts
             if self._signals:
                 sig = self._signals[0]
                 return Failure("kolorun was stopped by %s" % signal.Signals(sig).name, 128 + sig)
             if time.monotonic() >= deadline:
-                return Failure("the hosts offer %d slot%s, fewer than --min-np %d, after "
-                               "--elastic-timeout %s s" % (
-                                   self._usable_slots(hosts),
-                                   "" if self._usable_slots(hosts) == 1 else "s",
-                                   self.eopts.min_np, _seconds(self.eopts.elastic_timeout)), 1)
+                return Failure("the hosts offer %d slot%s, fewer than %s (the slots the first "
+                               "round needs), after --elastic-timeout %s s (hosts: %s)" % (
+                                   found, "" if found == 1 else "s", need,
+                                   _seconds(e.elastic_timeout), _host_list(hosts)), 1)
             if not said:
-                self.console.message("waiting up to %s s for %d slots (the hosts offer %d)" % (
-                    _seconds(self.eopts.elastic_timeout), self.eopts.min_np,
-                    self._usable_slots(hosts)))
+                self.console.message(
+                    "waiting up to %s s (--elastic-timeout) for the %d slots of %s before the "
+                    "first round (the hosts offer %d: %s)" % (
+                        _seconds(e.elastic_timeout), e.start_np, need, found,
+                        _host_list(hosts)))
                 said = True
             wake = time.monotonic() + self.eopts.discovery_interval
             while not self._signals and time.monotonic() < wake:
@@ -395,16 +424,9 @@ class ElasticJob(GlooJob):
                 next_discovery = now + e.discovery_interval
             self._reap_retiring()
             if not finishing:
-                for host, slots in hosts:
-                    # a stopped worker still there keeps its slot (its GPU, its memory)
-                    on_host = sum(1 for w in list(self.live.values()) +
-                                  [r[0] for r in self.retiring.values()] if w.host == host)
-                    while (on_host < slots and len(self.live) < cap
-                           and self.health.usable(host)):
-                        _, failure = self._start_worker(host)
-                        if failure is not None:
-                            return self._abort(failure.reason, failure.exit_status)
-                        on_host += 1
+                failure = self._start_workers(hosts, cap)
+                if failure is not None:
+                    return self._abort(failure.reason, failure.exit_status)
             if finishing:
                 for wid, w in sorted(self.live.items()):
                     if wid not in self.ever:  # started for a round that will not come
@@ -557,22 +579,25 @@ class ElasticJob(GlooJob):
                 continue
         return False
 
-    def _publish(self, ids):
-        n = self.round + 1
-        # The previous round's members first: rank 0, whose state every worker receives, is the
-        # oldest worker that holds the training state, never one that has not joined a round.
-        ids = sorted(ids, key=lambda wid: (wid not in self.members, wid))
+    def _placement(self, host_of):
+        """{worker id: Slot} for a round of the workers host_of maps to their hosts: ranks host
+        by host, hosts ordered by their oldest worker, the current round's members first, so
+        rank 0, whose state every worker receives, is the oldest worker that holds the training
+        state, never one that has not joined a round."""
+        ids = sorted(host_of, key=lambda wid: (wid not in self.members, wid))
         order = []  # hosts by their oldest worker
         on_host = {}
         for wid in ids:
-            host = self.live[wid].host
-            if host not in on_host:
-                order.append(host)
-                on_host[host] = []
-            on_host[host].append(wid)
+            on_host.setdefault(host_of[wid], []).append(wid)
+            if on_host[host_of[wid]] == [wid]:
+                order.append(host_of[wid])
         slots = assign([HostSlots(h, len(on_host[h])) for h in order], len(ids))
-        ranked = [wid for h in order for wid in on_host[h]]
-        for wid, slot in zip(ranked, slots):
+        return dict(zip([wid for h in order for wid in on_host[h]], slots))
+
+    def _publish(self, ids):
+        n = self.round + 1
+        placed = self._placement({wid: self.live[wid].host for wid in ids})
+        for wid, slot in placed.items():
             place = {"rank": slot.rank, "size": slot.size, "local_rank": slot.local_rank,
                      "local_size": slot.local_size, "cross_rank": slot.cross_rank,
                      "cross_size": slot.cross_size, "host": slot.host}
@@ -586,9 +611,12 @@ class ElasticJob(GlooJob):
         self.members = set(ids)
         self.member_exits = {}
         self.ever.update(ids)
+        order = list(dict.fromkeys(slot.host for slot in placed.values()))  # rank order
         self.console.message("elastic round %d: %d worker%s (%s), rank 0 is worker %d" % (
             n, len(ids), "" if len(ids) == 1 else "s",
-            ", ".join("%s: %s" % (h, _span(on_host[h])) for h in order), ranked[0]))
+            ", ".join("%s: %s" % (h, _span([wid for wid, slot in placed.items()
+                                             if slot.host == h])) for h in order),
+            next(iter(placed))))
 
 
 def _stale_round_rule(newest):
@@ -610,6 +638,10 @@ def _stale_round_rule(newest):
 
 
 _ROUND_KEY = re.compile(r"round([0-9]+)/")
+
+
+def _host_list(hosts):
+    return ",".join("%s:%d" % h for h in hosts) or "none"
 
 
 def _nth(n):

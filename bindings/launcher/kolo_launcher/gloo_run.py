@@ -7,7 +7,8 @@ Life of a job (GlooJob.run):
   3. start local ranks directly (bound to their cores, binding.plan, planned before anything
      starts: an explicit binding that does not fit fails the job) and remote ones through
      ssh (ssh.remote_argv), each in its own process group, with its KOLO_* environment;
-     forward their output;
+     forward their output (and with --output-filename copy it to DIR/rank.N/, output.py); rank
+     0, when it runs here, reads kolorun's stdin (workers.py says when), the others /dev/null;
   4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
      still running without its "host/<rank>" store key --start-timeout after the first rank
      published its key fails it (before any rank connected there is no limit: work before
@@ -45,7 +46,7 @@ from .orphan_guard import OrphanGuard
 from .output import OutputPump
 from .store_server import StoreServer
 from .topology import assign, used_hosts
-from .workers import Worker, live_process_groups
+from .workers import Worker, launcher_stdin_usable, live_process_groups
 
 POLL_SECONDS = 0.05
 DEFAULT_GRACE_SECONDS = 5.0
@@ -192,7 +193,11 @@ class GlooJob:
             reach[host] = addr
         return "0.0.0.0", reach
 
-    def _rank_env(self, slot, addr):
+    def _rank_env(self, slot, addr, place=None):
+        """The variables a rank gets on top of kolorun's environment. slot: the rank kolorun
+        starts; place: where it runs in the job (its rank, size, local and cross ranks, host),
+        slot itself unless given (an elastic worker's place in the round it starts for)."""
+        slot = slot if place is None else place
         env = dict(self.opts.extra_env)
         if self.opts.network_interface and "NCCL_SOCKET_IFNAME" not in self.environ:
             env["NCCL_SOCKET_IFNAME"] = self.opts.network_interface
@@ -218,19 +223,28 @@ class GlooJob:
                     "HOROVOD_CPU_OPERATIONS": "gloo"})
         return env
 
-    def _make_worker(self, slot, addr):
-        rank_env = self._rank_env(slot, addr)
+    def _output_files(self, slot):
+        """With --output-filename: (stdout, stderr) files of the rank in DIR/rank.N/, which the
+        output pump fills with what it prints (output.py); else (None, None). OSError."""
+        if not self.opts.output_dir:
+            return None, None
+        # horovodrun pads the rank with zeros to the width of the largest one, so that the
+        # folders sort in rank order (rank.0 .. rank.9, then rank.00 .. rank.10 ..).
+        width = len(str(max(slot.size - 1, 0)))
+        d = os.path.join(self.opts.output_dir, "rank.%0*d" % (width, slot.rank))
+        os.makedirs(d, exist_ok=True)
+        out = open(os.path.join(d, "stdout"), "wb")
+        try:
+            return out, open(os.path.join(d, "stderr"), "wb")
+        except OSError:
+            out.close()
+            raise
+
+    def _make_worker(self, slot, addr, place=None, stdin=False):
+        """The rank's Worker, not started yet; its output files in w.files. OSError."""
+        rank_env = self._rank_env(slot, addr, place)
         remote = not self.local[slot.host]
-        if self.opts.output_dir:
-            # horovodrun pads the rank with zeros to the width of the largest one, so that
-            # the folders sort in rank order (rank.0 .. rank.9, then rank.00 .. rank.10 ..).
-            width = len(str(max(slot.size - 1, 0)))
-            d = os.path.join(self.opts.output_dir, "rank.%0*d" % (width, slot.rank))
-            os.makedirs(d, exist_ok=True)
-            out = open(os.path.join(d, "stdout"), "wb")
-            err = open(os.path.join(d, "stderr"), "wb")
-        else:
-            out = err = subprocess.PIPE
+        files = self._output_files(slot)
         if remote:
             env = ssh.remote_environment(self.environ, rank_env, set(self.opts.extra_env))
             argv = ssh.remote_argv(
@@ -245,10 +259,27 @@ class GlooJob:
             argv = list(self.opts.command)
             local_env = dict(self.environ)
             local_env.update(rank_env)
-        w = Worker(slot, argv, local_env, remote, out, err, cpus=self.cpus.get(slot.rank),
-                   guard=None if remote else self.guard)
-        w.files = [f for f in (out, err) if f is not subprocess.PIPE]
+        w = Worker(slot, argv, local_env, remote, subprocess.PIPE, subprocess.PIPE,
+                   cpus=self.cpus.get(slot.rank), guard=None if remote else self.guard,
+                   stdin=stdin and not remote)
+        w.files = list(files)
         return w
+
+    def _start_worker_process(self, w, label):
+        """Starts w and hands its pipes (and output files) to the pump; a Failure when it cannot
+        be started (its files closed), else None. label: "rank 3" / "worker 3"."""
+        try:
+            w.start()
+        except OSError as e:
+            for f in w.files:
+                if f is not None:
+                    f.close()
+            return Failure("cannot start %s on host %s: %s: %s"
+                           % (label, w.host, w.argv[0], e.strerror),
+                           127 if isinstance(e, FileNotFoundError) else 126)
+        self.pump.add(w.proc.stdout, w.rank, to_err=False, copy=w.files[0])
+        self.pump.add(w.proc.stderr, w.rank, to_err=True, copy=w.files[1])
+        return None
 
     # ---- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, _frame):
@@ -364,25 +395,17 @@ class GlooJob:
         return True
 
     def _start_all(self, reach):
+        stdin = launcher_stdin_usable()
         for slot in self.slots:
             try:
-                w = self._make_worker(slot, reach[slot.host])
+                w = self._make_worker(slot, reach[slot.host], stdin=stdin and slot.rank == 0)
             except OSError as e:
                 return Failure("cannot create the output files of rank %d in %s: %s"
                                % (slot.rank, self.opts.output_dir, e.strerror), 1)
             self.workers.append(w)
-            try:
-                w.start()
-            except OSError as e:
-                return Failure("cannot start rank %d on host %s: %s: %s"
-                               % (slot.rank, slot.host, w.argv[0], e.strerror),
-                               127 if isinstance(e, FileNotFoundError) else 126)
-            finally:
-                for f in w.files:
-                    f.close()
-            if w.proc.stdout is not None:
-                self.pump.add(w.proc.stdout, slot.rank, to_err=False)
-                self.pump.add(w.proc.stderr, slot.rank, to_err=True)
+            failure = self._start_worker_process(w, "rank %d" % slot.rank)
+            if failure is not None:
+                return failure
         return None
 
     def _supervise(self):

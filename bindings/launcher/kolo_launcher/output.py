@@ -9,6 +9,13 @@ whole up to 16 MiB (_MAX_LINE: a longer one is cut there, each piece on a line o
 rank that never prints a newline cannot make kolorun hold unbounded memory), and a last line
 without a newline gets one at EOF. kolorun's own messages go through the same Console lock.
 
+--output-filename (a pipe's `copy`): as horovodrun's gloo_run, which writes each rank's output
+to MultiFile([sys.stdout, file]), every line goes to the terminal and to the rank's file, the
+same prefixed text in both (horovodrun's forward_stream adds the prefix before either write); a
+last line without a newline is written to the file as it is. The pump owns the file and closes
+it at the pipe's end; a file that cannot be written is said once and dropped (the terminal copy
+goes on).
+
 Threading: the pump thread owns the pipes and their buffers; Console is shared (one lock).
 Blocking: the pump blocks in select() only; writes to kolorun's own stdout/stderr may block
 when nobody reads them (as any program's). Errors: a closed terminal is ignored (Console).
@@ -77,14 +84,15 @@ class OutputPump:
         self._writing = False  # the pump thread is inside a write to kolorun's output
         self._thread = threading.Thread(target=self._run, name="kolo-output", daemon=True)
 
-    def add(self, fileobj, rank, to_err):
-        """Takes ownership of a pipe's read end (a file object from Popen)."""
+    def add(self, fileobj, rank, to_err, copy=None):
+        """Takes ownership of a pipe's read end (a file object from Popen) and of `copy`, a file
+        opened for writing (binary) that gets the same lines (--output-filename), or None."""
         fd = fileobj.fileno()
         os.set_blocking(fd, False)
         prefix = ("[%d]<%s>:" % (rank, "stderr" if to_err else "stdout")).encode()
         with self._lock:
             self._open += 1
-        self._sel.register(fd, selectors.EVENT_READ, [fileobj, prefix, to_err, b""])
+        self._sel.register(fd, selectors.EVENT_READ, [fileobj, prefix, to_err, b"", copy])
 
     def start(self):
         self._thread.start()
@@ -132,6 +140,7 @@ class OutputPump:
                 if key.data is not None:
                     self._flush_rest(key.data)
                     key.data[0].close()
+                    self._close_copy(key.data)
             self._sel.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
@@ -148,6 +157,7 @@ class OutputPump:
             self._flush_rest(state)
             self._sel.unregister(key.fd)
             state[0].close()
+            self._close_copy(state)
             with self._lock:
                 self._open -= 1
             return
@@ -157,7 +167,9 @@ class OutputPump:
             prefix, to_err = state[1], state[2]
             self._writing = True  # a write that a slow reader holds up is progress too
             try:
-                self._console.write(b"".join(prefix + line for line in lines), to_err)
+                text = b"".join(prefix + line for line in lines)
+                self._console.write(text, to_err)
+                self._write_copy(state, text)
             finally:
                 self._moved = time.monotonic()  # first: finish() must never see neither
                 self._writing = False
@@ -165,4 +177,31 @@ class OutputPump:
     def _flush_rest(self, state):
         if state[3]:
             self._console.write(state[1] + state[3] + b"\n", state[2])
+            self._write_copy(state, state[1] + state[3])
             state[3] = b""
+
+    def _write_copy(self, state, data):
+        copy = state[4]
+        if copy is None:
+            return
+        try:
+            copy.write(data)
+            copy.flush()  # the file follows the terminal (tail -f), as horovodrun's MultiFile
+        except (OSError, ValueError) as e:
+            state[4] = None
+            self._console.message("cannot write %s: %s; its output goes to the terminal only"
+                                  % (getattr(copy, "name", "an output file"),
+                                     getattr(e, "strerror", None) or e))
+            try:
+                copy.close()
+            except OSError:
+                pass
+
+    @staticmethod
+    def _close_copy(state):
+        copy, state[4] = state[4], None
+        if copy is not None:
+            try:
+                copy.close()
+            except OSError:
+                pass

@@ -18,6 +18,14 @@ forgotten once reaped, so that its group is stopped even when kolorun is killed 
 A remote rank's local process is the ssh client (or the remote-shell template). Its stdin is
 the watcher channel of ssh.remote_script: request_stop() writes the signal name and closes it,
 and the remote side stops the rank; the local group is only killed when that takes too long.
+
+stdin: as under mpirun, rank 0 (when it runs on this machine) reads kolorun's own stdin, shared
+(not copied: the rank reads the same file description), and every other rank reads /dev/null
+(launcher_stdin_usable says when kolorun passes it). A rank runs in a session of its own, with
+no controlling terminal, so reading a terminal never stops it with SIGTTIN (job control applies
+only to a process of the terminal's session); this is why kolorun passes a terminal only when
+it is the terminal's foreground job, as mpirun reads it only then: a job started in the
+background (`kolorun ... &`) must not take the shell's input.
 """
 
 import collections
@@ -59,7 +67,8 @@ def _signame(num):
 class Worker:
     """Not thread-safe: the launcher's main thread owns every Worker."""
 
-    def __init__(self, slot, argv, env, remote, stdout, stderr, cpus=None, guard=None):
+    def __init__(self, slot, argv, env, remote, stdout, stderr, cpus=None, guard=None,
+                 stdin=False):
         self.slot = slot
         self.argv = argv
         self.env = env
@@ -73,6 +82,7 @@ class Worker:
         self.files = []  # output files kolorun opened for the rank (closed once it started)
         self.cpus = cpus  # the CPUs the rank is bound to, or None
         self.guard = guard  # the OrphanGuard that stops the rank if kolorun dies (local ranks)
+        self.stdin = stdin  # a local rank: True reads kolorun's stdin, False /dev/null
 
     @property
     def rank(self):
@@ -88,11 +98,14 @@ class Worker:
         if self.cpus:
             own = os.sched_getaffinity(0)
             os.sched_setaffinity(0, self.cpus)  # this thread only; the child inherits it
+        if self.remote:
+            stdin = subprocess.PIPE  # the watcher channel
+        else:
+            stdin = None if self.stdin else subprocess.DEVNULL  # None: kolorun's own
         try:
             self.proc = subprocess.Popen(
-                self.argv, env=self.env,
-                stdin=subprocess.PIPE if self.remote else subprocess.DEVNULL,
-                stdout=self._stdout, stderr=self._stderr, start_new_session=True, close_fds=True)
+                self.argv, env=self.env, stdin=stdin, stdout=self._stdout, stderr=self._stderr,
+                start_new_session=True, close_fds=True)
         finally:
             if own is not None:
                 os.sched_setaffinity(0, own)
@@ -169,6 +182,21 @@ class Worker:
         self.reaped = True
         if self.guard is not None:
             self.guard.forget(self.proc.pid)
+
+
+def launcher_stdin_usable(fd=0):
+    """Whether rank 0 gets kolorun's stdin: it is open, and when it is a terminal kolorun is
+    its foreground job (mpirun's rule: a background job must not read the shell's input)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False  # closed: the rank gets /dev/null instead of no stdin at all
+    if not os.isatty(fd):
+        return True
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
 
 
 def live_process_groups():
