@@ -167,3 +167,49 @@ def test_horovod_run_keywords(tmp_path):
     for line in ("DC [0, 1]", "MA [0, 1]", "SL [0, 1]", "WS a:2,b:3,[::1]:2,[fe80::1]:2",
                  "BAD slots must be a positive int; got 0"):
         assert line in r.stdout, r.stdout + r.stderr
+
+
+def test_both_ways_of_starting_ranks_set_the_same_variables(tmp_path):
+    """kolo.run's own local ranks and kolorun's (start_timeout= makes kolo.run use kolorun on
+    this machine) see the same place variables, under kolo's and Horovod's names, and neither
+    sees the caller's own (a caller that is itself a rank, elastic or not); only the
+    rendezvous's variables differ (a file store, kolorun's TCP store)."""
+    env = _env(tmp_path)
+    env.update({"KOLO_ELASTIC": "1", "HOROVOD_ELASTIC": "1", "HOROVOD_RANK": "7",
+                "KOLO_HOSTNAME": "caller", "KOLO_ELASTIC_WORKER_ID": "4"})
+    script = tmp_path / "env.py"
+    script.write_text(textwrap.dedent("""\
+        import json
+        import kolo
+
+        def variables():
+            import os
+            return {k: v for k, v in os.environ.items()
+                    if k.startswith(("KOLO_", "HOROVOD_")) or k == "PYTHONUNBUFFERED"}
+
+        print("LOCAL", json.dumps(kolo.run(variables, np=2)))
+        print("KOLORUN", json.dumps(kolo.run(variables, np=2, start_timeout=120)))
+        # horovod.run: max_num_proc alone is not elastic (num_proc ranks, static)
+        print("MAX", json.dumps(kolo.run(variables, np=2, max_num_proc=4)))
+    """))
+    r = subprocess.run([PY, str(script)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    import json
+    got = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+           for line in r.stdout.splitlines() if line.startswith(("LOCAL ", "KOLORUN ", "MAX "))}
+    rendezvous = {"KOLO_RENDEZVOUS_DIR", "KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT",
+                  "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
+                  "KOLO_RUN_PORT", "KOLO_RUN_ELASTIC"}
+    for rank in (0, 1):
+        local, hosts = ({k: v for k, v in got[way][rank].items() if k not in rendezvous}
+                        for way in ("LOCAL", "KOLORUN"))
+        assert local == hosts, (local, hosts)
+        for name in ("RANK", "LOCAL_RANK"):
+            assert local["KOLO_" + name] == local["HOROVOD_" + name] == str(rank)
+        assert local["HOROVOD_SIZE"] == "2" and local["HOROVOD_HOSTNAME"] == "localhost"
+        assert local["KOLO_HOSTNAME"] == "localhost" and local["PYTHONUNBUFFERED"] == "1"
+        assert "KOLO_ELASTIC" not in local and "HOROVOD_ELASTIC" not in local
+        assert "KOLO_ELASTIC_WORKER_ID" not in local
+        assert got["MAX"][rank]["KOLO_RANK"] == str(rank) and "KOLO_RUN_PORT" not in \
+            got["MAX"][rank]  # kolo.run's own local ranks: not an elastic job under kolorun

@@ -19,8 +19,8 @@ How the job runs (the driver is the process that calls kolo.run):
   4. the driver waits for kolorun, then returns every rank's result in rank order, or raises
      RuntimeError naming the first failing rank, its host and its traceback (or kolorun's
      account of a rank that died without a word / never connected).
-Elastic jobs (kolo.run's min/max_num_proc, reset_limit, cooldown_range, host_discovery_script)
-run under kolorun's elastic mode (--min-np, --max-np, --reset-limit,
+Elastic jobs (kolo.run's min_num_proc or host_discovery_script, with max_num_proc, reset_limit
+and cooldown_range) run under kolorun's elastic mode (--min-np, --max-np, --reset-limit,
 --blacklist-cooldown-range, --host-discovery-script, --slots-per-host). Workers come and go,
 and take their rank and size when they join a round (kolo.elastic); each sends its result
 under its fixed worker id, with the rank, size and round it had when the function returned.

@@ -11,16 +11,22 @@ Two ways to start the ranks:
   - local (no `hosts`, or hosts="localhost:N" with np=N; "localhost" alone is one slot, as
     for horovod.run, and np beyond a host list's slots is a ValueError): np copies of this
     interpreter, with a file-store rendezvous in a private temporary folder; the function and
-    the results travel through files there. If a rank fails, the others get the failure grace
-    window to notice and exit by themselves (kolorun's: KOLO_LAUNCHER_FAILURE_GRACE_SECONDS,
-    default 10 s; the runtime aborts their pending ops, bounded by KOLO_TIMEOUT_SECONDS) and
-    are then terminated;
+    the results travel through files there. The ranks get the variables kolorun gives its
+    ranks (KOLO_RANK, ..., KOLO_HOSTNAME, their HOROVOD_* names, HOROVOD_CPU_OPERATIONS,
+    KOLO_START_TIMEOUT, PYTHONUNBUFFERED=1 unless set: _place_environment), so a function sees
+    the same environment both ways, but for the rendezvous's own variables. If a rank fails,
+    the others get the failure grace window to notice and exit by themselves (kolorun's:
+    KOLO_LAUNCHER_FAILURE_GRACE_SECONDS, default 10 s; the runtime aborts their pending ops,
+    bounded by KOLO_TIMEOUT_SECONDS) and are then terminated;
   - hosts ("a:2,b:2", or hostfile=): kolorun starts the ranks (remote ones over ssh) and
     supervises them; the function and the results travel through a small authenticated TCP
     server of the calling process (kolo/_run_hosts.py describes it). Elastic jobs
-    (min_num_proc, max_num_proc, host_discovery_script) always run this way, on
-    "localhost:num_proc" without hosts (horovod.run's default), with kolorun's elastic mode:
-    the result is then the list of the final round's workers' return values, by rank.
+    (min_num_proc or host_discovery_script, as horovod.run: max_num_proc alone leaves the job
+    static) always run this way, on "localhost:num_proc" without hosts (horovod.run's
+    default), with kolorun's elastic mode: the result is then the list of the final round's
+    workers' return values, by rank.
+Both ways remove the caller's own rank variables (KOLO_RANK, KOLO_ELASTIC, ...: kolo.run called
+from a rank of another job) before they set the job's (_CALLER_PLACE).
 
 Stopping: while kolo.run waits in the main thread, a SIGTERM to the calling process stops the
 ranks (SIGTERM to each rank's process group, SIGKILL after 5 s), removes the temporary folder,
@@ -187,19 +193,18 @@ def _count(value, name, lowest=1):
 
 def _elastic_options(np, min_np, max_np, reset_limit, cooldown_range, discovery_script):
     """kolorun's elastic options for min/max_num_proc, reset_limit, cooldown_range and
-    host_discovery_script, or None for a static job. As kolorun (and horovodrun, which looks at
-    min_num_proc and the discovery script only): the job is elastic when min_num_proc,
-    max_num_proc or host_discovery_script is given; reset_limit and cooldown_range alone are a
-    ValueError, never ignored."""
+    host_discovery_script, or None for a static job. As horovod.run (launch._is_elastic) and
+    kolorun: the job is elastic when min_num_proc or host_discovery_script is given;
+    max_num_proc alone is accepted and leaves the job static (num_proc ranks), as there;
+    reset_limit and cooldown_range alone are a ValueError, never ignored."""
     _count(min_np, "min_num_proc")
     _count(max_np, "max_num_proc")
     _count(reset_limit, "reset_limit", lowest=0)
-    if min_np is None and max_np is None and discovery_script is None:
+    if min_np is None and discovery_script is None:
         for value, name in ((reset_limit, "reset_limit"), (cooldown_range, "cooldown_range")):
             if value is not None:
-                raise ValueError("kolo.run: %s is an elastic argument: give min_num_proc or "
-                                 "max_num_proc (or host_discovery_script) too, for an elastic "
-                                 "job" % name)
+                raise ValueError("kolo.run: %s is an elastic argument: give min_num_proc (or "
+                                 "host_discovery_script) too, for an elastic job" % name)
         return None
     lowest = min_np if min_np is not None else np
     if lowest is None:
@@ -243,12 +248,14 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
       the ranks run on this machine without kolorun, unless one of kolorun's options below is
       given, or the job is elastic.
     min_num_proc, max_num_proc, reset_limit, cooldown_range (elastic, horovod.run's meaning):
-      any of min/max_num_proc (or host_discovery_script) makes the job elastic: kolorun runs it
-      with --min-np (default: num_proc), --max-np, --reset-limit and
-      --blacklist-cooldown-range on the hosts (default: "localhost:num_proc"); the function
-      uses kolo.elastic / kolo.torch.elastic (hvd.elastic.run) to survive changes. The result
-      is the list of the return values of the workers of the final round, by their final
-      rank. reset_limit or cooldown_range without an elastic job is a ValueError.
+      min_num_proc (or host_discovery_script) makes the job elastic, as in horovod.run
+      (max_num_proc alone does not: the job stays static, with num_proc ranks): kolorun runs
+      it with --min-np (default: num_proc), --max-np, --reset-limit and
+      --blacklist-cooldown-range on the hosts (default: "localhost:num_proc"), and waits for
+      num_proc slots before it starts; the function uses kolo.elastic / kolo.torch.elastic
+      (hvd.elastic.run) to survive changes. The result is the list of the return values of
+      the workers of the final round, by their final rank. reset_limit or cooldown_range
+      without an elastic job is a ValueError.
     host_discovery_script: kolorun's --host-discovery-script (instead of hosts/hostfile): an
       elastic job on the hosts it prints; slots is then its --slots-per-host.
     env: extra environment variables for the ranks (KOLO_* knobs, for instance).
@@ -256,9 +263,9 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
       own; a failing rank, one that lags the first rank's init by start_timeout, and the
       runtime's timeouts still end a broken job, but a function that never returns runs on).
     network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
-      kolorun's options of the same names (output_filename writes each rank's output to
-      DIR/rank.N/ instead of this process's stdout/stderr); any of them but verbose makes even
-      a local job run under kolorun.
+      kolorun's options of the same names (output_filename also writes each rank's output,
+      with its "[rank]<stdout>:" prefix, to DIR/rank.N/, as horovod.run); any of them but
+      verbose makes even a local job run under kolorun.
     slots: the slot count of every `hosts` entry written without one ("a,b" with slots=2 is
       "a:2,b:2"), horovod.run's slots per host; no effect on entries with a count, on a
       hostfile's lines (each gives its slots=) or without hosts (np ranks on this machine).
@@ -312,11 +319,6 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
     python = executable or sys.executable
     if remote:
         from kolo import _run_hosts
-        for var in ("KOLO_RENDEZVOUS_DIR", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK",
-                    "KOLO_LOCAL_SIZE", "KOLO_CROSS_RANK", "KOLO_CROSS_SIZE", "KOLO_CONTROLLER",
-                    "KOLO_ELASTIC", "HOROVOD_ELASTIC", "KOLO_ELASTIC_WORKER_ID",
-                    "KOLO_RENDEZVOUS_ROUND"):
-            base.pop(var, None)
         payload = cloudpickle.dumps((func, tuple(args), kwargs))
         options = {"network_interface": network_interface, "ssh_port": ssh_port,
                    "ssh_identity_file": ssh_identity_file, "start_timeout": start_timeout,
@@ -325,8 +327,10 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
         with _sigterm_stops_the_job():
             return _run_hosts.run_on_hosts(payload, np, hosts, hostfile, env, timeout, python,
                                            base, options)
+    host = _host_slots(hosts)[0][0] if hosts else "localhost"  # horovod.run's default host
     with _sigterm_stops_the_job():
-        return _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python)
+        return _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python,
+                          host)
 
 
 class _Terminated(BaseException):
@@ -364,14 +368,27 @@ def _sigterm_stops_the_job():
         raise RuntimeError("kolo.run: stopped by SIGTERM (the ranks were stopped)")
 
 
+# A rank's place and rendezvous that the calling process may have (kolo.run called from a
+# rank of another job, or from a shell that exported them): never passed on, in either way of
+# starting the ranks; each sets the job's own. KOLO_ELASTIC and friends would make a static
+# job's ranks act as elastic workers.
+_CALLER_PLACE = tuple(
+    prefix + name for prefix in ("KOLO_", "HOROVOD_")
+    for name in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE",
+                 "HOSTNAME", "CONTROLLER", "ELASTIC")) + (
+    "KOLO_RENDEZVOUS_DIR", "KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT",
+    "KOLO_RENDEZVOUS_ROUND", "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT",
+    "KOLO_ELASTIC_WORKER_ID")
+
+
 def _job_environment(env):
-    """This process's environment for the ranks: `env` on top, kolo found as here."""
+    """This process's environment for the ranks: `env` on top, kolo found as here, without the
+    caller's own place (_CALLER_PLACE)."""
     from kolo import _lib  # the ranks load the very library this process loaded
     base = dict(os.environ)
     base.update({k: str(v) for k, v in (env or {}).items()})
     base["KOLO_LIBRARY"] = os.path.abspath(_lib.path)
-    for var in ("KOLO_RENDEZVOUS_ADDR", "KOLO_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
-                "HOROVOD_GLOO_RENDEZVOUS_PORT"):
+    for var in _CALLER_PLACE:
         base.pop(var, None)
     # The ranks see this process's import path, so functions that cloudpickle stores by
     # reference (those of importable modules) load there too.
@@ -382,7 +399,27 @@ def _job_environment(env):
     return base
 
 
-def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python):
+def _place_environment(base, rank, size, host):
+    """What a local rank gets on top of `base`: the variables kolorun gives a rank of a job on
+    one host (bindings/launcher's gloo_run.GlooJob._rank_env, which this package may not import,
+    scripts/check_layers.py), but for the rendezvous's (a file store here, KOLO_RENDEZVOUS_DIR).
+    kolo.run(hosts=...) ranks get the same from kolorun."""
+    env = {}
+    place = {"RANK": rank, "SIZE": size, "LOCAL_RANK": rank, "LOCAL_SIZE": size,
+             "CROSS_RANK": 0, "CROSS_SIZE": 1, "HOSTNAME": host, "CONTROLLER": "gloo"}
+    for name, value in place.items():
+        env["KOLO_" + name] = env["HOROVOD_" + name] = str(value)
+    env["HOROVOD_CPU_OPERATIONS"] = "gloo"
+    # kolorun's --start-timeout default, under both names, as kolorun passes it
+    start = base.get("KOLO_START_TIMEOUT") or base.get("HOROVOD_START_TIMEOUT") or "120"
+    env["KOLO_START_TIMEOUT"] = env["HOROVOD_START_TIMEOUT"] = start
+    if "PYTHONUNBUFFERED" not in base:
+        env["PYTHONUNBUFFERED"] = "1"  # as horovodrun: prints arrive line by line
+    return env
+
+
+def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, python,
+               host="localhost"):
     workdir = tempfile.mkdtemp(prefix="kolo-run-")
     procs = []
     lifeline_r, lifeline_w = os.pipe()  # see the module doc; both ends close-on-exec
@@ -391,13 +428,10 @@ def _run_local(cloudpickle, func, args, kwargs, np, base, timeout, verbose, pyth
             cloudpickle.dump((func, tuple(args), kwargs), f)
         rendezvous = os.path.join(workdir, "rendezvous")
         os.mkdir(rendezvous)
-        base = dict(base)
-        base.update({
-            "KOLO_CONTROLLER": "gloo", "KOLO_SIZE": str(np), "KOLO_LOCAL_SIZE": str(np),
-            "KOLO_CROSS_RANK": "0", "KOLO_CROSS_SIZE": "1", "KOLO_RENDEZVOUS_DIR": rendezvous,
-        })
+        base = dict(base, KOLO_RENDEZVOUS_DIR=rendezvous)
         for r in range(np):
-            e = dict(base, KOLO_RANK=str(r), KOLO_LOCAL_RANK=str(r))
+            e = dict(base)
+            e.update(_place_environment(base, r, np, host))
             if verbose:
                 print("kolo.run: starting rank %d with %s" % (r, python), file=sys.stderr)
             procs.append(subprocess.Popen(
