@@ -1,5 +1,5 @@
-"""Elastic mode: kolorun's driver when workers may leave and join (--host-discovery-script,
---min-np, --max-np). Gloo mode only.
+"""Elastic mode: kolorun's driver when workers may leave and join (--host-discovery-script or
+--min-np; --max-np caps it). Gloo mode only.
 
 The job is a set of workers, each a process with a fixed worker id (its output prefix
 "[id]"), that the driver re-forms in rendezvous rounds. Round N is published in kolorun's store:
@@ -12,10 +12,18 @@ The job is a set of workers, each a process with a fixed worker id (its output p
                                 runtime lost a peer, or its init failed)
   elastic/abort                 set when the job fails: the reason; waiting workers raise it
 
-A worker (kolo.elastic, in Python) reads its assignment of the newest round, sets KOLO_RANK,
-KOLO_SIZE, ... and KOLO_RENDEZVOUS_ROUND=N and initializes: each round has its own keys in the
-store (round<N>/..., bootstrap/README.md), and a worker still at an older round is refused by
-the runtime, so stale workers never join a new round.
+A worker is started with the place it will have in the next round (KOLO_RANK, HOROVOD_RANK,
+..., computed as that round will be, _placement), as horovodrun starts each worker with its
+slot's variables; the round itself is formed only once the new workers are ready, so a worker
+that died or joined meanwhile changes it. At init the worker (kolo.elastic, in Python) reads
+its assignment of the newest round, sets KOLO_RANK, KOLO_SIZE, ... and KOLO_RENDEZVOUS_ROUND=N
+and initializes: each round has its own keys in the store (round<N>/..., bootstrap/README.md),
+and a worker still at an older round is refused by the runtime, so stale workers never join a
+new round.
+
+Before the loop, as horovodrun's launch_gloo_elastic (wait_for_available_slots(num_proc)), the
+driver waits up to --elastic-timeout for -np usable slots (--min-np when -np is not given);
+later rounds need only --min-np (horovodrun's resume).
 
 The driver's loop, every 50 ms:
   1. exits: a worker that exits 0 puts the job in "finishing", as horovodrun's "if any process
@@ -34,7 +42,7 @@ The driver's loop, every 50 ms:
      loop (discovery.py: its own process group, never waited for here, so signals and exits
      are seen while it runs); when a run ends, the workers of hosts no longer listed (or
      listing fewer slots) are stopped (SIGTERM); new slots on usable hosts get new workers, up
-     to --max-np;
+     to --max-np (worker 0, when it runs here, reads kolorun's stdin: workers.py);
   3. rounds: when the live workers (a new one once it is ready) differ from the current
      round's members, or a member asks for a new round, and things were quiet for
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
