@@ -264,6 +264,13 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   const OpType t = ref.type;
   const std::string head = opLabel(t, keyOf(ref)) + ": ";
   auto sent = [&](int32_t rank) { return "rank " + std::to_string(rank) + " sent "; };
+  // A rank that refused the op sent no tensor to compare: its reason comes first.
+  for (const auto& [rank, r] : e.requests) {
+    if (!r.refusal.empty()) {
+      return {ErrorCode::kInvalidArgument,
+              head + "rank " + std::to_string(rank) + " could not submit it: " + r.refusal};
+    }
+  }
   // Fields outer, ranks inner: the most fundamental difference wins, whoever sent it.
   for (const Field& f : kFields) {
     for (auto it = std::next(e.requests.begin()); it != e.requests.end(); ++it) {

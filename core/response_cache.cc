@@ -16,7 +16,7 @@ bool sameParameters(const Request& a, const Request& b) {
   return a.type == b.type && a.dtype == b.dtype && a.shape == b.shape && a.reduceOp == b.reduceOp &&
          sameBits(a.prescale, b.prescale) && sameBits(a.postscale, b.postscale) &&
          a.root == b.root && a.device == b.device && a.processSet == b.processSet &&
-         a.splits == b.splits && a.groupSize == b.groupSize;
+         a.splits == b.splits && a.groupSize == b.groupSize && a.refusal == b.refusal;
 }
 
 }  // namespace

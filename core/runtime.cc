@@ -48,6 +48,8 @@ class WaiterRounds final : public Progress {
 namespace {
 
 constexpr size_t kMaxNameBytes = 1024;
+// kolo_refuse's group size: it builds one entry per member without any array from the caller.
+constexpr int32_t kMaxRefusedGroup = 1 << 20;
 constexpr size_t kMaxDims = 16;
 
 std::chrono::milliseconds millis(double seconds) {
@@ -183,8 +185,8 @@ Status Runtime::usable() const {
   return Status::ok();
 }
 
-Status Runtime::validate(const char* op, const std::string& name, const TensorView& t,
-                         int32_t processSet, ProcessSet* set) const {
+Status Runtime::admit(const char* op, const std::string& name, int32_t processSet,
+                      ProcessSet* set) const {
   Status state = usable();  // after a shutdown or an abort: which op was refused, too
   if (!state.isOk()) return Status(state.code(), where(op, name) + state.message());
   auto bad = [&](const std::string& what) {
@@ -196,6 +198,19 @@ Status Runtime::validate(const char* op, const std::string& name, const TensorVi
                std::to_string(kMaxNameBytes) + ")");
   }
   if (name.find('\0') != std::string::npos) return bad("the name contains a NUL byte");
+  if (!sets_->get(processSet, set)) {
+    return bad("process set " + std::to_string(processSet) + " does not exist");
+  }
+  if (set->myIndex < 0) {
+    return bad("this rank is not a member of process set " + std::to_string(processSet));
+  }
+  return Status::ok();
+}
+
+Status Runtime::checkTensor(const char* op, const std::string& name, const TensorView& t) const {
+  auto bad = [&](const std::string& what) {
+    return Status(ErrorCode::kInvalidArgument, where(op, name) + what);
+  };
   if (!isValid(t.dtype)) return bad("unknown dtype " + std::to_string(static_cast<int>(t.dtype)));
   if (t.shape.size() > kMaxDims) {
     return bad("the tensor has " + std::to_string(t.shape.size()) + " dimensions (at most 16)");
@@ -216,12 +231,6 @@ Status Runtime::validate(const char* op, const std::string& name, const TensorVi
     return Status(ErrorCode::kUnsupported,
                   where(op, name) + "device " + std::to_string(t.device) +
                       " tensors need the NCCL/CUDA path, which this build does not include");
-  }
-  if (!sets_->get(processSet, set)) {
-    return bad("process set " + std::to_string(processSet) + " does not exist");
-  }
-  if (set->myIndex < 0) {
-    return bad("this rank is not a member of process set " + std::to_string(processSet));
   }
   return Status::ok();
 }
@@ -259,16 +268,121 @@ Status Runtime::enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle) {
 }
 
 Status Runtime::refuse(std::unique_ptr<TensorEntry> e, Status why) {
-  e->input.data = nullptr;  // an error response never reaches the data path; nothing to read
-  e->output = TensorView();
-  e->allocate = nullptr;
-  e->refused = true;
+  std::vector<std::unique_ptr<TensorEntry>> one;
+  one.push_back(std::move(e));
+  return sendRefusal(std::move(one), std::move(why), false, nullptr);
+}
+
+namespace {
+// A check's message without the "<op> '<name>' on rank R: " it starts with: the other ranks
+// read it after their own "<op> '<name>': rank R could not submit it: ".
+std::string reasonAfter(const std::string& prefix, const Status& why) {
+  const std::string& m = why.message();
+  std::string r = m.compare(0, prefix.size(), prefix) == 0 ? m.substr(prefix.size()) : m;
+  return r.empty() ? "refused" : r;
+}
+}  // namespace
+
+Status Runtime::refuseInput(std::vector<std::unique_ptr<TensorEntry>> entries, Status why,
+                            const std::string& reason, bool grouped, Status* sent) {
+  for (auto& e : entries) {
+    // The request carries no tensor: its values may be what failed (an unknown dtype or reduce
+    // op would not even decode on rank 0), and the Negotiator compares none of them.
+    Request& r = e->request;
+    r.dtype = DataType::kUInt8;
+    r.shape.clear();
+    r.reduceOp = ReduceOp::kSum;
+    r.prescale = r.postscale = 1.0;
+    r.root = 0;
+    r.device = kCpuDevice;
+    r.splits.clear();
+    r.refusal = reason;
+  }
+  return sendRefusal(std::move(entries), std::move(why), grouped, sent);
+}
+
+Status Runtime::refuseGroup(const std::string& name, int32_t groupSize, int64_t groupId,
+                            int32_t processSet, Status why, const std::string& reason,
+                            Status* sent) {
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  for (int32_t i = 0; i < groupSize; ++i) {
+    auto e =
+        makeEntry(OpType::kAllreduce, name + "." + std::to_string(i), TensorView(), processSet);
+    e->request.groupId = static_cast<int32_t>(groupId);
+    e->request.groupSize = groupSize;
+    entries.push_back(std::move(e));
+  }
+  return refuseInput(std::move(entries), std::move(why), reason, true, sent);
+}
+
+Status Runtime::refuseOp(OpType type, const std::string& name, int32_t groupSize,
+                         int32_t processSet, const std::string& reason, Status* refusal) {
+  const bool grouped = type == OpType::kAllreduce && groupSize > 0;
+  const char* op = grouped ? "grouped_allreduce" : toString(type);
+  switch (type) {
+    case OpType::kAllreduce:
+    case OpType::kAllgather:
+    case OpType::kBroadcast:
+    case OpType::kAlltoall:
+    case OpType::kReducescatter:
+      break;
+    default:
+      return Status(ErrorCode::kInvalidArgument,
+                    where(op, name) + "only a collective on a tensor can be refused");
+  }
+  if (grouped && groupSize > kMaxRefusedGroup) {
+    return Status(ErrorCode::kInvalidArgument,
+                  where(op, name) + "a group of " + std::to_string(groupSize) +
+                      " tensors (at most " + std::to_string(kMaxRefusedGroup) + ")");
+  }
+  // The same names as the op itself: the group's members are "<name>.<i>".
+  ProcessSet set;
+  for (int32_t i = 0; i < (grouped ? groupSize : 1); ++i) {
+    KOLO_RETURN_IF_ERROR(
+        admit(op, grouped ? name + "." + std::to_string(i) : name, processSet, &set));
+  }
+  const std::string text = reason.empty() ? "refused" : reason;
+  Status why(ErrorCode::kInvalidArgument, where(op, name) + text);
+  Status sent;
+  if (!grouped) {
+    std::vector<std::unique_ptr<TensorEntry>> one;
+    one.push_back(makeEntry(type, name, TensorView(), processSet));
+    *refusal = refuseInput(std::move(one), std::move(why), text, false, &sent);
+    return sent;
+  }
+  int64_t groupId;
+  {
+    std::lock_guard<std::mutex> lock(countersMu_);
+    groupId = groupCount_++;
+  }
+  *refusal = refuseGroup(name, groupSize, groupId, processSet, std::move(why), text, &sent);
+  return sent;
+}
+
+Status Runtime::refuseOne(std::unique_ptr<TensorEntry> e, Status why, const std::string& prefix) {
+  std::vector<std::unique_ptr<TensorEntry>> one;
+  one.push_back(std::move(e));
+  const std::string reason = reasonAfter(prefix, why);
+  return refuseInput(std::move(one), std::move(why), reason, false, nullptr);
+}
+
+Status Runtime::sendRefusal(std::vector<std::unique_ptr<TensorEntry>> entries, Status why,
+                            bool grouped, Status* sent) {
   // A handle that only waits: this thread must not run rounds (other ops' callbacks and
   // allocators would run inside this submission); the coordinator's thread brings the error.
-  e->handle = std::make_shared<HandleState>();
-  HandlePtr h = e->handle;
+  auto h = std::make_shared<HandleState>();
+  if (grouped) h->expectParts(static_cast<int>(entries.size()));
+  for (auto& e : entries) {
+    e->input.data = nullptr;  // an error response never reaches the data path; nothing to read
+    e->output = TensorView();
+    e->allocate = nullptr;
+    e->refused = true;
+    e->handle = h;
+  }
   // A name in flight (the caller's mistake too) sends nothing.
-  if (!queue_.add(std::move(e)).isOk()) return why;
+  Status added = queue_.addGroup(std::move(entries));
+  if (sent != nullptr) *sent = added;
+  if (!added.isOk()) return why;
   // Wait a moment for the agreed error: when every rank refused, it comes at once and the name
   // is free again when the caller gets `why`, so that a retry under the same name works on
   // every rank alike. Bounded: the others may never submit the op (until they do, a retry here
@@ -343,14 +457,17 @@ Status Runtime::allreduce(const std::string& name, const TensorView& input,
                           const TensorView* output, ReduceOp op, double prescale, double postscale,
                           int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("allreduce", name, input, processSet, &set));
-  KOLO_RETURN_IF_ERROR(checkScales(where("allreduce", name), op, prescale, postscale));
-  KOLO_RETURN_IF_ERROR(checkAdasum(where("allreduce", name), OpType::kAllreduce, op, input));
+  KOLO_RETURN_IF_ERROR(admit("allreduce", name, processSet, &set));
   auto e = makeEntry(OpType::kAllreduce, name, input, processSet);
-  KOLO_RETURN_IF_ERROR(takeOutput(where("allreduce", name), output, e.get()));
   e->request.reduceOp = op;
   e->request.prescale = prescale;
   e->request.postscale = postscale;
+  const std::string at = where("allreduce", name);
+  Status s = checkTensor("allreduce", name, input);
+  if (s.isOk()) s = checkScales(at, op, prescale, postscale);
+  if (s.isOk()) s = checkAdasum(at, OpType::kAllreduce, op, input);
+  if (s.isOk()) s = takeOutput(at, output, e.get());
+  if (!s.isOk()) return refuseOne(std::move(e), std::move(s), at);
   return enqueue(std::move(e), handle);
 }
 
@@ -377,36 +494,48 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
                       std::to_string(kMaxNameBytes - suffix) +
                       " (its members are named '<name>.<index>')");
   }
-  if (outputs && outputs->size() != inputs.size()) {
-    return Status(ErrorCode::kInvalidArgument,
-                  where("grouped_allreduce", name) + "outputs and inputs differ in count");
+  const auto n = static_cast<int32_t>(inputs.size());
+  for (int32_t i = 0; i < n; ++i) {
+    ProcessSet set;
+    KOLO_RETURN_IF_ERROR(
+        admit("grouped_allreduce", name + "." + std::to_string(i), processSet, &set));
   }
   int64_t groupId;
   {
     std::lock_guard<std::mutex> lock(countersMu_);
     groupId = groupCount_++;
   }
+  // A member this rank cannot submit refuses the whole group (the others wait for all of it).
+  auto refuseAll = [&](Status why, const std::string& reason) {
+    return refuseGroup(name, n, groupId, processSet, std::move(why), reason, nullptr);
+  };
+  if (outputs && outputs->size() != inputs.size()) {
+    const std::string what = "outputs and inputs differ in count";
+    return refuseAll(Status(ErrorCode::kInvalidArgument, where("grouped_allreduce", name) + what),
+                     what);
+  }
   auto shared = std::make_shared<HandleState>();
   shared->setProgress(waiterRounds_);
-  shared->expectParts(static_cast<int>(inputs.size()));
+  shared->expectParts(n);
   std::vector<std::unique_ptr<TensorEntry>> entries;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    HandlePtr part;
+  for (int32_t i = 0; i < n; ++i) {
     std::string member = name + "." + std::to_string(i);
-    // Validate each member exactly like a single allreduce (without enqueueing it).
-    ProcessSet set;
-    KOLO_RETURN_IF_ERROR(validate("grouped_allreduce", member, inputs[i], processSet, &set));
-    KOLO_RETURN_IF_ERROR(checkScales(where("grouped_allreduce", member), op, prescale, postscale));
-    KOLO_RETURN_IF_ERROR(
-        checkAdasum(where("grouped_allreduce", member), OpType::kAllreduce, op, inputs[i]));
+    // Each member is checked exactly like a single allreduce (without enqueueing it).
+    const std::string at = where("grouped_allreduce", member);
     auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);
-    KOLO_RETURN_IF_ERROR(takeOutput(where("grouped_allreduce", member),
-                                    outputs ? &(*outputs)[i] : nullptr, e.get()));
+    Status s = checkTensor("grouped_allreduce", member, inputs[i]);
+    if (s.isOk()) s = checkScales(at, op, prescale, postscale);
+    if (s.isOk()) s = checkAdasum(at, OpType::kAllreduce, op, inputs[i]);
+    if (s.isOk()) s = takeOutput(at, outputs ? &(*outputs)[i] : nullptr, e.get());
+    if (!s.isOk()) {
+      const std::string reason = "its tensor " + std::to_string(i) + ": " + reasonAfter(at, s);
+      return refuseAll(std::move(s), reason);
+    }
     e->request.reduceOp = op;
     e->request.prescale = prescale;
     e->request.postscale = postscale;
     e->request.groupId = static_cast<int32_t>(groupId);
-    e->request.groupSize = static_cast<int32_t>(inputs.size());
+    e->request.groupSize = n;
     e->handle = shared;
     KOLO_RETURN_IF_ERROR(prepareDevice(e.get(), "grouped_allreduce"));
     entries.push_back(std::move(e));
@@ -419,8 +548,10 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
 Status Runtime::allgather(const std::string& name, const TensorView& input, OutputAllocator alloc,
                           int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("allgather", name, input, processSet, &set));
+  KOLO_RETURN_IF_ERROR(admit("allgather", name, processSet, &set));
   auto e = makeEntry(OpType::kAllgather, name, input, processSet);
+  Status s = checkTensor("allgather", name, input);
+  if (!s.isOk()) return refuseOne(std::move(e), std::move(s), where("allgather", name));
   if (input.shape.empty()) {
     return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
                                        where("allgather", name) +
@@ -434,8 +565,10 @@ Status Runtime::allgather(const std::string& name, const TensorView& input, Outp
 Status Runtime::broadcast(const std::string& name, const TensorView& tensor, int32_t root,
                           int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("broadcast", name, tensor, processSet, &set));
+  KOLO_RETURN_IF_ERROR(admit("broadcast", name, processSet, &set));
   auto e = makeEntry(OpType::kBroadcast, name, tensor, processSet);
+  Status s = checkTensor("broadcast", name, tensor);
+  if (!s.isOk()) return refuseOne(std::move(e), std::move(s), where("broadcast", name));
   e->request.root = root;
   if (root < 0 || root >= static_cast<int32_t>(set.ranks.size())) {
     return refuse(std::move(e),
@@ -450,9 +583,11 @@ Status Runtime::alltoall(const std::string& name, const TensorView& input,
                          const std::vector<int64_t>& splits, OutputAllocator alloc,
                          int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("alltoall", name, input, processSet, &set));
+  KOLO_RETURN_IF_ERROR(admit("alltoall", name, processSet, &set));
   const auto n = static_cast<int64_t>(set.ranks.size());
   auto e = makeEntry(OpType::kAlltoall, name, input, processSet);
+  Status checked = checkTensor("alltoall", name, input);
+  if (!checked.isOk()) return refuseOne(std::move(e), std::move(checked), where("alltoall", name));
   // Refusals go to negotiation with the splits as given (none: dimension 0 does not divide),
   // which the Negotiator's per-rank checks refuse with this rank's values.
   e->request.splits = splits;
@@ -492,14 +627,16 @@ Status Runtime::reducescatter(const std::string& name, const TensorView& input, 
                               double prescale, double postscale, OutputAllocator alloc,
                               int32_t processSet, HandlePtr* handle) {
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("reducescatter", name, input, processSet, &set));
-  KOLO_RETURN_IF_ERROR(checkScales(where("reducescatter", name), op, prescale, postscale));
-  KOLO_RETURN_IF_ERROR(
-      checkAdasum(where("reducescatter", name), OpType::kReducescatter, op, input));
+  KOLO_RETURN_IF_ERROR(admit("reducescatter", name, processSet, &set));
   auto e = makeEntry(OpType::kReducescatter, name, input, processSet);
   e->request.reduceOp = op;
   e->request.prescale = prescale;
   e->request.postscale = postscale;
+  const std::string at = where("reducescatter", name);
+  Status s = checkTensor("reducescatter", name, input);
+  if (s.isOk()) s = checkScales(at, op, prescale, postscale);
+  if (s.isOk()) s = checkAdasum(at, OpType::kReducescatter, op, input);
+  if (!s.isOk()) return refuseOne(std::move(e), std::move(s), at);
   if (input.shape.empty()) {
     return refuse(std::move(e), Status(ErrorCode::kInvalidArgument,
                                        where("reducescatter", name) +
@@ -519,7 +656,7 @@ Status Runtime::barrier(int32_t processSet, HandlePtr* handle) {
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(validate("barrier", "__barrier", none, processSet, &set));
+  KOLO_RETURN_IF_ERROR(admit("barrier", "__barrier", processSet, &set));
   return enqueue(makeEntry(OpType::kBarrier, "__barrier", none, processSet), handle);
 }
 

@@ -94,6 +94,16 @@ class Runtime {
                        int32_t processSet, HandlePtr* handle);
   Status barrier(int32_t processSet, HandlePtr* handle);
   Status join(HandlePtr* handle);
+  // This rank cannot submit the collective `type` named `name` that the set's other ranks do
+  // (a check of its input outside kolo failed, e.g. a framework's dtype or layout): the op goes
+  // to negotiation without a tensor and fails on every rank with `reason`, naming this rank,
+  // instead of the others waiting for it. groupSize > 0 with kAllreduce: a grouped allreduce
+  // of that many members. Once it is sent (and up to a second passed waiting for the agreed
+  // error) returns OK, with *refusal = the op's own error for this rank (kInvalidArgument
+  // "<op> '<name>' on rank R: <reason>"); an error when nothing could be sent (not
+  // initialized, a bad name or set, the name in flight).
+  Status refuseOp(OpType type, const std::string& name, int32_t groupSize, int32_t processSet,
+                  const std::string& reason, Status* refusal);
   // Collective over all ranks; the handle's processSetId holds the new id.
   Status addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* handle);
   Status removeProcessSet(int32_t id, HandlePtr* handle);
@@ -106,8 +116,12 @@ class Runtime {
   Runtime() = default;
   Status start(BootstrapResult boot);
   Status usable() const;
-  Status validate(const char* op, const std::string& name, const TensorView& t,
-                  int32_t processSet, ProcessSet* set) const;
+  // What an op needs before the other ranks can be told about it: a working runtime, a valid
+  // name, a process set that exists and has this rank. A failure goes to the caller alone.
+  Status admit(const char* op, const std::string& name, int32_t processSet, ProcessSet* set) const;
+  // This rank's tensor (dtype, dimensions, data pointer, device). A failure is refused
+  // (refuseInput): the tensor is this rank's own, and the others may have sent good ones.
+  Status checkTensor(const char* op, const std::string& name, const TensorView& t) const;
   std::unique_ptr<TensorEntry> makeEntry(OpType type, const std::string& name,
                                          const TensorView& t, int32_t processSet) const;
   Status enqueue(std::unique_ptr<TensorEntry> e, HandlePtr* handle);
@@ -120,6 +134,18 @@ class Runtime {
   // name is then free for a retry, on every rank alike when every rank refused. Only for values
   // the Negotiator refuses itself (an accepted request would run without data).
   Status refuse(std::unique_ptr<TensorEntry> e, Status why);
+  // The same for a failure the Negotiator cannot see (checkTensor, an output that does not
+  // match, a bad reduce op or scale): the request goes without its tensor and carries `reason`
+  // (Request::refusal), which the others get as "<op> '<name>': rank R could not submit it:
+  // <reason>". A grouped allreduce refuses all of its members (refuseGroup).
+  // Each returns `why`; `sent` (may be null) gets whether the queue took the entries.
+  Status refuseInput(std::vector<std::unique_ptr<TensorEntry>> entries, Status why,
+                     const std::string& reason, bool grouped, Status* sent);
+  Status refuseOne(std::unique_ptr<TensorEntry> e, Status why, const std::string& prefix);
+  Status refuseGroup(const std::string& name, int32_t groupSize, int64_t groupId,
+                     int32_t processSet, Status why, const std::string& reason, Status* sent);
+  Status sendRefusal(std::vector<std::unique_ptr<TensorEntry>> entries, Status why, bool grouped,
+                     Status* sent);
   // Device tensors: the executor's submission checks and the producer's ready event.
   Status prepareDevice(TensorEntry* e, const std::string& op) const;
   std::string where(const char* op, const std::string& name) const;

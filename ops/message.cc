@@ -26,11 +26,11 @@ namespace {
 // nonsense.
 constexpr uint8_t kRequestMagic[4] = {'K', 'O', 'L', 'Q'};
 constexpr uint8_t kResponseMagic[4] = {'K', 'O', 'L', 'R'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;  // 2: Request.refusal
 
 // Smallest possible encodings (every vector and string empty). Used to cap list counts by the
 // remaining bytes before reserving memory.
-constexpr size_t kMinRequestBytes = 12 * 4 + 2 * 8;   // 12 int32-sized fields + 2 doubles
+constexpr size_t kMinRequestBytes = 13 * 4 + 2 * 8;   // 13 int32-sized fields + 2 doubles
 constexpr size_t kMinResponseBytes = 16 * 4 + 2 * 8;  // 16 int32-sized fields + 2 doubles
 
 // Little-endian on any host (base/little_endian.h).
@@ -234,6 +234,7 @@ void writeRequest(Writer& w, const Request& r) {
   w.vec64(r.splits);
   w.i32(r.groupId);
   w.i32(r.groupSize);
+  w.str(r.refusal);
 }
 
 Request readRequest(Reader& rd) {
@@ -243,6 +244,7 @@ Request readRequest(Reader& rd) {
   r.splits = rd.vec64("splits");
   r.groupId = rd.i32("group id");
   r.groupSize = rd.i32("group size");
+  r.refusal = rd.str("refusal");
   return r;
 }
 
@@ -293,7 +295,8 @@ const char* toString(Response::Kind kind) {
 std::vector<uint8_t> encode(const RequestList& list) {
   size_t estimate = 16;
   for (const Request& r : list.requests) {
-    estimate += kMinRequestBytes + r.name.size() + 8 * (r.shape.size() + r.splits.size());
+    estimate += kMinRequestBytes + r.name.size() + r.refusal.size() +
+                8 * (r.shape.size() + r.splits.size());
   }
   Writer w(estimate);
   for (uint8_t b : kRequestMagic) w.u8(b);

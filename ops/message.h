@@ -4,7 +4,7 @@
 // Ownership: plain value types. Thread safety: none needed (values); the codec functions are pure
 // and may be called from any thread.
 //
-// Wire format (version 1): little-endian, fixed width. Every list starts with a 4-byte magic
+// Wire format (version 2): little-endian, fixed width. Every list starts with a 4-byte magic
 // ("KOLQ" for a RequestList, "KOLR" for a ResponseList) and a version byte. Integers and enums are
 // int32 (counts and string lengths uint32), doubles are IEEE-754 bit patterns in 8 bytes, bools one
 // byte (0 or 1), strings and vectors a uint32 count followed by the elements. Decoding checks
@@ -83,6 +83,12 @@ struct Request : OpSpec {
                                 // kRemoveProcessSet: {set id}
   int32_t groupId = -1, groupSize = 0;  // grouped allreduce: members share groupId (per rank
                                         // counter); groupSize = number of members
+  // Non-empty: this rank cannot take part, for this reason (a check of its own input that the
+  // Negotiator cannot repeat failed: a NULL buffer, an output of the wrong shape, a framework's
+  // dtype or layout check). The request then carries no tensor (dtype, shape, scales and splits
+  // are defaults) and the op fails on every rank naming this one, instead of the others
+  // waiting for it (Runtime::refuse).
+  std::string refusal;
 };
 
 

@@ -99,6 +99,18 @@ Status toView(const kolo_tensor_t* t, const char* what, kolo::TensorView* out) {
 
 std::string nameOf(const char* name) { return name == nullptr ? std::string() : std::string(name); }
 
+// An argument this rank got wrong (a NULL tensor, a bad ndim, negative n_splits) fails the call
+// here, and the op is refused (Runtime::refuseOp), so that the set's other ranks fail at once
+// naming this rank instead of waiting for it. Returns the refusal ("<op> '<name>' on rank R:
+// <what>"), or `bad` itself when nothing could be sent (a bad name or set says less than it).
+Status refused(kolo::Runtime& rt, kolo::OpType type, const char* name, int32_t groupSize,
+               int32_t processSet, const Status& bad) {
+  Status refusal;
+  return rt.refuseOp(type, nameOf(name), groupSize, processSet, bad.message(), &refusal).isOk()
+             ? refusal
+             : bad;
+}
+
 kolo::OutputAllocator allocator(kolo_alloc_fn fn, void* user) {
   if (fn == nullptr) return {};
   return [fn, user](size_t bytes, const std::vector<int64_t>& shape) -> void* {
@@ -259,8 +271,9 @@ int kolo_allreduce_async(const char* name, const kolo_tensor_t* input, const kol
                          kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
     kolo::TensorView in, out;
-    KOLO_RETURN_IF_ERROR(toView(input, "input tensor", &in));
-    if (output != nullptr) KOLO_RETURN_IF_ERROR(toView(output, "output tensor", &out));
+    Status v = toView(input, "input tensor", &in);
+    if (v.isOk() && output != nullptr) v = toView(output, "output tensor", &out);
+    if (!v.isOk()) return refused(rt, kolo::OpType::kAllreduce, name, 0, process_set, v);
     return rt.allreduce(nameOf(name), in, output ? &out : nullptr,
                         static_cast<kolo::ReduceOp>(op), prescale, postscale, process_set, h);
   });
@@ -271,16 +284,24 @@ int kolo_grouped_allreduce_async(const char* name, int32_t n, const kolo_tensor_
                                  double prescale, double postscale, int32_t process_set,
                                  kolo_callback_t cb, void* cb_user, kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
-    if (n <= 0 || inputs == nullptr) {
+    if (n <= 0) {  // no group size to refuse the group by
       return Status(ErrorCode::kInvalidArgument,
                     "grouped_allreduce '" + nameOf(name) + "': needs n > 0 input tensors");
     }
+    auto bad = [&](const Status& v) {
+      return refused(rt, kolo::OpType::kAllreduce, name, n, process_set, v);
+    };
+    if (inputs == nullptr) return bad(Status(ErrorCode::kInvalidArgument, "inputs is NULL"));
     std::vector<kolo::TensorView> ins(n), outs;
-    for (int32_t i = 0; i < n; ++i) KOLO_RETURN_IF_ERROR(toView(&inputs[i], "input tensor", &ins[i]));
+    for (int32_t i = 0; i < n; ++i) {
+      Status v = toView(&inputs[i], "input tensor", &ins[i]);
+      if (!v.isOk()) return bad(v);
+    }
     if (outputs != nullptr) {
       outs.resize(n);
       for (int32_t i = 0; i < n; ++i) {
-        KOLO_RETURN_IF_ERROR(toView(&outputs[i], "output tensor", &outs[i]));
+        Status v = toView(&outputs[i], "output tensor", &outs[i]);
+        if (!v.isOk()) return bad(v);
       }
     }
     return rt.groupedAllreduce(nameOf(name), ins, outputs ? &outs : nullptr,
@@ -294,7 +315,8 @@ int kolo_allgather_async(const char* name, const kolo_tensor_t* input, kolo_allo
                          kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
     kolo::TensorView in;
-    KOLO_RETURN_IF_ERROR(toView(input, "input tensor", &in));
+    Status v = toView(input, "input tensor", &in);
+    if (!v.isOk()) return refused(rt, kolo::OpType::kAllgather, name, 0, process_set, v);
     return rt.allgather(nameOf(name), in, allocator(alloc, alloc_user), process_set, h);
   });
 }
@@ -304,7 +326,8 @@ int kolo_broadcast_async(const char* name, const kolo_tensor_t* tensor, int32_t 
                          kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
     kolo::TensorView t;
-    KOLO_RETURN_IF_ERROR(toView(tensor, "tensor", &t));
+    Status v = toView(tensor, "tensor", &t);
+    if (!v.isOk()) return refused(rt, kolo::OpType::kBroadcast, name, 0, process_set, v);
     return rt.broadcast(nameOf(name), t, root, process_set, h);
   });
 }
@@ -315,13 +338,13 @@ int kolo_alltoall_async(const char* name, const kolo_tensor_t* input, const int3
                         kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
     kolo::TensorView in;
-    KOLO_RETURN_IF_ERROR(toView(input, "input tensor", &in));
+    Status v = toView(input, "input tensor", &in);
+    if (v.isOk() && splits != nullptr && n_splits < 0) {
+      v = Status(ErrorCode::kInvalidArgument, "n_splits is negative");
+    }
+    if (!v.isOk()) return refused(rt, kolo::OpType::kAlltoall, name, 0, process_set, v);
     std::vector<int64_t> s;
     if (splits != nullptr) {
-      if (n_splits < 0) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "alltoall '" + nameOf(name) + "': n_splits is negative");
-      }
       s.assign(splits, splits + n_splits);
     }
     return rt.alltoall(nameOf(name), in, s, allocator(alloc, alloc_user), process_set, h);
@@ -334,7 +357,8 @@ int kolo_reducescatter_async(const char* name, const kolo_tensor_t* input, kolo_
                              void* cb_user, kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) {
     kolo::TensorView in;
-    KOLO_RETURN_IF_ERROR(toView(input, "input tensor", &in));
+    Status v = toView(input, "input tensor", &in);
+    if (!v.isOk()) return refused(rt, kolo::OpType::kReducescatter, name, 0, process_set, v);
     return rt.reducescatter(nameOf(name), in, static_cast<kolo::ReduceOp>(op), prescale,
                             postscale, allocator(alloc, alloc_user), process_set, h);
   });
@@ -348,6 +372,48 @@ int kolo_barrier_async(int32_t process_set, kolo_callback_t cb, void* cb_user,
 
 int kolo_join_async(kolo_callback_t cb, void* cb_user, kolo_handle_t* handle) {
   return submit(handle, cb, cb_user, [&](kolo::Runtime& rt, HandlePtr* h) { return rt.join(h); });
+}
+
+int kolo_refuse(kolo_collective_t op, const char* name, int32_t group_size, int32_t process_set,
+                const char* reason) {
+  try {
+    auto rt = runtime();
+    if (!rt) return fail(notInitialized());
+    kolo::OpType type;
+    int32_t groupSize = 0;
+    switch (op) {
+      case KOLO_COLLECTIVE_ALLREDUCE:
+        type = kolo::OpType::kAllreduce;
+        break;
+      case KOLO_COLLECTIVE_GROUPED_ALLREDUCE:
+        type = kolo::OpType::kAllreduce;
+        if (group_size <= 0) {
+          return invalid("kolo_refuse: a grouped allreduce needs group_size > 0");
+        }
+        groupSize = group_size;
+        break;
+      case KOLO_COLLECTIVE_ALLGATHER:
+        type = kolo::OpType::kAllgather;
+        break;
+      case KOLO_COLLECTIVE_BROADCAST:
+        type = kolo::OpType::kBroadcast;
+        break;
+      case KOLO_COLLECTIVE_ALLTOALL:
+        type = kolo::OpType::kAlltoall;
+        break;
+      case KOLO_COLLECTIVE_REDUCESCATTER:
+        type = kolo::OpType::kReducescatter;
+        break;
+      default:
+        return invalid("kolo_refuse: unknown collective " + std::to_string(op));
+    }
+    Status refusal;
+    Status s = rt->refuseOp(type, nameOf(name), groupSize, process_set,
+                            reason == nullptr ? std::string() : std::string(reason), &refusal);
+    return s.isOk() ? KOLO_OK : fail(s);
+  } catch (const std::exception& e) {
+    return fail(Status(ErrorCode::kInternal, e.what()));
+  }
 }
 
 int kolo_handle_poll(kolo_handle_t h, int* done) {

@@ -198,6 +198,29 @@ KOLO_API int kolo_barrier_async(int32_t process_set, kolo_callback_t cb, void* c
  * join (the same on every rank). */
 KOLO_API int kolo_join_async(kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
 
+/* ---- refusing an op this rank cannot submit ------------------------------------------------ */
+typedef enum {
+  KOLO_COLLECTIVE_ALLREDUCE = 0,
+  KOLO_COLLECTIVE_GROUPED_ALLREDUCE = 1,
+  KOLO_COLLECTIVE_ALLGATHER = 2,
+  KOLO_COLLECTIVE_BROADCAST = 3,
+  KOLO_COLLECTIVE_ALLTOALL = 4,
+  KOLO_COLLECTIVE_REDUCESCATTER = 5
+} kolo_collective_t;
+
+/* A check of this rank's own input failed before it could call the collective `op` named `name`
+ * (a framework's dtype, layout or argument check) while the set's other ranks do call it. The op
+ * goes to negotiation without a tensor, and on every rank of the set it fails with
+ * KOLO_ERR_INVALID_ARGUMENT "<op> '<name>': rank R could not submit it: <reason>", instead of
+ * the others waiting for this rank until the stall shutdown. The calls above refuse this way
+ * themselves when this rank's own tensor, output, scales or splits are wrong. group_size: the
+ * member count of a grouped allreduce (its members are "name.0" ...), ignored otherwise.
+ * KOLO_OK once sent (after waiting up to a second for the agreed error, so that a retry under
+ * the same name works on every rank alike); an error when nothing was sent (not initialized,
+ * a bad name or set, the name already in flight on this rank). */
+KOLO_API int kolo_refuse(kolo_collective_t op, const char* name, int32_t group_size,
+                         int32_t process_set, const char* reason);
+
 /* ---- handles ------------------------------------------------------------------------------------ */
 KOLO_API int kolo_handle_poll(kolo_handle_t h, int* done);
 /* timeout_seconds < 0 waits without limit (the runtime's own timeouts still apply).

@@ -65,7 +65,7 @@ TEST_CASE("null pointers name the argument") {
               KOLO_ERR_INVALID_ARGUMENT, {"input tensor is NULL"});
   expectError(kolo_grouped_allreduce_async("gr", 2, nullptr, nullptr, KOLO_SUM, 1, 1, 0, nullptr,
                                            nullptr, &h),
-              KOLO_ERR_INVALID_ARGUMENT, {"'gr'", "n > 0"});
+              KOLO_ERR_INVALID_ARGUMENT, {"'gr'", "on rank 0", "inputs is NULL"});
   expectError(kolo_barrier_async(0, nullptr, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,
               {"handle output pointer is NULL"});
   expectError(kolo_join_async(nullptr, nullptr, nullptr), KOLO_ERR_INVALID_ARGUMENT,

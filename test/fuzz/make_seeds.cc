@@ -68,6 +68,16 @@ bool messageSeeds(const std::string& dir) {
   shutdown.requests.push_back(join);
   ok &= write(dir, "requests_join_shutdown", encode(shutdown));
 
+  RequestList refusing;  // a rank that could not submit its tensor (Request::refusal)
+  refusing.rank = 2;
+  Request refused;
+  refused.rank = 2;
+  refused.name = "grad/emb";
+  refused.dtype = DataType::kUInt8;
+  refused.refusal = "tensor type torch.complex64 is not supported by kolo";
+  refusing.requests.push_back(refused);
+  ok &= write(dir, "requests_refusal", encode(refusing));
+
   ResponseList none;
   ok &= write(dir, "responses_empty", encode(none));
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -444,6 +445,81 @@ TEST_CASE("an output allocator that returns NULL on one rank fails that rank's o
   waitOk(h);
   kolo_handle_release(h);
   REQUIRE(one[0] == N());
+}
+
+TEST_CASE("input one rank gets wrong fails the op on every rank at once, naming that rank") {
+  // Rank 1 passes an output of the wrong shape, a NaN scale, a NULL tensor, and refuses a
+  // grouped allreduce through kolo_refuse (a framework's own check): its call fails at once,
+  // and the others' copies fail at once with its reason instead of waiting for the stall
+  // shutdown. Every name works again afterwards.
+  Session s;
+  if (N() < 2) return;
+  const bool bad = R() == 1;
+  std::vector<float> in(4, 1.0f), out(bad ? 3 : 4, 0.0f);
+  std::vector<int64_t> shape = {4}, wrong = {3};
+  kolo_tensor_t t = {in.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  kolo_tensor_t o = {out.data(), KOLO_FLOAT32, 1, bad ? wrong.data() : shape.data(), -1, nullptr};
+  struct Case {
+    const char* name;
+    std::function<int(kolo_handle_t*)> submit;
+    const char* reason;
+  };
+  std::vector<kolo_tensor_t> group = {t, t};
+  const std::vector<Case> cases = {
+      {"bad.output",
+       [&](kolo_handle_t* h) {
+         return kolo_allreduce_async("bad.output", &t, &o, KOLO_SUM, 1, 1, 0, nullptr, nullptr, h);
+       },
+       "does not match the input"},
+      {"bad.scale",
+       [&](kolo_handle_t* h) {
+         return kolo_allreduce_async("bad.scale", &t, nullptr, KOLO_SUM, bad ? NAN : 1.0, 1, 0,
+                                     nullptr, nullptr, h);
+       },
+       "scale factors must be finite"},
+      {"bad.null",
+       [&](kolo_handle_t* h) {
+         return kolo_broadcast_async("bad.null", bad ? nullptr : &t, 0, 0, nullptr, nullptr, h);
+       },
+       "tensor is NULL"},
+      {"bad.group",
+       [&](kolo_handle_t* h) {
+         if (bad) {
+           REQUIRE(kolo_refuse(KOLO_COLLECTIVE_GROUPED_ALLREDUCE, "bad.group", 2, 0,
+                               "complex64 is not supported") == KOLO_OK);
+           return static_cast<int>(KOLO_ERR_INVALID_ARGUMENT);
+         }
+         return kolo_grouped_allreduce_async("bad.group", 2, group.data(), nullptr, KOLO_SUM, 1, 1,
+                                             0, nullptr, nullptr, h);
+       },
+       "complex64 is not supported"},
+  };
+  for (const auto& c : cases) {
+    INFO("case " << c.name << ", rank " << R());
+    const auto t0 = std::chrono::steady_clock::now();
+    kolo_handle_t h = 0;
+    int rc = c.submit(&h);
+    if (bad) {
+      REQUIRE(rc == KOLO_ERR_INVALID_ARGUMENT);
+    } else {
+      REQUIRE(rc == KOLO_OK);
+      rc = kolo_handle_wait(h, 60);
+      INFO(kolo_last_error());
+      REQUIRE(rc == KOLO_ERR_INVALID_ARGUMENT);
+      const std::string e = kolo_last_error();
+      CHECK(e.find("rank 1 could not submit it: ") != std::string::npos);
+      CHECK(e.find(c.reason) != std::string::npos);
+      kolo_handle_release(h);
+    }
+    REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // no stall
+  }
+  for (const auto& c : cases) {  // every name is free again, on every rank
+    kolo_handle_t h;
+    REQUIRE(kolo_allreduce_async(c.name, &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h) ==
+            KOLO_OK);
+    waitOk(h);
+    kolo_handle_release(h);
+  }
 }
 
 TEST_CASE("an op pending in a process set that is removed fails, it does not wait forever") {

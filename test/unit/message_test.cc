@@ -26,6 +26,7 @@ Request fullRequest(int i) {
   r.splits = {1, 2, 3, 11};
   r.groupId = 9;
   r.groupSize = 4;
+  r.refusal = i == 1 ? "the output (int32 [2] on the host) does not match" : "";
   return r;
 }
 
@@ -78,6 +79,7 @@ void requireEqual(const Request& a, const Request& b) {
   CHECK(a.splits == b.splits);
   CHECK(a.groupId == b.groupId);
   CHECK(a.groupSize == b.groupSize);
+  CHECK(a.refusal == b.refusal);
 }
 
 void requireEqual(const Response& a, const Response& b) {
@@ -182,7 +184,7 @@ TEST_CASE("the encoding is little-endian with magic and version up front") {
   auto b = encode(in);
   REQUIRE(b.size() == 4 + 1 + 4 + 1 + 4);
   CHECK(std::string(b.begin(), b.begin() + 4) == "KOLQ");
-  CHECK(b[4] == 1);
+  CHECK(b[4] == 2);  // version 2: a request carries its refusal
   CHECK(b[5] == 0x04);
   CHECK(b[8] == 0x01);
   ResponseList rs;
@@ -234,9 +236,9 @@ TEST_CASE("decode errors say who sent it and what was wrong") {
   CHECK(s.message().find("1 trailing bytes") != std::string::npos);
 
   std::vector<uint8_t> badVersion = rq;
-  badVersion[4] = 2;
+  badVersion[4] = 1;  // an older kolo's list
   s = decode(badVersion.data(), badVersion.size(), &out);
-  CHECK(s.message().find("unsupported version 2") != std::string::npos);
+  CHECK(s.message().find("unsupported version 1") != std::string::npos);
 
   // A response list is not a request list.
   auto rs = encode(sampleResponses());

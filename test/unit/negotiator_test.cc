@@ -597,6 +597,41 @@ TEST_CASE("an erroneous group member is released alone; the rest of the group st
   CHECK(out[0].group >= 0);
 }
 
+TEST_CASE("a rank's refusal fails the op on every rank with its reason, before any comparison") {
+  // Rank 2 could not submit its tensor (Request::refusal): its request carries defaults, which
+  // must not be compared (they would read as a dtype or shape mismatch).
+  Request refused = req(2, "r", OpType::kAllreduce, {});
+  refused.dtype = DataType::kUInt8;
+  refused.refusal = "torch.sparse_coo tensors are not supported";
+  Response out = withRank2(refused);
+  CHECK(out.kind == Response::Kind::kError);
+  CHECK(out.errorCode == ErrorCode::kInvalidArgument);
+  CHECK(out.error ==
+        "allreduce 'r': rank 2 could not submit it: torch.sparse_coo tensors are not supported");
+
+  // Every member of a refused group fails, and the group is released as a whole.
+  Neg n(2);
+  auto member = [](int32_t rank, const std::string& name, const std::string& why) {
+    Request r = req(rank, name);
+    r.groupId = rank;
+    r.groupSize = 2;
+    r.refusal = why;
+    return r;
+  };
+  n.add(member(0, "g.0", ""), t0);
+  n.add(member(0, "g.1", ""), t0);
+  n.add(member(1, "g.0", "its tensor 1: a NULL buffer"), t0);
+  n.add(member(1, "g.1", "its tensor 1: a NULL buffer"), t0);
+  auto all = n.takeReady(t0);
+  REQUIRE(names(all) == std::vector<std::string>{"g.0", "g.1"});
+  for (const auto& r : all) {
+    CHECK(r.errorCode == ErrorCode::kInvalidArgument);
+    CHECK(r.error.find("rank 1 could not submit it: its tensor 1: a NULL buffer") !=
+          std::string::npos);
+  }
+  CHECK_FALSE(n.hasPending());
+}
+
 TEST_CASE("ranks that disagree on a group's size: its extra members fail at once, everywhere") {
   Neg n(3);
   auto member = [](int32_t rank, const std::string& name, int32_t size) {

@@ -69,6 +69,8 @@ TEST_CASE("lookup: miss, hit, and changed for every negotiated parameter") {
         r.splits = {1, 3};
       },
       [](Request& r) { r.groupSize = 3; },
+      // A refusal with the cached values must not run as the cached op (it has no data).
+      [](Request& r) { r.refusal = "a NULL buffer"; },
   };
   for (size_t i = 0; i < changes.size(); ++i) {
     Request changed = q;
