@@ -290,3 +290,43 @@ def test_input_refused_on_one_rank_fails_the_op_on_every_rank(hvd):
             # once every rank passed this barrier, the agreed error has reached every rank.
             hvd.barrier()
         assert hvd.allgather(torch.tensor([r]), name="retried").tolist() == list(range(n))
+
+
+def test_input_refused_by_the_bindings_on_one_rank_fails_the_op_on_every_rank(hvd):
+    # Checks that kolo.torch makes before the C call (dtype, layout, an expanded in-place view,
+    # splits, a root outside the set, Adasum for reducescatter) and the C layer's own (a
+    # non-finite scale): the last rank gets its exception at once; the op still goes to
+    # negotiation refused, so the others fail at once naming that rank (they waited for the
+    # stall shutdown before), and the automatic names stay in step.
+    n, r = hvd.size(), hvd.rank()
+    bad = r == n - 1
+    c64 = torch.complex64
+    others = hvd.add_process_set([q for q in range(n) if q != 0]) if n > 2 else None
+    cases = [
+        lambda: hvd.allreduce(torch.ones(2, dtype=c64) if bad else torch.ones(2)),
+        lambda: hvd.allreduce(torch.ones(2).to_sparse() if bad else torch.ones(2), name="sp"),
+        lambda: hvd.allreduce_(torch.ones(1).expand(4) if bad else torch.ones(4), name="ex"),
+        lambda: hvd.allreduce(torch.ones(2), prescale_factor=float("nan") if bad else 1.0),
+        lambda: hvd.grouped_allreduce([torch.ones(2), torch.ones(2, dtype=c64 if bad else None)]),
+        lambda: hvd.allgather(torch.ones(1, dtype=c64) if bad else torch.ones(1)),
+        lambda: hvd.broadcast(torch.ones(2, dtype=c64) if bad else torch.ones(2), 0),
+        lambda: hvd.alltoall(torch.ones(n), splits=[-1] + [1] * (n - 1) if bad else None),
+        lambda: hvd.reducescatter(torch.ones(n), op=hvd.Adasum if bad else hvd.Sum),
+    ]
+    if others is not None:  # rank 0 is not in the set: only a bad rank names it as the root
+        cases.append(lambda: hvd.broadcast(torch.ones(1), 0 if bad else 1, name="root",
+                                           process_set=others))
+    for i, call in enumerate(cases):
+        if others is not None and i == len(cases) - 1 and r == 0:
+            continue
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            call()
+        text = str(info.value)
+        if not bad:
+            assert isinstance(info.value, hvd.HorovodInternalError), (i, text)
+            assert "rank %d could not submit it" % (n - 1) in text, (i, text)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == n  # unnamed: still in step
+    assert hvd.allgather(torch.tensor([r])).tolist() == list(range(n))
+    if others is not None:
+        hvd.remove_process_set(others)
+

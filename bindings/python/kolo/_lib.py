@@ -40,6 +40,10 @@ FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = 6, 7, 8, 9, 10
 
 C_SUM, C_AVERAGE, C_MIN, C_MAX, C_PRODUCT, C_ADASUM = 0, 1, 2, 3, 4, 5
 
+# kolo_collective_t (kolo_refuse)
+(COLL_ALLREDUCE, COLL_GROUPED_ALLREDUCE, COLL_ALLGATHER, COLL_BROADCAST, COLL_ALLTOALL,
+ COLL_REDUCESCATTER) = 0, 1, 2, 3, 4, 5
+
 MAX_DIMS = 16
 CPU_DEVICE = -1
 GLOBAL_PROCESS_SET = 0
@@ -117,6 +121,7 @@ _SIGNATURES = {
         _int, [_cp, _tp, _int, _dbl, _dbl, AllocFn, _vp, _i32, CallbackFn, _vp, _hp]),
     "kolo_barrier_async": (_int, [_i32, CallbackFn, _vp, _hp]),
     "kolo_join_async": (_int, [CallbackFn, _vp, _hp]),
+    "kolo_refuse": (_int, [_int, _cp, _i32, _i32, _cp]),
     "kolo_handle_poll": (_int, [Handle, _intp]),
     "kolo_handle_wait": (_int, [Handle, _dbl]),
     "kolo_handle_status": (_int, [Handle, _intp, ctypes.POINTER(_cp)]),

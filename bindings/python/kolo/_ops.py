@@ -12,8 +12,14 @@ kolo thread (an allocator callback would have to take the GIL on the coordinator
 
 In-place ops on non-contiguous arrays run on a contiguous copy that is copied back when the op
 is synchronized. Every array the runtime reads or writes is kept alive in the handle table
-until synchronize(). Arguments are validated before the op's automatic name is drawn, so a
-call rejected on every rank leaves the name counters aligned.
+until synchronize().
+
+A call whose arguments this rank rejects (an unsupported dtype, a sparse or expanded tensor,
+bad splits, a root outside the set) still draws its name and sends the op to negotiation as
+refused (kolo_refuse): the caller gets its exception at once, and the other ranks' copies of
+the op fail at once too, naming this rank, instead of waiting for it until the stall shutdown.
+The automatic name counters stay in step on every rank either way. Only a bad process set or
+name, which leave nothing to refuse, raise without it.
 """
 
 import ctypes
@@ -32,6 +38,15 @@ def _process_set(process_set):
 
 def _encode(name):
     return name.encode("utf-8")
+
+
+def _refuse(collective, full, ps_id, error, group_size=0):
+    """This rank's own check failed (`error`, which the caller raises next): the op goes to
+    negotiation refused, so the other ranks' copies fail at once naming this rank. When even
+    that cannot be sent (the runtime is down, the name is in flight) the caller's error is
+    still the one to raise, so kolo_refuse's return code is not checked."""
+    _lib.lib.kolo_refuse(collective, _encode(full), group_size, ps_id,
+                         str(error).encode("utf-8", "replace"))
 
 
 def owned_output(h):
@@ -77,20 +92,20 @@ def _copy_back(A, tensor, work):
 
 def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_factor,
                     process_set):
-    c_op = common.to_c_op(op)
-    pre = common.check_scale(prescale_factor, "prescale_factor")
-    post = common.check_scale(postscale_factor, "postscale_factor")
     _, ps_id = _process_set(process_set)
-    label = "allreduce" if name is None else "allreduce %r" % name
-    if inplace:
-        work = _inplace_work(A, tensor, label)
-        output = None
-    else:
-        work = A.contiguous(tensor)
-        output = A.empty_like(work)
-    d_in = A.describe(work, label)
-    d_out = A.describe(output, label) if output is not None else None
     full = common.names.make("allreduce", name, ps_id)
+    label = "allreduce" if name is None else "allreduce %r" % name
+    try:
+        c_op = common.to_c_op(op)
+        pre = common.check_scale(prescale_factor, "prescale_factor")
+        post = common.check_scale(postscale_factor, "postscale_factor")
+        work = _inplace_work(A, tensor, label) if inplace else A.contiguous(tensor)
+        d_in = A.describe(work, label)
+        output = None if inplace else A.empty_like(work)
+        d_out = A.describe(output, label) if output is not None else None
+    except Exception as e:
+        _refuse(_lib.COLL_ALLREDUCE, full, ps_id, e)
+        raise
 
     out_ref = ctypes.byref(d_out) if d_out is not None else None
 
@@ -108,27 +123,30 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
 def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
                             process_set):
     tensors = list(tensors)
-    if not tensors:
+    if not tensors:  # no group size to refuse the group by
         raise ValueError("grouped_allreduce needs at least one tensor")
-    c_op = common.to_c_op(op)
-    pre = common.check_scale(prescale_factor, "prescale_factor")
-    post = common.check_scale(postscale_factor, "postscale_factor")
     _, ps_id = _process_set(process_set)
+    full = common.names.make("grouped_allreduce", name, ps_id)
     label = "grouped_allreduce" if name is None else "grouped_allreduce %r" % name
     n = len(tensors)
-    if inplace:
-        works = [_inplace_work(A, t, "%s[%d]" % (label, i)) for i, t in enumerate(tensors)]
-        outputs = None
-    else:
-        works = [A.contiguous(t) for t in tensors]
-        outputs = [A.empty_like(w) for w in works]
-    d_in = [A.describe(w, "%s[%d]" % (label, i)) for i, w in enumerate(works)]
-    c_in = (_lib.KoloTensor * n)(*d_in)
-    d_out, c_out = None, None
-    if outputs is not None:
-        d_out = [A.describe(o, "%s[%d]" % (label, i)) for i, o in enumerate(outputs)]
-        c_out = (_lib.KoloTensor * n)(*d_out)
-    full = common.names.make("grouped_allreduce", name, ps_id)
+    try:
+        c_op = common.to_c_op(op)
+        pre = common.check_scale(prescale_factor, "prescale_factor")
+        post = common.check_scale(postscale_factor, "postscale_factor")
+        if inplace:
+            works = [_inplace_work(A, t, "%s[%d]" % (label, i)) for i, t in enumerate(tensors)]
+        else:
+            works = [A.contiguous(t) for t in tensors]
+        d_in = [A.describe(w, "%s[%d]" % (label, i)) for i, w in enumerate(works)]
+        c_in = (_lib.KoloTensor * n)(*d_in)
+        outputs, d_out, c_out = None, None, None
+        if not inplace:
+            outputs = [A.empty_like(w) for w in works]
+            d_out = [A.describe(o, "%s[%d]" % (label, i)) for i, o in enumerate(outputs)]
+            c_out = (_lib.KoloTensor * n)(*d_out)
+    except Exception as e:
+        _refuse(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, n)
+        raise
 
     def submit(hp):
         return _lib.lib.kolo_grouped_allreduce_async(
@@ -145,10 +163,14 @@ def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, post
 
 def allgather_async(A, tensor, name, process_set):
     _, ps_id = _process_set(process_set)
-    label = "allgather" if name is None else "allgather %r" % name
-    work = A.contiguous(tensor)
-    d_in = A.describe(work, label)
     full = common.names.make("allgather", name, ps_id)
+    label = "allgather" if name is None else "allgather %r" % name
+    try:
+        work = A.contiguous(tensor)
+        d_in = A.describe(work, label)
+    except Exception as e:
+        _refuse(_lib.COLL_ALLGATHER, full, ps_id, e)
+        raise
 
     def submit(hp):
         return _lib.lib.kolo_allgather_async(_encode(full), ctypes.byref(d_in), _NO_ALLOC, None,
@@ -163,17 +185,22 @@ def allgather_async(A, tensor, name, process_set):
 
 def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
     ps, ps_id = _process_set(process_set)
-    root = ps.root_index(root_rank)
-    label = "broadcast" if name is None else "broadcast %r" % name
-    if inplace:
-        work = _inplace_work(A, tensor, label)
-        result = tensor
-    else:
-        work = A.empty_like(tensor)
-        A.copy_(work, tensor)
-        result = work
-    d = A.describe(work, label)
     full = common.names.make("broadcast", name, ps_id)
+    label = "broadcast" if name is None else "broadcast %r" % name
+    try:
+        root = ps.root_index(root_rank)
+        if inplace:
+            work = _inplace_work(A, tensor, label)
+            result = tensor
+        else:
+            A.describe(tensor, label)  # its dtype and layout, before the copy
+            work = A.empty_like(tensor)
+            A.copy_(work, tensor)
+            result = work
+        d = A.describe(work, label)
+    except Exception as e:
+        _refuse(_lib.COLL_BROADCAST, full, ps_id, e)
+        raise
 
     def submit(hp):
         return _lib.lib.kolo_broadcast_async(_encode(full), ctypes.byref(d), root, ps_id, _NO_CB,
@@ -188,22 +215,26 @@ def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
 def alltoall_async(A, tensor, splits, name, process_set):
     """synchronize() of the returned handle gives (output, received_splits)."""
     _, ps_id = _process_set(process_set)
-    label = "alltoall" if name is None else "alltoall %r" % name
-    split_list = None
-    if splits is not None:
-        split_list = A.to_int_list(splits)
-        if any(s < 0 for s in split_list):
-            raise ValueError("%s: splits must be >= 0; got %r" % (label, split_list))
-        if any(s > 0x7FFFFFFF for s in split_list):
-            raise ValueError("%s: a split does not fit in int32: %r" % (label, split_list))
-    work = A.contiguous(tensor)
-    d_in = A.describe(work, label)
-    c_splits = None
-    n_splits = 0
-    if split_list is not None:
-        n_splits = len(split_list)
-        c_splits = (ctypes.c_int32 * max(1, n_splits))(*split_list)
     full = common.names.make("alltoall", name, ps_id)
+    label = "alltoall" if name is None else "alltoall %r" % name
+    try:
+        split_list = None
+        if splits is not None:
+            split_list = A.to_int_list(splits)
+            if any(s < 0 for s in split_list):
+                raise ValueError("%s: splits must be >= 0; got %r" % (label, split_list))
+            if any(s > 0x7FFFFFFF for s in split_list):
+                raise ValueError("%s: a split does not fit in int32: %r" % (label, split_list))
+        work = A.contiguous(tensor)
+        d_in = A.describe(work, label)
+        c_splits = None
+        n_splits = 0
+        if split_list is not None:
+            n_splits = len(split_list)
+            c_splits = (ctypes.c_int32 * max(1, n_splits))(*split_list)
+    except Exception as e:
+        _refuse(_lib.COLL_ALLTOALL, full, ps_id, e)
+        raise
 
     def submit(hp):
         return _lib.lib.kolo_alltoall_async(_encode(full), ctypes.byref(d_in), c_splits, n_splits,
@@ -222,15 +253,19 @@ def alltoall_async(A, tensor, splits, name, process_set):
 
 
 def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
-    common.reject_adasum(op, "reducescatter")
-    c_op = common.to_c_op(op)
-    pre = common.check_scale(prescale_factor, "prescale_factor")
-    post = common.check_scale(postscale_factor, "postscale_factor")
     _, ps_id = _process_set(process_set)
-    label = "reducescatter" if name is None else "reducescatter %r" % name
-    work = A.contiguous(tensor)
-    d_in = A.describe(work, label)
     full = common.names.make("reducescatter", name, ps_id)
+    label = "reducescatter" if name is None else "reducescatter %r" % name
+    try:
+        common.reject_adasum(op, "reducescatter")
+        c_op = common.to_c_op(op)
+        pre = common.check_scale(prescale_factor, "prescale_factor")
+        post = common.check_scale(postscale_factor, "postscale_factor")
+        work = A.contiguous(tensor)
+        d_in = A.describe(work, label)
+    except Exception as e:
+        _refuse(_lib.COLL_REDUCESCATTER, full, ps_id, e)
+        raise
 
     def submit(hp):
         return _lib.lib.kolo_reducescatter_async(_encode(full), ctypes.byref(d_in), c_op, pre,
