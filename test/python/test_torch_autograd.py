@@ -198,3 +198,16 @@ def test_sync_batch_norm_keeps_its_precision_when_the_mean_is_large(hvd):
     y = sync(full[rows])
     torch.testing.assert_close(y.detach(), y_ref.detach()[rows], atol=2e-3, rtol=1e-3)
     torch.testing.assert_close(sync.running_var, reference.running_var, atol=1e-3, rtol=1e-3)
+
+
+def test_sync_batch_norm_without_running_stats_uses_the_global_batch_in_eval_too(hvd):
+    # Horovod takes the local path only in eval mode WITH running statistics; without them
+    # (track_running_stats=False) eval normalizes by the global batch, as training does.
+    n, r, _ = _world(hvd)
+    g = torch.Generator().manual_seed(5)
+    full = torch.randn(4 * n, 3, generator=g, dtype=torch.float64) * (1.0 + torch.arange(3.0))
+    reference = torch.nn.BatchNorm1d(3, track_running_stats=False).double().eval()
+    sync = hvd.SyncBatchNorm(3, track_running_stats=False).double().eval()
+    rows = slice(4 * r, 4 * (r + 1))
+    with torch.no_grad():
+        torch.testing.assert_close(sync(full[rows]), reference(full)[rows])

@@ -6,8 +6,9 @@ sample count give the global mean, then the sums of squared deviations from that
 biased variance (two passes, as torch's own batch norm: E[x^2] - mean^2 in one pass loses all
 precision when the mean is large against the spread). Autograd's gradient through them (the same
 Sum allreduces of the gradients) makes the backward pass match a single process that saw the
-global batch. Statistics are accumulated in float32 for half-precision inputs. In eval mode, or
-in a job of one rank, it is plain batch norm.
+global batch. Statistics are accumulated in float32 for half-precision inputs. In eval mode with
+running statistics, or in a job of one rank, it is plain batch norm; in eval mode without them
+(track_running_stats=False) the batch statistics are global too, as in Horovod.
 """
 
 import torch
@@ -34,7 +35,7 @@ class SyncBatchNorm(_BatchNorm):
 
     def forward(self, input):
         self._check_input_dim(input)
-        if not self.training or size() == 1:
+        if size() == 1 or (not self.training and self.track_running_stats):
             return super().forward(input)
         factor = 0.0
         if self.track_running_stats:
