@@ -330,3 +330,18 @@ def test_input_refused_by_the_bindings_on_one_rank_fails_the_op_on_every_rank(hv
     if others is not None:
         hvd.remove_process_set(others)
 
+
+def test_an_object_one_rank_cannot_serialize_fails_on_every_rank(hvd):
+    import threading
+    n, r = hvd.size(), hvd.rank()
+    lock = threading.Lock()  # cannot be pickled
+    with pytest.raises(Exception) as info:
+        hvd.broadcast_object(lock if r == 0 else None, root_rank=0)
+    if r != 0:
+        assert "root rank 0 could not serialize" in str(info.value)
+    with pytest.raises(Exception) as info:
+        hvd.allgather_object(lock if r == n - 1 else r)
+    if r != n - 1:
+        assert "rank(s) [%d] could not serialize" % (n - 1) in str(info.value)
+    assert hvd.broadcast_object({"k": r}, root_rank=0) == {"k": 0}
+    assert hvd.allgather_object(r) == list(range(n))

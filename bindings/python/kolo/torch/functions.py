@@ -5,7 +5,7 @@ import pickle
 
 import torch
 
-from kolo import common
+from kolo import _lib, common
 from kolo.basics import rank
 from kolo.process_sets import global_process_set
 from kolo.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, synchronize)
@@ -45,22 +45,39 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
         synchronize(handle)
 
 
+def _dumps_or_none(obj):
+    """(bytes, None), or (None, the exception) when obj cannot be serialized."""
+    try:
+        return _dumps(obj), None
+    except Exception as e:  # noqa: BLE001 (re-raised by the caller after telling the others)
+        return None, e
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns rank root_rank's `obj` on every rank (serialized with cloudpickle).
 
     Two broadcasts: the byte count (int64), then the bytes. With name=None the ops are named
     "broadcast_object.noname.<n>" from a counter, so calls need not pass the same object type
-    on every rank (Horovod derives the default name from the type)."""
+    on every rank (Horovod derives the default name from the type). An object the root cannot
+    serialize raises there, and a count of -1 makes the other ranks raise too (Horovod's
+    would wait for the bytes)."""
     if name is None:
         ps_id = (process_set or global_process_set).process_set_id or 0
         name = common.names.make("broadcast_object", None, ps_id)
     if rank() == root_rank:
-        payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-        size = torch.tensor([payload.numel()], dtype=torch.int64)
+        data, error = _dumps_or_none(obj)
+        size = torch.tensor([-1 if error is not None else len(data)], dtype=torch.int64)
         broadcast_(size, root_rank, name + ".sz", process_set)
+        if error is not None:
+            raise error
+        payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     else:
         size = torch.tensor([0], dtype=torch.int64)
         broadcast_(size, root_rank, name + ".sz", process_set)
+        if size.item() < 0:
+            raise common.KoloInternalError(
+                "broadcast_object %r: root rank %d could not serialize its object (its own "
+                "error says why)" % (name, root_rank), _lib.ERR_INVALID_ARGUMENT)
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
     broadcast_(payload, root_rank, name + ".t", process_set)
     if rank() == root_rank:
@@ -69,17 +86,27 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order of the set."""
+    """Returns the list of every rank's `obj`, in rank order of the set. An object that a rank
+    cannot serialize raises there, and on the others naming that rank (a count of -1)."""
     if name is None:
         ps_id = (process_set or global_process_set).process_set_id or 0
         name = common.names.make("allgather_object", None, ps_id)
-    payload = torch.frombuffer(bytearray(_dumps(obj)), dtype=torch.uint8)
-    sizes = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name + ".sz",
-                      process_set)
-    data = allgather(payload, name + ".t", process_set).numpy().tobytes()
+    data, error = _dumps_or_none(obj)
+    sizes = allgather(torch.tensor([-1 if error is not None else len(data)], dtype=torch.int64),
+                      name + ".sz", process_set).tolist()
+    if error is not None:
+        raise error
+    if min(sizes) < 0:
+        ranks = (process_set or global_process_set).ranks or list(range(len(sizes)))
+        bad = [ranks[i] for i, n in enumerate(sizes) if n < 0]
+        raise common.KoloInternalError(
+            "allgather_object %r: rank(s) %s could not serialize their object (their own error "
+            "says why)" % (name, bad), _lib.ERR_INVALID_ARGUMENT)
+    payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    gathered = allgather(payload, name + ".t", process_set).numpy().tobytes()
     out, offset = [], 0
-    for n in sizes.tolist():
-        out.append(pickle.loads(data[offset:offset + n]))
+    for n in sizes:
+        out.append(pickle.loads(gathered[offset:offset + n]))
         offset += n
     return out
 
