@@ -26,7 +26,7 @@ Request fullRequest(int i) {
   r.splits = {1, 2, 3, 11};
   r.groupId = 9;
   r.groupSize = 4;
-  r.refusal = i == 1 ? "the output (int32 [2] on the host) does not match" : "";
+  r.refusal = i == 0 ? "the output (int32 [2] on the host) does not match" : "";
   return r;
 }
 
@@ -219,7 +219,7 @@ TEST_CASE("decode errors say who sent it and what was wrong") {
   auto rq = encode(sampleRequests());
   RequestList out;
   Status s = decode(rq.data(), rq.size() - 3, &out);
-  CHECK(s.message().rfind("malformed request list from rank 3: truncated reading group size (4 "
+  CHECK(s.message().rfind("malformed request list from rank 3: truncated reading refusal (4 "
                           "bytes needed, 1 left) at byte ",
                           0) == 0);
   s = decode(rq.data(), 20, &out);  // too short for even one request
