@@ -152,3 +152,237 @@ def test_elastic_sampler_resumes_and_reshards(monkeypatch):
     s.set_epoch(1)
     assert s.state_dict() == {"epoch": 1, "processed_indices": set()}
     assert sorted(s) == dataset and list(s) != list(range(50))
+
+
+# ---- TorchState's handlers (horovod.torch.elastic.state) --------------------------------------
+
+def test_torch_state_lr_scheduler_stays_tied_to_its_optimizer(one_rank):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    state = hvd.elastic.TorchState(model, opt, lr_scheduler=sched, epoch=0)
+    assert sorted(state._handlers) == ["lr_scheduler", "model", "optimizer"]
+    assert state.lr_scheduler is sched and sched.optimizer is opt
+    for _ in range(3):
+        opt.step()
+        state.lr_scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.125
+    state.commit()
+    assert state.lr_scheduler is sched and state.optimizer is opt
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.0625 and sched.last_epoch == 4
+    state.restore()  # the scheduler and the optimizer's lr back to the commit, still tied
+    assert sched.last_epoch == 3 and opt.param_groups[0]["lr"] == 0.125
+    assert state.lr_scheduler is sched and sched.optimizer is opt
+    state.sync()
+    assert sched.last_epoch == 3 and sched.optimizer is opt
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.0625
+
+
+def test_torch_state_commit_copies_no_torch_object(monkeypatch, one_rank):
+    # ObjectState deep-copies plain values only: the model, optimizer, scheduler and sampler
+    # are never copied whole (only their state_dicts are).
+    import copy
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+    sampler = hvd.elastic.ElasticSampler(list(range(10)))
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, plateau=plateau, sampler=sampler,
+                                   epoch=0)
+    assert sorted(state._handlers) == ["model", "optimizer", "plateau", "sampler"]
+    copied = []
+    real = copy.deepcopy
+
+    def deepcopy(obj, memo=None):
+        copied.append(type(obj))
+        return real(obj, memo)
+
+    monkeypatch.setattr(copy, "deepcopy", deepcopy)
+    state.commit()
+    state.restore()
+    bad = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.ReduceLROnPlateau,
+           hvd.elastic.ElasticSampler)
+    assert copied and not [t for t in copied if issubclass(t, bad)], copied
+    assert state.optimizer is opt and state.plateau is plateau and state.sampler is sampler
+
+
+def test_torch_state_assigning_an_attribute_saves_the_new_object(one_rank):
+    m1, m2 = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    state = hvd.elastic.TorchState(model=m1, epoch=0, extra=None)
+    state.model = m2  # Horovod's set_value: m2 is tracked and saved at once
+    assert state.model is m2 and state._handlers["model"].value is m2
+    committed = [p.detach().clone() for p in m2.parameters()]
+    with torch.no_grad():
+        for p in m2.parameters():
+            p.add_(1.0)
+    state.restore()
+    assert all(torch.equal(a, b) for a, b in zip(committed, m2.parameters()))
+    state.commit()
+    with torch.no_grad():
+        for p in m2.parameters():
+            p.mul_(3.0)
+    state.restore()
+    assert all(torch.equal(a, b) for a, b in zip(committed, m2.parameters()))
+    # a plain attribute that now holds a module gets the module's handler
+    m3 = torch.nn.Linear(2, 1)
+    state.extra = m3
+    assert state._handlers["extra"].value is m3 and "extra" not in state._saved_state
+    state.commit()
+    state.restore()
+    assert state.extra is m3
+
+
+class FakeWorld:
+    """n simulated ranks, one thread each, for the handlers' collectives: allgather_object
+    and broadcast_object exchange pickled copies, as the real ones do."""
+
+    def __init__(self, monkeypatch, n):
+        import pickle
+        import threading
+        from kolo.torch.elastic import sampler as sampler_mod
+        from kolo.torch.elastic import state as state_mod
+        self.n, self.pickle = n, pickle
+        self.barrier = threading.Barrier(n)
+        self.slots = [None] * n
+        self.local = threading.local()
+        self.sent = []  # (name, bytes each rank sent)
+        monkeypatch.setattr(state_mod.functions, "allgather_object", self.allgather_object)
+        monkeypatch.setattr(state_mod.functions, "broadcast_object", self.broadcast_object)
+        monkeypatch.setattr(state_mod.basics, "is_initialized", lambda: True)
+        monkeypatch.setattr(sampler_mod, "is_initialized", lambda: True)
+        monkeypatch.setattr(sampler_mod, "rank", lambda: getattr(self.local, "rank", 0))
+        monkeypatch.setattr(sampler_mod, "size", lambda: self.n)
+
+    def allgather_object(self, obj, name=None, process_set=None):
+        data = self.pickle.dumps(obj)
+        self.slots[self.local.rank] = data
+        self.barrier.wait()
+        out = [self.pickle.loads(d) for d in self.slots]
+        if self.local.rank == 0:
+            self.sent.append((name, [len(d) for d in self.slots]))
+        self.barrier.wait()
+        return out
+
+    def broadcast_object(self, obj, root_rank=0, name=None, process_set=None):
+        return self.allgather_object(obj, name)[root_rank]
+
+    def run(self, fn):
+        """fn(rank) on every simulated rank at once; their results in rank order."""
+        import threading
+        out, errors = [None] * self.n, []
+
+        def body(r):
+            self.local.rank = r
+            try:
+                out[r] = fn(r)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                self.barrier.abort()
+
+        threads = [threading.Thread(target=body, args=(r,)) for r in range(self.n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        return out
+
+
+def test_sampler_commit_saves_every_ranks_processed_indices(monkeypatch):
+    # Horovod's SamplerStateHandler.save: the committed state holds every rank's processed
+    # indices, so a lost rank's committed samples are not trained again by the survivors.
+    from kolo.torch.elastic.state import SamplerStateHandler
+    world = FakeWorld(monkeypatch, 3)
+    dataset = list(range(60))
+    handlers = world.run(lambda r: SamplerStateHandler(
+        hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=5)))
+
+    def steps(r, batches):
+        s = handlers[r].value
+        for b in batches:
+            s.record_batch(b, 4)
+        handlers[r].save()
+        return set(s.processed_indices)
+
+    mine = world.run(lambda r: steps(r, [0, 1]))
+    union = set().union(*mine)
+    assert len(union) == 24
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == union
+    # rank 2 is lost after two more batches; rank 0 restores the commit: none of the 24
+    # committed samples (rank 2's 8 included) is handed out again
+    world.run(lambda r: handlers[r].value.record_batch(2, 4))
+    monkeypatch.setattr("kolo.torch.elastic.sampler.size", lambda: 1)
+    monkeypatch.setattr("kolo.torch.elastic.sampler.rank", lambda: 0)
+    handlers[0].restore()
+    assert handlers[0].value.processed_indices == union
+    assert set(handlers[0].value) == set(dataset) - union
+
+
+def test_sampler_commit_sends_only_new_indices_and_falls_back_to_whole_sets(monkeypatch):
+    from kolo.torch.elastic.state import SamplerStateHandler
+    world = FakeWorld(monkeypatch, 2)
+    dataset = list(range(4000))
+    handlers = world.run(lambda r: SamplerStateHandler(
+        hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)))
+
+    def record(r, first, last):  # rank r processes the even (r=0) or odd indices in [first, last)
+        handlers[r].value.record_indices(range(first + r, last, 2))
+        handlers[r].save()
+
+    world.run(lambda r: record(r, 0, 3000))  # whole sets: no saved union yet
+    first = world.sent[-1][1]
+    world.run(lambda r: record(r, 3000, 3040))  # 40 more: only those travel
+    second = world.sent[-1][1]
+    assert max(second) * 20 < min(first), (first, second)
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == set(range(3040))
+        assert h.value.processed_indices == set(range(3040))
+    # a rank whose saved union differs (a new worker after a reset, holding the state that
+    # sync gave it): whole sets, the same union everywhere, then deltas again
+    fresh = SamplerStateHandler(hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1))
+    fresh.value.load_state_dict(handlers[0].value.state_dict())
+    handlers[1] = fresh
+    world.run(lambda r: record(r, 3040, 3060))
+    assert max(world.sent[-1][1]) > min(first)  # the second gather, of whole sets
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == set(range(3060))
+    assert handlers[0]._generation == handlers[1]._generation
+    world.run(lambda r: record(r, 3060, 3070))
+    assert max(world.sent[-1][1]) * 20 < min(first)
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == set(range(3070))
+    # after set_epoch a set no longer holds the saved union: whole (small) sets
+    world.run(lambda r: handlers[r].value.set_epoch(1))
+    world.run(lambda r: record(r, 100, 120))
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == set(range(100, 120))
+        assert h._saved_sampler_state["epoch"] == 1
+
+
+def test_sampler_sync_gives_rank0s_epoch_with_every_ranks_indices(monkeypatch):
+    # After HostsUpdatedInterrupt there is no restore: sync must still hand out none of the
+    # samples any rank of rank 0's epoch processed; a new worker's fresh sampler adds nothing.
+    from kolo.torch.elastic.state import SamplerStateHandler
+    world = FakeWorld(monkeypatch, 3)
+    dataset = list(range(90))
+    handlers = world.run(lambda r: SamplerStateHandler(
+        hvd.elastic.ElasticSampler(dataset, shuffle=False)))
+
+    def train(r):
+        s = handlers[r].value
+        if r < 2:  # the old workers, at epoch 2
+            s.set_epoch(2)
+            s.record_batch(0, 5)
+            s.record_batch(1, 5)
+        return set(s.processed_indices)
+
+    done = world.run(train)
+    world.run(lambda r: handlers[r].sync())
+    for h in handlers:
+        assert h.value.epoch == 2 and h.value.processed_indices == done[0] | done[1]
+    shards = [set(h.value) for h in handlers]
+    assert set().union(*shards) == set(dataset) - done[0] - done[1]

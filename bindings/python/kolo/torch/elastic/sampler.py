@@ -1,11 +1,11 @@
 """ElasticSampler (horovod.torch.elastic.ElasticSampler): shards a dataset over the current
 world and resumes an epoch where the committed state left it.
 
-The sampler keeps the epoch and the indices processed in it (record_batch / record_indices);
-at every reset (load_state_dict, and TorchState's sync, which unites the processed indices of
-every rank) it re-shards the indices not yet processed over the new size: the same
-permutation on every rank (seeded by seed + epoch), padded to a multiple of the size, rank r
-taking every size-th index from r. Not thread-safe.
+The sampler keeps the epoch and the indices this rank processed in it (record_batch /
+record_indices); TorchState's commit saves those of every rank together (state.py). At every
+reset (load_state_dict, as TorchState's restore and sync do) it re-shards the indices not yet
+processed over the new size: the same permutation on every rank (seeded by seed + epoch),
+padded to a multiple of the size, rank r taking every size-th index from r. Not thread-safe.
 """
 
 import math

@@ -1,23 +1,43 @@
-"""TorchState (horovod.torch.elastic.TorchState): a model, an optimizer, samplers and plain
-attributes as one elastic state.
+"""TorchState (horovod.torch.elastic.TorchState): models, optimizers, LR schedulers, samplers
+and plain attributes as one elastic state.
 
-TorchState(model=m, optimizer=o, sampler=s, epoch=0, batch=0) exposes state.model,
-state.optimizer, state.sampler, state.epoch, state.batch. Each torch object has a handler:
-the model's and optimizer's state_dict are deep-copied at commit and loaded back at restore,
-and sync broadcasts the parameters and the optimizer state from rank 0
-(broadcast_parameters, broadcast_optimizer_state); an ElasticSampler's processed indices are
-united over every rank and then broadcast (sampler.py); other attributes are ObjectState's.
-Not thread-safe.
+TorchState(model=m, optimizer=o, sampler=s, lr_scheduler=sch, epoch=0) exposes state.model,
+state.optimizer, ... Each attribute gets a handler chosen by its value's type, as Horovod's
+handler registry (get_handler_registry / set_handler_registry):
+
+  torch.nn.Module           ModelStateHandler: commit deep-copies its state_dict, restore loads
+                            it back, sync broadcasts the parameters and buffers from rank 0
+  torch.optim.Optimizer     OptimizerStateHandler: the same with the optimizer's state_dict;
+                            sync is broadcast_optimizer_state
+  an LR scheduler           LRSchedulerStateHandler (torch.optim.lr_scheduler.LRScheduler /
+                            _LRScheduler, and ReduceLROnPlateau): the same with the scheduler's
+                            state_dict; sync broadcasts rank 0's
+  ElasticSampler            SamplerStateHandler: commit saves the processed indices of every
+                            rank together (below); sync gives every rank rank 0's epoch and them
+  anything else             a plain value of ObjectState (deep-copied at commit and restore)
+
+A handler keeps the user's own object (never a copy: an LR scheduler stays tied to its
+optimizer) and only copies its state_dict. Assigning an attribute (state.model = m2) gives the
+handler the new object and saves it at once, as Horovod's set_value; an assigned value of
+another kind gets the handler of its kind. Not thread-safe.
+
+The sampler's commit, as Horovod's SamplerStateHandler.save (allgather_object of the processed
+indices): the saved set is the union of every rank's, so the samples a rank processed before
+the commit are not trained again when it is lost. Cheaper than Horovod's, with the same
+result: a rank whose processed set still holds the last saved union sends only the indices
+added since (a generation number checks that every rank saved that same union; otherwise
+the ranks send their whole sets).
 """
 
 import copy
 
 import torch
 
+from kolo import basics
+from kolo.basics import rank
 from kolo.elastic.state import ObjectState as _ObjectState
 from kolo.torch import functions
 from kolo.torch.elastic.sampler import ElasticSampler
-from kolo.basics import rank
 
 
 class ObjectState(_ObjectState):
@@ -28,81 +48,221 @@ class ObjectState(_ObjectState):
                          get_rank=get_rank or rank, **kwargs)
 
 
-class _ModelHandler:
-    def __init__(self, model):
-        self.value = model
-        self.saved = copy.deepcopy(model.state_dict())
+class StateHandler:
+    """One attribute of a TorchState: the user's object and what commit saved of it."""
+
+    def __init__(self, value):
+        self.value = value
+        self.name = None  # the attribute's name (TorchState sets it): names the collectives
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        raise NotImplementedError()
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        raise NotImplementedError()
+
+    def sync(self):
+        raise NotImplementedError()
+
+    def set_value(self, value):
+        self.value = value
+        self.save()
+
+
+class ModelStateHandler(StateHandler):
+    def __init__(self, model):
+        super().__init__(model)
+        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+
+    def save(self):
+        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+
+    def restore(self):
+        self.value.load_state_dict(self._saved_model_state)
 
     def sync(self):
         functions.broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class _OptimizerHandler:
+class OptimizerStateHandler(StateHandler):
     def __init__(self, optimizer):
-        self.value = optimizer
-        self.saved = copy.deepcopy(optimizer.state_dict())
+        super().__init__(optimizer)
+        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        self.value.load_state_dict(self._saved_optimizer_state)
 
     def sync(self):
         functions.broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class _SamplerHandler:
-    def __init__(self, sampler):
-        self.value = sampler
-        self.saved = copy.deepcopy(sampler.state_dict())
+class LRSchedulerStateHandler(StateHandler):
+    def __init__(self, scheduler):
+        super().__init__(scheduler)
+        self._saved_scheduler_state = copy.deepcopy(self.value.state_dict())
 
     def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
+        self._saved_scheduler_state = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self.saved)
+        self.value.load_state_dict(self._saved_scheduler_state)
 
     def sync(self):
-        # Every rank's processed indices of this epoch, united, then rank 0's epoch with them.
-        processed = set()
-        for part in functions.allgather_object(self.value.processed_indices):
-            processed.update(part)
+        state = functions.broadcast_object(self.value.state_dict(), root_rank=0,
+                                           name=_op_name(self, "sync"))
+        self.value.load_state_dict(state)
+
+
+class SamplerStateHandler(StateHandler):
+    """save() keeps this rank's sampler state with the processed indices of every rank, and
+    adds them to this rank's sampler (it re-shards only at a reset, so its batches do not
+    change); restore() loads the saved state; sync() gives every rank rank 0's state, with the
+    processed indices of every rank at rank 0's epoch (also those processed since the last
+    commit, when the workers are re-formed at check_host_updates without a commit)."""
+
+    def __init__(self, sampler):
+        super().__init__(sampler)
+        self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
+        # Which save produced the saved set: the same number on every rank that saved that same
+        # union; None until this rank took part in one.
+        self._generation = None
+
+    def save(self):
+        union, generation = self._processed_of_every_rank(only_epoch_of_rank0=False)
         state = self.value.state_dict()
-        state["processed_indices"] = processed
-        self.value.load_state_dict(functions.broadcast_object(state, root_rank=0))
+        state["processed_indices"] = union
+        self._saved_sampler_state = state
+        self._generation = generation
+        processed = self.value.processed_indices
+        if isinstance(processed, set):
+            processed |= union
+        else:
+            self.value.processed_indices = set(processed) | union
+
+    def restore(self):
+        state = dict(self._saved_sampler_state)
+        state["processed_indices"] = set(state["processed_indices"])  # the saved set stays ours
+        self.value.load_state_dict(state)
+
+    def sync(self):
+        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True)
+        state = self.value.state_dict()
+        state["processed_indices"] = union
+        self.value.load_state_dict(functions.broadcast_object(state, root_rank=0,
+                                                              name=_op_name(self, "sync")))
+
+    def _processed_of_every_rank(self, only_epoch_of_rank0):
+        """(the union of every rank's processed indices, its generation). With
+        only_epoch_of_rank0, ranks at another epoch than rank 0's (a new worker's fresh
+        sampler) are left out. Collective. After a save every rank's set holds the saved union,
+        so while it still does (the same epoch) a rank sends only the indices added since."""
+        processed = self.value.processed_indices
+        if not isinstance(processed, (set, frozenset)):
+            processed = set(processed)
+        if not basics.is_initialized():
+            return set(processed), self._generation
+        saved = self._saved_sampler_state.get("processed_indices") or set()
+        token = None if self._generation is None else (self._generation, len(saved))
+        delta = token is not None and processed.issuperset(saved)
+        mine = (token, self.value.epoch, delta, processed - saved if delta else set(processed))
+        parts = functions.allgather_object(mine, name=_op_name(self, "processed"))
+        if only_epoch_of_rank0:
+            chosen = [i for i, p in enumerate(parts) if p[1] == parts[0][1]]
+        else:
+            chosen = range(len(parts))
+        if token is not None and all(p[0] == token for p in parts):
+            # every rank saved this same union, and a delta's rank holds it: saved | delta
+            union = set(saved) if any(parts[i][2] for i in chosen) else set()
+            for i in chosen:
+                union |= parts[i][3]
+        else:
+            fulls = [p[3] for p in parts]
+            if any(p[2] for p in parts):
+                # deltas against a union not every rank saved (a new worker): whole sets
+                again = functions.allgather_object(set(processed) if delta else None,
+                                                   name=_op_name(self, "processed_full"))
+                fulls = [again[i] if p[2] else p[3] for i, p in enumerate(parts)]
+            union = set()
+            for i in chosen:
+                union |= fulls[i]
+        generation = 1 + max((p[0][0] for p in parts if p[0] is not None), default=-1)
+        return union, generation
 
 
-def _handler(value):
-    if isinstance(value, torch.nn.Module):
-        return _ModelHandler(value)
-    if isinstance(value, torch.optim.Optimizer):
-        return _OptimizerHandler(value)
-    if isinstance(value, ElasticSampler):
-        return _SamplerHandler(value)
+def _op_name(handler, what):
+    return "kolo.elastic.%s.%s" % (handler.name or type(handler).__name__, what)
+
+
+def _scheduler_types():
+    sched = torch.optim.lr_scheduler
+    types = [getattr(sched, n) for n in ("LRScheduler", "_LRScheduler", "ReduceLROnPlateau")
+             if isinstance(getattr(sched, n, None), type)]
+    return tuple(dict.fromkeys(types))
+
+
+_handler_registry = [
+    (torch.nn.Module, ModelStateHandler),
+    (torch.optim.Optimizer, OptimizerStateHandler),
+    (_scheduler_types(), LRSchedulerStateHandler),
+    (ElasticSampler, SamplerStateHandler),
+]
+
+
+def get_handler_registry():
+    """[(type or tuple of types, handler class)], tried in order (Horovod's registry)."""
+    return _handler_registry
+
+
+def set_handler_registry(registry):
+    global _handler_registry
+    _handler_registry = registry
+
+
+def _handler_class(value):
+    for handler_type, handler_cls in _handler_registry:
+        if isinstance(value, handler_type):
+            return handler_cls
     return None
 
 
 class TorchState(ObjectState):
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
-        self._handlers = {}
-        plain = {}
+        handlers, plain = {}, {}
         for name, value in kwargs.items():
-            handler = _handler(value)
-            if handler is not None:
-                self._handlers[name] = handler
-            elif value is not None or name not in ("model", "optimizer"):
+            cls = _handler_class(value)
+            if cls is not None:
+                handlers[name] = cls(value)
+                handlers[name].name = name
+            else:
                 plain[name] = value
-        for name, handler in self._handlers.items():
+        object.__setattr__(self, "_handlers", handlers)
+        for name, handler in handlers.items():
             object.__setattr__(self, name, handler.value)
         super().__init__(**plain)
+
+    def __setattr__(self, name, value):
+        handlers = self.__dict__.get("_handlers")
+        if handlers is None or name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        cls = _handler_class(value)
+        plain = self.__dict__.get("_saved_state")
+        if name in handlers and type(handlers[name]) is cls:
+            handlers[name].set_value(value)  # Horovod's set_value: the new object, saved
+        elif cls is not None and (name in handlers or (plain is not None and name in plain)):
+            # a tracked attribute now holding an object of another kind: its kind's handler
+            handlers[name] = cls(value)
+            handlers[name].name = name
+            if plain is not None:
+                plain.pop(name, None)
+        elif name in handlers and plain is not None:
+            del handlers[name]  # a plain value now: ObjectState's, saved at the next commit
+            plain[name] = copy.deepcopy(value)
+        object.__setattr__(self, name, value)
 
     def save(self):
         for handler in self._handlers.values():
