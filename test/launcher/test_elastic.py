@@ -284,7 +284,11 @@ def test_scenario6_shrink_and_grow_several_times(tmp_path):
     res = check_trained(r, 3)
     sizes = res[0]["sizes"]
     assert sizes[:5] == [3, 2, 4, 2, 3], sizes
-    assert "host localhost has 2 slots now: stopping worker" in r.stderr
+    # graceful removal (horovodrun's): the removed workers leave at a commit, no rollback
+    assert "host localhost has 2 slots now: worker 2 leaves the job at its next commit" \
+        in r.stderr, r.stderr[-3000:]
+    assert "worker 2 (host localhost) left the job at its commit" in r.stderr
+    assert "restored the last commit" not in r.stderr
 
 
 def test_trainer_elastic_rank_killed_mid_epoch():
@@ -300,3 +304,146 @@ def test_trainer_elastic_rank_killed_mid_epoch():
     res = check_trained(r, 2)
     for k in res:
         assert res[k]["steps"] == 64 and res[k]["epochs"] == [0, 1, 2, 3], res[k]
+
+
+# A worker that logs, in its state (so a rollback forgets them too), the samples each step of
+# every rank trained, per epoch; rank 2 of round 0 may die at a step (argv[1]). 240 samples,
+# batches of 4, a commit every 3 steps: every commit on 3 or 2 ranks leaves a remainder that 2
+# ranks share evenly, so the sampler pads nothing and any sample trained twice was redone.
+SEEN_WORKER = """\
+import json, os, signal, sys, time
+import torch
+import kolo.torch as hvd
+hvd.init()
+N, BS, DIE = 240, 4, int(sys.argv[1])
+torch.manual_seed(0)
+X = torch.randn(N, 4)
+Y = X.sum(1, keepdim=True)
+model = torch.nn.Linear(4, 1)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                               named_parameters=model.named_parameters())
+sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=3)
+state = hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, step=0,
+                               seen={})
+FIRST = hvd.elastic.current_round()
+
+
+@hvd.elastic.run
+def train(state):
+    while state.epoch < 3:
+        for b in range(-(-len(state.sampler) // BS)):
+            if FIRST == hvd.elastic.current_round() == 0 and hvd.rank() == 2 and \\
+                    state.step == DIE:
+                os.kill(os.getpid(), signal.SIGKILL)
+            idx = state.sampler.get_indices(b, BS)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(X[idx]), Y[idx]).backward()
+            opt.step()
+            for part in hvd.allgather_object(list(idx)):
+                state.seen.setdefault(state.epoch, []).extend(part)
+            state.sampler.record_batch(b, BS)
+            state.step += 1
+            time.sleep(0.03)
+            if state.step % 3 == 0:
+                if hvd.rank() == 0:
+                    print("PROGRESS round %d size %d step %d" % (
+                        hvd.elastic.current_round(), hvd.size(), state.step), flush=True)
+                state.commit()
+        state.epoch += 1
+        state.sampler.set_epoch(state.epoch)
+        state.commit()
+
+
+train(state)
+print("SEEN " + json.dumps({"rank": hvd.rank(), "size": hvd.size(), "epochs": {
+    e: [len(v), len(v) - len(set(v)), N - len(set(v))] for e, v in state.seen.items()}}),
+    flush=True)
+"""
+
+
+def seen(r):
+    import json
+    return {d["rank"]: d for d in (json.loads(l.split("]<stdout>:SEEN ", 1)[1])
+                                   for l in r.stdout.splitlines() if "]<stdout>:SEEN " in l)}
+
+
+def test_a_lost_ranks_committed_samples_are_not_trained_again(tmp_path):
+    # Horovod's SamplerStateHandler.save: a commit saves every rank's processed indices. Rank 2
+    # (alone on host 127.0.0.1, which is then blacklisted: no replacement) dies after its
+    # commit at step 6; the survivors must not train its 24 committed samples again.
+    prog = tmp_path / "seen.py"
+    prog.write_text(SEEN_WORKER)
+    argv = [PY, KOLORUN, "-np", "3", "--min-np", "2", "-H", "localhost:2,127.0.0.1:1",
+            "--start-timeout", "30", TORCH_PY, str(prog), "7"]
+    r = subprocess.run(argv, env=elastic_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "restored the last commit" in r.stderr
+    got = seen(r)
+    assert sorted(got) == [0, 1], r.stdout[-3000:]
+    for d in got.values():
+        assert d["size"] == 2
+        # epoch: [samples trained, trained twice, never trained]
+        assert d["epochs"] == {"0": [240, 0, 0], "1": [240, 0, 0], "2": [240, 0, 0]}, d
+
+
+def test_graceful_removal_no_rollback_and_no_sample_twice(tmp_path):
+    # horovodrun's graceful removal: the host list shrinks 3 -> 2 while the job trains; worker
+    # 2 is not killed: every worker raises HostsUpdatedInterrupt at the next commit, workers 0
+    # and 1 go on from it (no rollback, nothing trained twice), worker 2 ends by itself.
+    prog = tmp_path / "seen.py"
+    prog.write_text(SEEN_WORKER)
+    hosts = Hosts(tmp_path, "localhost:3")
+    argv = [PY, KOLORUN, "-np", "3", "--min-np", "2", "--host-discovery-script",
+            str(hosts.script), "--start-timeout", "30", TORCH_PY, str(prog), "-1"]
+    r = _run_shrinking(argv, hosts, "localhost:2")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "host localhost has 2 slots now: worker 2 leaves the job at its next commit" \
+        in r.stderr, r.stderr[-3000:]
+    assert "worker 2 was removed from the job by kolorun (host localhost has 2 slots now)" \
+        in r.stderr, r.stderr[-3000:]
+    assert "worker 2 (host localhost) left the job at its commit" in r.stderr
+    assert "restored the last commit" not in r.stderr and "PEER_LOST" not in r.stderr
+    assert "elastic round 1: 2 workers (localhost: 0-1)" in r.stderr
+    got = seen(r)
+    assert sorted(got) == [0, 1], r.stdout[-3000:]
+    for d in got.values():
+        assert d["size"] == 2
+        assert d["epochs"] == {"0": [240, 0, 0], "1": [240, 0, 0], "2": [240, 0, 0]}, d
+
+
+def _run_shrinking(argv, hosts, text, timeout=120):
+    """Runs argv and rewrites the host list to `text` once rank 0 reported step 6."""
+    proc = subprocess.Popen(argv, env=elastic_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    err = []
+    t = threading.Thread(target=lambda: err.extend(proc.stderr), daemon=True)
+    t.start()
+    out = []
+    killer = threading.Timer(timeout, proc.kill)
+    killer.start()
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if "]<stdout>:PROGRESS round 0 size 3 step 6" in line:
+                hosts.set(text)
+        proc.wait()
+    finally:
+        killer.cancel()
+    t.join(5)
+    return subprocess.CompletedProcess(argv, proc.returncode, "".join(out), "".join(err))
+
+
+def test_reset_limit_counts_a_replacement_with_the_re_forming_it_was_started_for(tmp_path):
+    # horovodrun counts one reset per re-forming, and the replacement it starts joins that same
+    # reset. A death on the only host (forgiven: a replacement starts at once) re-forms the
+    # workers once: the round that admits the replacement later is no second reset, so
+    # --reset-limit 1 lets the job finish on 3 ranks.
+    hosts = Hosts(tmp_path, "localhost:3")
+    r = run(["-np", "3", "--min-np", "2", "--host-discovery-script", str(hosts.script),
+             "--reset-limit", "1"], ["--die", "0:1:5", "--until-sizes", "3,2,3",
+                                     "--step-sleep", "0.02"], timeout=150)
+    res = check_trained(r, 3)
+    assert res[0]["sizes"][:3] == [3, 2, 3], res[0]["sizes"]
+    assert "past --reset-limit" not in r.stderr
+    assert "elastic round 2: 3 workers" in r.stderr, r.stderr[-3000:]

@@ -357,9 +357,10 @@ def test_driver_does_not_wait_for_hosts_once_the_job_is_finishing(tmp_path):
 
 
 def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
-    # The host list shrinks 3 -> 2 slots: worker 2 is stopped, ignores SIGTERM, and must be
-    # killed after KOLO_LAUNCHER_KILL_GRACE_SECONDS (1 s) while the job goes on, not when it
-    # ends; until it is gone, no new worker takes its slot.
+    # The host list shrinks 3 -> 2 slots: worker 2, a member of round 0, should leave at its
+    # next commit (graceful removal), never does, and is stopped after --elastic-timeout (1 s);
+    # it ignores SIGTERM and must be killed after KOLO_LAUNCHER_KILL_GRACE_SECONDS (1 s) while
+    # the job goes on, not when it ends; until it is gone, no new worker takes its slot.
     import signal
     import subprocess
     import time
@@ -376,8 +377,8 @@ def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
                     "time.sleep(60)\n" % str(tmp_path))
     env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
     p = subprocess.Popen([PY, KOLORUN, "-np", "3", "--min-np", "2", "--host-discovery-script",
-                          str(script), PY, str(prog)], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                          str(script), "--elastic-timeout", "1", PY, str(prog)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
         while not all((tmp_path / ("pid.%d" % i)).exists() for i in range(3)):
@@ -385,7 +386,7 @@ def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
             time.sleep(0.05)
         victim = int((tmp_path / "pid.2").read_text())
         hosts.write_text("localhost:2\n")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 12
         while process_alive(victim):
             assert time.monotonic() < deadline, "the stopped worker was not killed"
             time.sleep(0.05)
@@ -393,7 +394,11 @@ def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
         assert not (tmp_path / "pid.3").exists()
     finally:
         p.send_signal(signal.SIGTERM)
-        p.communicate(timeout=30)
+        _, err = p.communicate(timeout=30)
+    assert "worker 2 leaves the job at its next commit" in err, err
+    assert ("worker 2 (host localhost) did not leave the job at a commit within "
+            "--elastic-timeout 1 s of its removal (host localhost has 2 slots now): stopping "
+            "it") in err, err
 
 
 def test_driver_passes_a_signal_and_stops_every_worker(tmp_path):
@@ -472,6 +477,169 @@ def test_rank_0_of_a_new_round_is_a_member_of_the_last_one():
         assert job.console.lines[-1].endswith("rank 0 is worker 3"), job.console.lines
     finally:
         job.server.stop()
+
+
+# A stand-in for a training worker under graceful removal: it "trains" in its round, and at
+# each "commit" (every 0.1 s) it leaves the round when kolorun published a newer one, as
+# kolo.elastic does (HostsUpdatedInterrupt): it asks for a round and joins the newest round
+# that places it, or ends (exit 0) when that round removes it. It prints each round it joins
+# (JOINED round rank size) and ends once it joined round argv[1], or at elastic/abort.
+GRACEFUL = textwrap.dedent("""\
+    import json, os, sys, time
+    sys.path[:0] = %r
+    from store_client import StoreClient
+    c = StoreClient(os.environ["KOLO_RENDEZVOUS_ADDR"], os.environ["KOLO_RENDEZVOUS_PORT"])
+    wid = os.environ["KOLO_ELASTIC_WORKER_ID"]
+    c.set("elastic/ready/" + wid, b"1")
+    mine, last = -1, int(sys.argv[1])
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if c.check("elastic/abort"):
+            print("ABORTED " + c.get("elastic/abort", 1).decode(), flush=True)
+            sys.exit(1)
+        n = int(c.get("elastic/round", 1)) if c.check("elastic/round") else -1
+        if n > mine:
+            if mine >= 0:
+                c.set("elastic/want/" + wid, str(mine).encode())
+            key = "elastic/round%%d/%%s/%%s"
+            if c.check(key %% (n, "removed", wid)):
+                print("REMOVED %%d %%s" %% (n, c.get(key %% (n, "removed", wid), 1).decode()),
+                      flush=True)
+                sys.exit(0)
+            if c.check(key %% (n, "assign", wid)):
+                mine = n
+                place = json.loads(c.get(key %% (n, "assign", wid), 1))
+                print("JOINED %%d %%d %%d" %% (n, place["rank"], place["size"]), flush=True)
+                if n >= last:
+                    time.sleep(0.5)
+                    sys.exit(0)
+        time.sleep(0.1)
+    sys.exit(3)
+""")
+
+
+def graceful(tmp_path):
+    path = tmp_path / "graceful.py"
+    path.write_text(GRACEFUL % (STANDIN_PATH,))
+    return str(path)
+
+
+def lines(stdout, word):
+    return sorted(l.split("]<stdout>:", 1)[0].lstrip("[") + " " + l.split(word + " ", 1)[1]
+                  for l in stdout.splitlines() if "]<stdout>:%s " % word in l)
+
+
+def changing_hosts(tmp_path, first):
+    hosts = tmp_path / "hosts"
+    hosts.write_text(first + "\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    return hosts, str(script)
+
+
+def run_until(argv, tmp_path, steps, timeout=60):
+    """Runs kolorun; steps: [(text in its stdout or stderr so far, action)], in order."""
+    import subprocess
+    import threading
+    import time
+    from conftest import KOLORUN
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    p = subprocess.Popen([PY, KOLORUN] + argv, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    seen = []
+    readers = [threading.Thread(target=lambda f=f: seen.extend(f), daemon=True)
+               for f in (p.stdout, p.stderr)]
+    for t in readers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    try:
+        for text, action in steps:
+            while not any(text in l for l in list(seen)):
+                assert time.monotonic() < deadline and p.poll() is None, (text, "".join(seen))
+                time.sleep(0.05)
+            action()
+        p.wait(max(1, deadline - time.monotonic()))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    for t in readers:
+        t.join(5)
+    out = "".join(l for l in seen if "]<std" in l)
+    err = "".join(l for l in seen if "]<std" not in l)
+    return p.returncode, out, err
+
+
+def test_graceful_removal_the_others_go_on_at_their_commit_without_the_removed(tmp_path):
+    # horovodrun's graceful removal: the host list shrinks 3 -> 2; worker 2 is not stopped:
+    # round 1 forms without it, the workers learn of it at their next commit, workers 0 and 1
+    # join it, and worker 2 ends by itself when it would join it (exit 0, no failure).
+    hosts, script = changing_hosts(tmp_path, "localhost:3")
+    code, out, err = run_until(
+        ["-np", "3", "--min-np", "2", "--host-discovery-script", script, PY, graceful(tmp_path),
+         "1"], tmp_path,
+        [("elastic round 0: 3 workers", lambda: hosts.write_text("localhost:2\n"))])
+    assert code == 0, err
+    assert "host localhost has 2 slots now: worker 2 leaves the job at its next commit" in err
+    assert lines(out, "JOINED") == ["0 0 0 3", "0 1 0 2", "1 0 1 3", "1 1 1 2", "2 0 2 3"], out
+    assert lines(out, "REMOVED") == ["2 1 host localhost has 2 slots now"], out
+    assert "worker 2 (host localhost) left the job at its commit" in err, err
+    assert "stopping worker" not in err and "SIGTERM" not in err, err
+
+
+def test_a_removed_worker_whose_host_returns_before_the_next_round_stays(tmp_path):
+    # The host list empties for a moment, then lists the same slots again: the workers never
+    # left (no round formed without them: fewer than --min-np), so they stay, with no new round
+    # and no new workers, as under horovodrun, where the same host keeps its workers.
+    hosts, script = changing_hosts(tmp_path, "localhost:2")
+    code, out, err = run_until(
+        ["-np", "2", "--min-np", "2", "--host-discovery-script", script, PY,
+         graceful(tmp_path), "1"], tmp_path,
+        [("elastic round 0: 2 workers", lambda: hosts.write_text("")),
+         ("fewer than --min-np 2: waiting", lambda: hosts.write_text("localhost:2\n")),
+         ("lists worker 1's slot again", lambda: hosts.write_text("localhost:3\n"))])
+    assert code == 0, err
+    assert "host localhost lists worker 0's slot again: it stays in the job" in err, err
+    assert "REMOVED" not in out
+    # the third slot brings worker 2 (not 3: no replacement was ever started) in round 1
+    assert "elastic round 1: 3 workers (localhost: 0-2), rank 0 is worker 0" in err, err
+
+
+def test_no_worker_of_the_last_round_left_fails_the_job(tmp_path):
+    # horovodrun's driver: "No hosts from previous set remaining, unable to broadcast state."
+    # Every host of round 0 leaves the list, then another host comes: its new workers alone
+    # would start the training from scratch, so the job fails instead, with a clear reason.
+    hosts, script = changing_hosts(tmp_path, "localhost:2")
+    code, out, err = run_until(
+        ["-np", "2", "--min-np", "2", "--host-discovery-script", script, "--elastic-timeout",
+         "20", PY, graceful(tmp_path), "5"], tmp_path,
+        [("elastic round 0: 2 workers", lambda: hosts.write_text("")),
+         ("fewer than --min-np 2: waiting", lambda: hosts.write_text("127.0.0.1:2\n"))])
+    assert code == 1, err
+    assert ("job failed: no worker of elastic round 0 is left to send the training state to "
+            "the new workers 2-3 (as under horovodrun: no hosts from the previous set "
+            "remaining, unable to broadcast state)") in err, err
+    assert "elastic round 1" not in err
+
+
+def test_a_replacement_joins_the_re_forming_it_was_started_for():
+    # --reset-limit counts re-formings as horovodrun's resets: a round that only adds workers
+    # started before the current round formed (a failed worker's replacement, slower to start
+    # than the survivors' new round) completes that re-forming, and is no new one.
+    from types import SimpleNamespace
+    job = _job("--min-np", "1", "-H", "a:4")
+    job.live = {w: SimpleNamespace(host="a", started_at=t)
+                for w, t in ((0, 0.0), (1, 0.0), (3, 9.0), (4, 11.0))}
+    job.round, job.members, job.published_at = 1, {0, 1}, 10.0
+    assert not job._is_reset({0, 1, 3})  # worker 3 was starting when round 1 formed
+    assert job._is_reset({0, 1, 4})  # worker 4 came after: a new re-forming
+    assert job._is_reset({0, 3})  # a member is gone
+    assert job._is_reset({0, 1})  # the same workers, asking for a new round
+    job.round = 0
+    assert job._is_reset({0, 1, 3})  # the first round took every worker started before it
+    job.round = -1
+    assert not job._is_reset({0, 1})  # the first round is no re-forming
 
 
 if __name__ == "__main__":

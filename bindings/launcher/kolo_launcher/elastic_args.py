@@ -34,18 +34,21 @@ ELASTIC_OPTIONS = [
     (("--host-discovery-script",), "discovery_script", "value", "SCRIPT",
      "elastic: an executable printing the available hosts, one 'host:slots' (or 'host', with "
      "--slots-per-host slots) a line; kolorun runs it every second and starts workers on new "
-     "slots, stops those on hosts it no longer lists. The job fails at once (exit status 1) "
+     "slots; those on hosts it no longer lists leave at their next commit (graceful removal, "
+     "no rollback for the others). The job fails at once (exit status 1) "
      "when the script's first run fails (non-zero exit, time-out, a line that is not a host); "
      "a later failure keeps the last list, and the script is run again"),
     (("--slots-per-host", "--slots"), "slots_per_host", "value", "N",
      "elastic: slots of a host the discovery script lists without ':slots' (default 1)"),
     (("--elastic-timeout",), "elastic_timeout", "value", "SECONDS",
      "elastic: how long to wait for slots before the job fails: -np of them before the first "
-     "round, --min-np after failures (default: $KOLO_ELASTIC_TIMEOUT, "
+     "round, --min-np after failures; also how long a removed worker may take to reach its "
+     "next commit before it is stopped (default: $KOLO_ELASTIC_TIMEOUT, "
      "$HOROVOD_ELASTIC_TIMEOUT, else 600)"),
     (("--reset-limit",), "reset_limit", "value", "N",
-     "elastic: fail the job when the workers would be re-formed (a rendezvous round after the "
-     "first) more than N times (default: no limit)"),
+     "elastic: fail the job when the workers would be re-formed more than N times (a round "
+     "after the first; one that only admits a failed worker's replacement belongs to the "
+     "re-forming it was started for, as horovodrun's resets; default: no limit)"),
     (("--blacklist-cooldown-range",), "cooldown", "pair", ("MIN", "MAX"),
      "elastic: MIN MAX: a host whose worker failed gets no new workers for MIN seconds, doubled "
      "at each further failure up to MAX; without it, never again (its other workers go on)"),

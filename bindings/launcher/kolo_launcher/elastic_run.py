@@ -10,6 +10,8 @@ The job is a set of workers, each a process with a fixed worker id (its output p
   elastic/ready/<id>            set by a new worker waiting for its first round
   elastic/want/<id>             set by a worker: the round it left and wants to leave (its
                                 runtime lost a peer, or its init failed)
+  elastic/round<N>/removed/<id> the reason, for each worker removed from the job that has not
+                                left yet (graceful removal, below): it ends instead of joining
   elastic/abort                 set when the job fails: the reason; waiting workers raise it
 
 A worker is started with the place it will have in the next round (KOLO_RANK, HOROVOD_RANK,
@@ -35,14 +37,18 @@ The driver's loop, every 50 ms:
      after it (not one the driver stopped): then with the first such failure's status (as
      horovodrun's result, the first non-zero exit of the last round). One that fails
      blacklists its host (discovery.HostHealth); one the
-     driver stopped is just gone. As horovodrun: when every member of the current round
-     failed (none finished, none was stopped by the driver), the job fails at once, with the
-     first failure's exit status;
+     driver stopped, or that left after its removal, is just gone. As horovodrun: when every
+     member of the current round failed (none finished, none was stopped by the driver), the
+     job fails at once, with the first failure's exit status;
   2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the script runs beside the
      loop (discovery.py: its own process group, never waited for here, so signals and exits
      are seen while it runs); when a run ends, the workers of hosts no longer listed (or
-     listing fewer slots) are stopped (SIGTERM); new slots on usable hosts get new workers, up
-     to --max-np (worker 0, when it runs here, reads kolorun's stdin: workers.py);
+     listing fewer slots, the newest first) are removed: a member of the current round
+     gracefully, as horovodrun's (_retire: it trains on until the next round forms without
+     it, every worker learns of that round at its next commit, the others join it without a
+     rollback and the removed one ends; stopped after --elastic-timeout if it never gets
+     there), one in no round yet at once (SIGTERM); new slots on usable hosts get new
+     workers, up to --max-np (worker 0, when it runs here, reads kolorun's stdin: workers.py);
   3. rounds: when the live workers (a new one once it is ready) differ from the current
      round's members, or a member asks for a new round, and things were quiet for
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
@@ -51,7 +57,11 @@ The driver's loop, every 50 ms:
      wait for discovery up to --elastic-timeout, then fail the job; with a fixed host list
      (-H/--hostfile) whose blacklisted-for-good hosts leave too few slots ever to reach
      --min-np, fail it at once (nothing can come back), with the last failure's exit status.
-     More than --reset-limit rounds after the first: fail the job.
+     A round without any member of the current round fails the job (horovodrun's "No hosts
+     from previous set remaining, unable to broadcast state": nobody could send the state).
+     More than --reset-limit re-formings: fail the job (a round that only admits workers
+     started before the current round formed, a failed worker's replacement, belongs to that
+     re-forming, as horovodrun's replacements join the reset they were started for).
 A failed job sets elastic/abort (the workers waiting for a round raise it and exit), gives the
 workers --failure-grace-seconds (at most 10 s) to exit, then stops them as Gloo mode does
 (gloo_run.py); a worker still starting (neither in a round nor waiting for one) is stopped at
@@ -99,6 +109,9 @@ class ElasticJob(GlooJob):
         self.workers = []  # every worker ever started (for the final stop)
         self.live = {}  # id -> Worker still part of the job
         self.retiring = {}  # id -> [Worker, SIGKILL time]: stopped during the job, not yet gone
+        # id -> _Leaving: members removed from the job (their host left the list) that leave at
+        # their next commit (graceful removal), not yet gone
+        self.leaving = {}
         self.server = None
         self.pump = None
         self._signals = []
@@ -122,6 +135,7 @@ class ElasticJob(GlooJob):
         self.last_failure = None  # the Failure of the last worker that failed
         self.ever = set()  # every worker that was a member of some round
         self.resets = 0
+        self.published_at = None  # when the current round was published (monotonic)
         self.bind = None
         self._reach = {}
         self._discovery_error = None
@@ -204,7 +218,7 @@ class ElasticJob(GlooJob):
         for host, slots in hosts:
             on_host = new.count(host) + sum(
                 1 for w in list(self.live.values()) + [r[0] for r in self.retiring.values()]
-                if w.host == host)
+                + [l.worker for l in self.leaving.values()] if w.host == host)
             while on_host < slots and len(self.live) + len(new) < cap and self.health.usable(host):
                 new.append(host)
                 on_host += 1
@@ -372,12 +386,24 @@ class ElasticJob(GlooJob):
                                128 + sig, signal=sig)
             now = time.monotonic()
             # 1. exits
-            for wid, w in sorted(self.live.items()):
+            for wid, w in sorted(list(self.live.items()) +
+                                 [(wid, l.worker) for wid, l in self.leaving.items()]):
                 status = w.poll()
                 if status is None:
                     continue
-                del self.live[wid]
                 member = wid in self.members
+                leaving = self.leaving.pop(wid, None)
+                if leaving is None:
+                    del self.live[wid]
+                elif leaving.round is not None or w.stop_requested:
+                    # told (or made) to leave: whatever its status, as horovodrun ignores the
+                    # exit of a worker that has no place in the job any more
+                    if member:
+                        self.member_exits[wid] = "stopped"
+                    if not w.stop_requested:
+                        self.console.message("worker %d (host %s) left the job at its commit "
+                                             "(%s)" % (wid, w.host, leaving.reason))
+                    continue
                 if w.stop_requested:
                     if member:
                         self.member_exits[wid] = "stopped"
@@ -431,6 +457,7 @@ class ElasticJob(GlooJob):
                     self._discovered((hosts, error))
                 next_discovery = now + e.discovery_interval
             self._reap_retiring()
+            self._stop_overdue_leaving()
             if not finishing:
                 failure = self._start_workers(hosts, cap)
                 if failure is not None:
@@ -440,19 +467,24 @@ class ElasticJob(GlooJob):
                     if wid not in self.ever:  # started for a round that will not come
                         w.request_stop(signal.SIGTERM)
                         del self.live[wid]
-                if not self.live:
+                for wid in sorted(self.leaving):
+                    if self._wants_round(wid):  # a removed worker waiting for a round
+                        self._stop_leaving(wid)
+                if not self.live and not self.leaving:
                     return late_failure
                 if now >= finish_by:
-                    left = sorted(self.live)
+                    left = sorted(list(self.live) + list(self.leaving))
                     self.console.message(
                         "worker%s %s still running %s s after worker %d finished: stopping %s "
                         "(SIGTERM, then SIGKILL after %s s)" % (
                             "" if len(left) == 1 else "s", _span(left),
                             _seconds(e.finish_grace), finished.rank,
                             "it" if len(left) == 1 else "them", _seconds(self.grace)))
-                    for w in self.live.values():
+                    for w in list(self.live.values()) + [l.worker for l in
+                                                         self.leaving.values()]:
                         w.request_stop(signal.SIGTERM)
                     self.live.clear()
+                    self.leaving.clear()
                     return late_failure
             # 3. rounds: a new worker counts once it waits for its first round (it set
             # elastic/ready/<id>), so the others never wait for its start-up in a rendezvous
@@ -508,12 +540,22 @@ class ElasticJob(GlooJob):
                                 _seconds(e.elastic_timeout)))
                 elif self.round < 0 or now - changed_at >= SETTLE_SECONDS:
                     short_since = None
-                    if (self.round >= 0 and e.reset_limit is not None
+                    if self.round >= 0 and not live & self.members:
+                        # horovodrun's driver: "No hosts from previous set remaining, unable
+                        # to broadcast state." New workers alone would start from scratch.
+                        return self._abort(
+                            "no worker of elastic round %d is left to send the training state "
+                            "to the new worker%s %s (as under horovodrun: no hosts from the "
+                            "previous set remaining, unable to broadcast state)" % (
+                                self.round, "" if len(self.live) == 1 else "s",
+                                _span(sorted(self.live))))
+                    reset = self._is_reset(live)
+                    if (reset and e.reset_limit is not None
                             and self.resets >= e.reset_limit):
                         return self._abort(
                             "the workers would be re-formed a %d%s time, past --reset-limit %d"
                             % (self.resets + 1, _nth(self.resets + 1), e.reset_limit))
-                    self._publish(sorted(live))
+                    self._publish(sorted(live), reset)
                     changed_at = None
             else:
                 changed_at = None
@@ -547,21 +589,59 @@ class ElasticJob(GlooJob):
         return most
 
     def _retire(self, hosts):
-        """Stops the workers on hosts the discovery no longer lists, and the newest ones of a
-        host that lists fewer slots than it runs."""
+        """Removes the workers on hosts the discovery no longer lists, and the newest ones of a
+        host that lists fewer slots than it runs. Horovod's graceful removal for a member of
+        the current round: it stays (leaving) until the next round forms without it, which the
+        others join at their next commit or check_host_updates (HostsUpdatedInterrupt, no
+        rollback); it then ends by itself when it would join that round (the round's
+        removed/<id> key, kolo.elastic.WorkerRemoved), and its exit is no failure. A worker in
+        no round yet is stopped at once (SIGTERM). A leaving worker whose host lists its slot
+        again before that round formed stays in the job."""
         slots = dict(hosts)
+        now = time.monotonic()
+        for wid, l in sorted(self.leaving.items()):
+            on_host = sum(1 for w in self.live.values() if w.host == l.worker.host)
+            if l.round is None and on_host < slots.get(l.worker.host, 0):
+                del self.leaving[wid]
+                self.live[wid] = l.worker
+                self.console.message("host %s lists worker %d's slot again: it stays in the "
+                                     "job" % (l.worker.host, wid))
         by_host = {}
         for wid, w in sorted(self.live.items()):
             by_host.setdefault(w.host, []).append(w)
         for host, ws in by_host.items():
             keep = slots.get(host, 0)
             for w in ws[keep:]:
-                self.console.message("host %s %s: stopping worker %d" % (
-                    host, "is gone" if keep == 0 else "has %d slot%s now" % (
-                        keep, "" if keep == 1 else "s"), w.rank))
-                w.request_stop(signal.SIGTERM)
+                why = "host %s %s" % (host, "is gone" if keep == 0 else "has %d slot%s now" % (
+                    keep, "" if keep == 1 else "s"))
                 del self.live[w.rank]
-                self.retiring[w.rank] = [w, time.monotonic() + self.grace]
+                if w.rank in self.members:
+                    self.leaving[w.rank] = _Leaving(w, why, now)
+                    self.console.message(
+                        "%s: worker %d leaves the job at its next commit (graceful removal: "
+                        "the others go on from there, without a rollback)" % (why, w.rank))
+                    continue
+                self.console.message("%s: stopping worker %d" % (why, w.rank))
+                w.request_stop(signal.SIGTERM)
+                self.retiring[w.rank] = [w, now + self.grace]
+
+    def _stop_leaving(self, wid):
+        """Stops a removed worker that is still running (SIGTERM, SIGKILL after the grace)."""
+        w = self.leaving.pop(wid).worker
+        w.request_stop(signal.SIGTERM)
+        self.retiring[wid] = [w, time.monotonic() + self.grace]
+
+    def _stop_overdue_leaving(self):
+        """A removed worker that did not leave at a commit within --elastic-timeout (it never
+        commits, or hangs) is stopped: the others then roll back to their last commit."""
+        now = time.monotonic()
+        for wid, l in sorted(self.leaving.items()):
+            if now - l.since >= self.eopts.elastic_timeout:
+                self.console.message(
+                    "worker %d (host %s) did not leave the job at a commit within "
+                    "--elastic-timeout %s s of its removal (%s): stopping it" % (
+                        wid, l.worker.host, _seconds(self.eopts.elastic_timeout), l.reason))
+                self._stop_leaving(wid)
 
     def _reap_retiring(self):
         """SIGKILL for a stopped local worker still there after the kill grace (remote ones:
@@ -576,16 +656,29 @@ class ElasticJob(GlooJob):
                 entry[1] = float("inf")
 
     def _round_wanted(self, live):
-        for wid in live:
-            value = self.server.get_nowait("elastic/want/%d" % wid)
-            if value is None:
-                continue
-            try:
-                if int(value) >= self.round:
-                    return True
-            except ValueError:
-                continue
-        return False
+        return any(self._wants_round(wid) for wid in live)
+
+    def _wants_round(self, wid):
+        """Whether worker wid left the current round and waits for a new one."""
+        value = self.server.get_nowait("elastic/want/%d" % wid)
+        try:
+            return value is not None and int(value) >= self.round
+        except ValueError:
+            return False
+
+    def _is_reset(self, ids):
+        """Whether a round of `ids` counts against --reset-limit. horovodrun counts one reset
+        per re-forming of the workers, and the workers it starts for it (a failed worker's
+        replacement) join that same re-forming; here the others do not wait for their start-up,
+        so a round that only adds workers already starting when the current round formed
+        completes the current round's re-forming and is no new one."""
+        if self.round < 0:
+            return False
+        ids = set(ids)
+        added = ids - self.members
+        if self.members - ids or not added or self.round == 0:
+            return True
+        return not all(self.live[wid].started_at < self.published_at for wid in added)
 
     def _placement(self, host_of):
         """{worker id: Slot} for a round of the workers host_of maps to their hosts: ranks host
@@ -602,7 +695,9 @@ class ElasticJob(GlooJob):
         slots = assign([HostSlots(h, len(on_host[h])) for h in order], len(ids))
         return dict(zip([wid for h in order for wid in on_host[h]], slots))
 
-    def _publish(self, ids):
+    def _publish(self, ids, reset=True):
+        """Publishes round N+1 of the workers `ids`; `reset`: it counts against --reset-limit
+        (_is_reset)."""
         n = self.round + 1
         placed = self._placement({wid: self.live[wid].host for wid in ids})
         for wid, slot in placed.items():
@@ -610,12 +705,19 @@ class ElasticJob(GlooJob):
                      "local_size": slot.local_size, "cross_rank": slot.cross_rank,
                      "cross_size": slot.cross_size, "host": slot.host}
             self.server.set("elastic/round%d/assign/%d" % (n, wid), json.dumps(place).encode())
+        for wid, l in self.leaving.items():
+            # removed workers still running: this round tells them to end (in every round
+            # until they are gone: one may look at a newer round than the first)
+            self.server.set("elastic/round%d/removed/%d" % (n, wid), l.reason.encode())
+            if l.round is None:
+                l.round = n
         self.server.set("elastic/round", str(n).encode())
         if n > 0:
             self.server.refuse_missing(_stale_round_rule(n))
-        if self.round >= 0:
+        if self.round >= 0 and reset:
             self.resets += 1
         self.round = n
+        self.published_at = time.monotonic()
         self.members = set(ids)
         self.member_exits = {}
         self.ever.update(ids)
@@ -625,6 +727,18 @@ class ElasticJob(GlooJob):
             ", ".join("%s: %s" % (h, _span([wid for wid, slot in placed.items()
                                              if slot.host == h])) for h in order),
             next(iter(placed))))
+
+
+class _Leaving:
+    """A member removed from the job that has not left yet: `reason` (its host is gone or has
+    fewer slots), `since` (when), `round` (the first round published without it, None before;
+    until then its host may list its slot again)."""
+
+    def __init__(self, worker, reason, since):
+        self.worker = worker
+        self.reason = reason
+        self.since = since
+        self.round = None
 
 
 def _stale_round_rule(newest):

@@ -16,7 +16,9 @@ Under `kolorun --host-discovery-script S` (or --min-np/--max-np) each worker tak
 size from kolorun's newest rendezvous round (kolo.init does so by itself). @run catches a lost
 peer (KoloInternalError: restore the last commit) and HostsUpdatedInterrupt (the commit is kept),
 shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks,
-syncs the state from the new rank 0 and calls the function again. kolo.torch.elastic adds
+syncs the state from the new rank 0 and calls the function again. A worker that kolorun removed
+from the job (its host left the discovery script's list) ends when it would join the next round
+(WorkerRemoved: exit status 0), as under horovodrun. kolo.torch.elastic adds
 TorchState and ElasticSampler.
 """
 
@@ -25,10 +27,11 @@ import sys
 
 from kolo import basics, common
 from kolo.elastic import _worker
-from kolo.elastic._worker import ElasticJobError
+from kolo.elastic._worker import ElasticJobError, WorkerRemoved
 from kolo.elastic.state import HostsUpdatedInterrupt, ObjectState, State, broadcast_object
 
 __all__ = ["run", "State", "ObjectState", "HostsUpdatedInterrupt", "ElasticJobError",
+           "WorkerRemoved",
            "broadcast_object",
            "is_elastic", "current_round"]
 

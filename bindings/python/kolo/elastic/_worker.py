@@ -7,7 +7,10 @@ assigns it a place: it sets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*, KO
 KOLO_RENDEZVOUS_ROUND=N in its environment and initializes the runtime, which reads them again
 at each init (a round has its own store keys; a stale round is refused, bootstrap/README.md).
 A worker that leaves a round (its runtime lost a peer, its init failed) says so in
-elastic/want/<id>, and the driver forms a new round.
+elastic/want/<id>, and the driver forms a new round. A worker the driver removed from the job
+(its host is no longer listed, or lists fewer slots: Horovod's graceful removal) finds
+elastic/round<N>/removed/<id> instead of a place in the round it would join: it ends there
+(WorkerRemoved, exit status 0), as Horovod's removed worker ends at its next init.
 
 Module state (the worker's id, its round, one store connection) is per process: a worker is
 one process. Not thread-safe: the training thread calls it (init, commit, reset). Every wait is
@@ -38,6 +41,22 @@ class ElasticJobError(common.KoloInternalError):
     came in time, or kolorun's store is gone. @run lets it propagate."""
 
     __module__ = "kolo.elastic"  # how tracebacks name it: kolo.elastic.ElasticJobError
+
+
+class WorkerRemoved(SystemExit):
+    """Ends a worker that kolorun removed from the job, when it leaves its round at a commit
+    (HostsUpdatedInterrupt) to join the next one: the others go on without it and without a
+    rollback. A SystemExit with status 0 (kolorun does not count it as a failure), so that an
+    `except Exception` around the training does not keep the process in the job."""
+
+    __module__ = "kolo.elastic"
+
+    def __init__(self, reason):
+        super().__init__(0)
+        self.reason = reason
+
+    def __str__(self):
+        return self.reason
 
 
 def enabled():
@@ -137,7 +156,8 @@ def _timeout():
 def join(min_round):
     """Waits for the newest round >= min_round that gives this worker a place, puts that place in
     the environment and returns (round, place). Raises KoloInternalError with the driver's reason
-    when the job was aborted, or after KOLO_ELASTIC_TIMEOUT."""
+    when the job was aborted, or after KOLO_ELASTIC_TIMEOUT; WorkerRemoved when the newest round
+    removes this worker from the job."""
     deadline = time.monotonic() + _timeout()
     if _state["round"] < 0 and not _state.get("ready"):
         # A new worker: the driver adds it to a round only now that it is started up.
@@ -147,16 +167,26 @@ def join(min_round):
         def look(c):
             abort = c.get("elastic/abort")
             if abort is not None:
-                return abort, None, None
+                return abort, None, None, None
             value = c.get("elastic/round")
             n = int(value) if value else -1
-            if n < min_round:
-                return None, n, None
-            return None, n, c.get("elastic/round%d/assign/%s" % (n, worker_id()))
-        abort, n, place = _request(look)
+            if n < 0:
+                return None, n, None, None
+            place = c.get("elastic/round%d/assign/%s" % (n, worker_id())) \
+                if n >= min_round else None
+            removed = c.get("elastic/round%d/removed/%s" % (n, worker_id())) \
+                if place is None else None
+            return None, n, place, removed
+        abort, n, place, removed = _request(look)
         if abort is not None:
             raise ElasticJobError("elastic job aborted by kolorun: %s"
                                            % abort.decode("utf-8", "replace"))
+        if removed is not None:
+            reason = ("worker %s was removed from the job by kolorun (%s); it ends here, "
+                      "the others go on without it" % (worker_id(),
+                                                       removed.decode("utf-8", "replace")))
+            print("kolo elastic: " + reason, file=sys.stderr, flush=True)
+            raise WorkerRemoved(reason)
         if place is not None:
             place = json.loads(place.decode())
             _export(n, place)

@@ -2,10 +2,11 @@
 `import kolo.torch as hvd`): run, State, ObjectState, TorchState, ElasticSampler,
 HostsUpdatedInterrupt. See kolo.elastic for how a job is re-formed."""
 
-from kolo.elastic import (ElasticJobError, HostsUpdatedInterrupt, State, current_round,
-                          is_elastic, run)
+from kolo.elastic import (ElasticJobError, HostsUpdatedInterrupt, State, WorkerRemoved,
+                          current_round, is_elastic, run)
 from kolo.torch.elastic.sampler import ElasticSampler
 from kolo.torch.elastic.state import ObjectState, TorchState
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
-           "HostsUpdatedInterrupt", "ElasticJobError", "is_elastic", "current_round"]
+           "HostsUpdatedInterrupt", "ElasticJobError", "WorkerRemoved", "is_elastic",
+           "current_round"]
