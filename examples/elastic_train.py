@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Elastic training with kolo, Horovod style (horovod.torch.elastic with one changed import):
-workers may die or be added while the job trains; the survivors roll back to the last commit,
-take new ranks, receive the state from the new rank 0 and go on. It trains a small MLP on
-synthetic Gaussian blobs (no download) and exits non-zero if the model did not learn.
+workers may die, be added or be removed while the job trains; after a death the survivors roll
+back to the last commit, take new ranks, receive the state from the new rank 0 and go on; added
+and removed workers are taken in or let go at the next commit, without a rollback. It trains a
+small MLP on synthetic Gaussian blobs (no download) and exits non-zero if the model did not
+learn.
 
 Run it on this machine with a discovery script whose host list you change while it trains:
 
@@ -12,7 +14,7 @@ Run it on this machine with a discovery script whose host list you change while 
         python3 examples/elastic_train.py --epochs 30
     # meanwhile, in another shell:
     echo localhost:4 > /tmp/kolo_hosts     # two more workers join at the next commit
-    echo localhost:1 > /tmp/kolo_hosts     # three are stopped; the last one goes on alone
+    echo localhost:1 > /tmp/kolo_hosts     # three leave at the next commit; one goes on
     pkill -9 -f elastic_train.py -n        # or kill one: the others restore and go on
 
 --kill-rank R --kill-step N makes rank R of the first round SIGKILL itself at step N (a demo of
