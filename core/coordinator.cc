@@ -124,7 +124,9 @@ Status Coordinator::terminalStatus() const {
 }
 
 void Coordinator::loop() {
+  ownThread_ = std::this_thread::get_id();
   while (true) {
+    runDeferred(false);
     Clock::time_point next;
     {
       std::lock_guard<std::mutex> lock(roundMu_);
@@ -134,9 +136,37 @@ void Coordinator::loop() {
       }
       next = nextRoundAt();
     }
-    const bool fresh = d_.queue->waitForWork(next, [this] { return shutdownRequested_.load(); });
+    if (deferredPending_.load()) continue;
+    const bool fresh = d_.queue->waitForWork(
+        next, [this] { return shutdownRequested_.load() || deferredPending_.load(); });
     if (fresh) leaveToCaller();
   }
+  runDeferred(true);  // a failing caller round's callbacks, queued before finish()
+}
+
+bool Coordinator::deferCallback(std::function<void()> fn) {
+  // Only a caller's round: on this thread callbacks run where they complete, and a user
+  // thread outside a round (a submission that found its op done) is the caller's own business.
+  if (onOwnThread() || !inRound()) return false;
+  {
+    std::lock_guard<std::mutex> lock(deferredMu_);
+    if (!deferring_) return false;
+    deferred_.push_back(std::move(fn));
+    deferredPending_ = true;
+  }
+  d_.queue->notify();
+  return true;
+}
+
+void Coordinator::runDeferred(bool last) {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> lock(deferredMu_);
+    run.swap(deferred_);
+    deferredPending_ = false;
+    if (last) deferring_ = false;
+  }
+  for (auto& fn : run) fn();
 }
 
 void Coordinator::leaveToCaller() {

@@ -95,6 +95,16 @@ class Coordinator {
   // True on the thread running a round (a completion callback runs there): no wait there can
   // see a later round's result.
   bool inRound() const { return roundThread_.load() == std::this_thread::get_id(); }
+  // A completion callback of an op that a waiting caller's round completed (ops::Progress):
+  // queued for this thread, which runs it before its next round (kolo.h: callbacks run on a
+  // kolo thread; a user thread inside a wait may hold locks the callback takes). False where
+  // the calling thread is not a caller in a round, or this thread has ended: it runs there.
+  bool deferCallback(std::function<void()> fn);
+  // True on this coordinator's own thread (inside callbacks and allocators, between rounds).
+  bool onOwnThread() const { return ownThread_.load() == std::this_thread::get_id(); }
+  // True where only kolo's own code, completion callbacks and output allocators run: inside a
+  // round (on any thread) or on this coordinator's thread. Nothing there may wait for an op.
+  bool inCallback() const { return inRound() || onOwnThread(); }
 
  private:
   void loop();
@@ -103,6 +113,9 @@ class Coordinator {
   bool step();
   // After new ops woke this thread: yields for up to 100 us while no caller has taken the round.
   void leaveToCaller();
+  // This thread: runs the callbacks deferCallback queued, in order. `last`: the loop has ended;
+  // later deferrals are refused (they run on their own thread).
+  void runDeferred(bool last);
   // roundMu_ held: when this thread's pacing wants the next round (now while ops of this rank
   // are pending; the cycle time while others are busy; the heartbeat when all are idle).
   Clock::time_point nextRoundAt() const;
@@ -154,6 +167,11 @@ class Coordinator {
   bool stopped_ = false;   // (roundMu_) finish() ran: no more rounds
   Clock::time_point lastRoundEnd_{};  // (roundMu_) by whichever thread
   std::atomic<uint64_t> callerRoundsRun_{0};
+  std::atomic<std::thread::id> ownThread_{};  // this coordinator's thread while loop() runs
+  std::mutex deferredMu_;
+  std::vector<std::function<void()>> deferred_;  // (deferredMu_) callbacks for this thread
+  bool deferring_ = true;                        // (deferredMu_) false once loop() ended
+  std::atomic<bool> deferredPending_{false};     // deferred_ is not empty
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;  // (roundMu_) last round: every rank idle

@@ -32,6 +32,14 @@ class WaiterRounds final : public Progress {
     left_.notify_all();
     return ran;
   }
+  bool deferCallback(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_ != nullptr && c_->deferCallback(std::move(fn));
+  }
+  bool onRuntimeThread() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_ != nullptr && c_->inCallback();
+  }
   void detach() {
     std::unique_lock<std::mutex> lock(mu_);
     c_ = nullptr;
@@ -39,7 +47,7 @@ class WaiterRounds final : public Progress {
   }
 
  private:
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable left_;
   Coordinator* c_;  // (mu_) null once detached
   int inside_ = 0;  // (mu_) callers inside advance()
@@ -115,9 +123,10 @@ Runtime::~Runtime() { shutdown().ignore(); }
 const char* Runtime::controllerName() const { return controlTransport(*transport_).name(); }
 
 Status Runtime::shutdown() {
-  if (coordinator_ && coordinator_->inRound()) {
+  if (coordinator_ && coordinator_->inCallback()) {
     // A completion callback: the round running it (on the coordinator's thread or a waiting
-    // caller's) would wait for itself to end (a self-join, or a detach that never returns).
+    // caller's), or the coordinator's thread between rounds, would wait for itself to end (a
+    // self-join, or a detach that never returns).
     return Status(ErrorCode::kInvalidArgument,
                   "shutdown was called inside a completion callback, which runs within a round "
                   "that the shutdown would wait for; call it once the callback has returned "
@@ -388,7 +397,9 @@ Status Runtime::sendRefusal(std::vector<std::unique_ptr<TensorEntry>> entries, S
   // every rank alike. Bounded: the others may never submit the op (until they do, a retry here
   // is refused as a duplicate that says why). Not from a completion callback: its round cannot
   // move on while the callback waits.
-  if (!coordinator_->inRound()) (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
+  if (!coordinator_->inCallback()) {
+    (void)h->wait(Deadline(Clock::now() + std::chrono::seconds(1)));
+  }
   return why;
 }
 

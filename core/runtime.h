@@ -50,8 +50,8 @@ class Runtime {
   // Fails (kInvalidArgument) inside a completion callback: the round running the callback
   // would wait for itself.
   Status shutdown();
-  // True on a thread that is running a round: inside a completion callback.
-  bool insideRound() const { return coordinator_ && coordinator_->inRound(); }
+  // True inside a completion callback or an output allocator (Coordinator::inCallback).
+  bool insideRound() const { return coordinator_ && coordinator_->inCallback(); }
 
   const Topology& topology() const { return topo_; }
   // The data transport ("shm", "mpi", "gloo", "loopback").

@@ -13,13 +13,48 @@ bool HandleState::complete(const Status& status) {
     done_ = true;
     final = status_;
     cb = std::move(callback_);
+    if (!cb) settled_ = true;
   }
-  cv_.notify_all();
-  if (cb) cb(final);
+  if (!cb) {
+    cv_.notify_all();
+    return true;
+  }
+  // A user's thread that completed the op in a wait's round hands the callback to the runtime's
+  // thread; the handle stays alive until it ran (a handle not owned by a shared_ptr, as in
+  // tests, runs it here).
+  std::shared_ptr<HandleState> self = weak_from_this().lock();
+  std::shared_ptr<Progress> p = progress_.lock();
+  if (self && p && p->deferCallback([self, cb, final] { self->runCallback(cb, final); })) {
+    return true;
+  }
+  runCallback(cb, final);
   return true;
 }
 
+void HandleState::runCallback(const Callback& cb, const Status& final) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    callbackThread_ = std::this_thread::get_id();
+  }
+  cb(final);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    callbackThread_ = std::thread::id();
+    settled_ = true;
+  }
+  cv_.notify_all();
+}
+
+bool HandleState::settledFor(std::thread::id self) const {
+  return settled_ || (done_ && callbackThread_ == self);
+}
+
 bool HandleState::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return settledFor(std::this_thread::get_id());
+}
+
+bool HandleState::ready() const {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;
 }
@@ -27,23 +62,36 @@ bool HandleState::done() const {
 void HandleState::advanceWhileWaiting(Deadline deadline) const {
   std::shared_ptr<Progress> p = progress_.lock();
   if (!p) return;
-  while (!done() && p->advance(deadline)) {
+  while (!ready() && p->advance(deadline)) {
   }
 }
 
+Status HandleState::waitRefusal() const {
+  std::shared_ptr<Progress> p = progress_.lock();
+  if (!p || ready() || !p->onRuntimeThread()) return Status::ok();
+  return Status(ErrorCode::kInvalidArgument,
+                "a wait inside a completion callback (or an output allocator) for an op that is "
+                "not done: it runs on kolo's own thread, the one that would complete the op "
+                "(callbacks must not block)");
+}
+
 Status HandleState::wait(Deadline deadline) const {
+  KOLO_RETURN_IF_ERROR(waitRefusal());
   advanceWhileWaiting(deadline);
+  const auto self = std::this_thread::get_id();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [&] { return done_; })) {
+  if (!cv_.wait_until(lock, deadline, [&] { return settledFor(self); })) {
     return Status(ErrorCode::kTimeout, "the op did not complete within the wait timeout");
   }
   return status_;
 }
 
 Status HandleState::wait() const {
+  KOLO_RETURN_IF_ERROR(waitRefusal());
   advanceWhileWaiting(Deadline::max());
+  const auto self = std::this_thread::get_id();
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  cv_.wait(lock, [&] { return settledFor(self); });
   return status_;
 }
 

@@ -1,8 +1,12 @@
 // HandleState: the shared completion state behind every op's handle.
 //
 // Completed exactly once (later complete() calls are ignored and return false). Thread safety:
-// every method may be called from any thread. wait() blocks until completion or the deadline;
-// callbacks run on the completing thread after the state is published, outside the lock.
+// every method may be called from any thread. Two steps: the result is published (ready(): the
+// status and outputs may be read, by the callback too), then the callback runs, outside the
+// lock, and the handle is settled (done()): wait() and done() report completion only then, so a
+// caller that waits and then frees what the callback uses never races it. The callback runs on
+// the completing thread, unless that is a user's thread doing the runtime's work in a wait
+// (Progress::deferCallback): then on the runtime's own thread, as kolo.h promises.
 // A waiter may do the runtime's work itself while it waits (Progress, below): the runtime sets
 // one on each handle it makes, and wait() calls it before blocking, so a synchronous op needs
 // no hand-off to and from a background thread.
@@ -15,10 +19,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
-#include "base/status.h"
 #include "base/clock.h"
+#include "base/status.h"
 
 namespace kolo {
 
@@ -32,9 +37,16 @@ class Progress {
   // room for it): the caller then blocks until another thread completes its handle. A unit may
   // block until the peers take part in it, bounded by the runtime's own timeout.
   virtual bool advance(Deadline deadline) = 0;
+  // A completion callback whose op a waiting caller's advance() completed on its own thread:
+  // true when the runtime takes fn to run on its own thread (a user thread inside a wait may
+  // hold the user's locks, which the callback may take); false: run it here.
+  virtual bool deferCallback(std::function<void()> fn) = 0;
+  // True on the runtime's own thread (inside a completion callback or an allocator): a wait
+  // there for an op that is not done could only block the thread that completes it.
+  virtual bool onRuntimeThread() const = 0;
 };
 
-class HandleState {
+class HandleState : public std::enable_shared_from_this<HandleState> {
  public:
   using Callback = std::function<void(const Status&)>;
 
@@ -43,11 +55,14 @@ class HandleState {
   // completed the whole handle.
   bool complete(const Status& status);
 
-  bool done() const;
-  // kTimeout if not done by `deadline`; otherwise the op's status.
+  bool done() const;   // settled: the result is published and the callback has returned
+  bool ready() const;  // the result is published (status, outputs); the callback may still run
+  // kTimeout if not done by `deadline`; otherwise the op's status. On the runtime's own thread
+  // (a callback), waiting for an op that is not ready fails at once (kInvalidArgument): only
+  // that thread could complete it. A callback may wait on its own handle (it returns at once).
   Status wait(Deadline deadline) const;
   Status wait() const;  // without a deadline (the runtime's own timeouts bound it)
-  Status status() const;  // the final status; kInternal "still running" before completion
+  Status status() const;  // the final status once ready(); kInternal "still running" before
 
   // Runs cb at once (on this thread) if already done.
   void setCallback(Callback cb);
@@ -68,12 +83,19 @@ class HandleState {
   std::shared_ptr<void> ownedDeviceOutput;  // device ops without allocator: cudaMalloc'ed output
 
  private:
-  // Runs progress_ (if any) until the op is done or it declines.
+  // Runs progress_ (if any) until the op is ready or it declines.
   void advanceWhileWaiting(Deadline deadline) const;
+  // The refusal of a wait on the runtime's own thread for an op that is not ready; ok otherwise.
+  Status waitRefusal() const;
+  // Runs the callback with the final status, then settles the handle.
+  void runCallback(const Callback& cb, const Status& final);
+  bool settledFor(std::thread::id self) const;  // (mu_) done, or this is the callback's thread
 
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  bool done_ = false;
+  bool done_ = false;               // (mu_) the result is published
+  bool settled_ = false;            // (mu_) ...and the callback has returned
+  std::thread::id callbackThread_;  // (mu_) the thread running the callback, while it runs
   int remainingParts_ = 1;
   Status status_;
   Callback callback_;

@@ -446,7 +446,7 @@ int kolo_handle_status(kolo_handle_t h, int* status, const char** error_text) {
   if (status == nullptr) return invalid("status is NULL");
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) {
+  if (!rec->state->ready()) {
     *status = -1;
     if (error_text) *error_text = "";
     return KOLO_OK;
@@ -464,7 +464,7 @@ int kolo_handle_status(kolo_handle_t h, int* status, const char** error_text) {
 int kolo_handle_output(kolo_handle_t h, void** data, int32_t* ndim, int64_t* shape) {
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  if (!rec->state->ready()) return invalid("handle " + std::to_string(h) + " is still running");
   const auto& st = *rec->state;
   if (data) *data = st.outputData;
   if (ndim) *ndim = static_cast<int32_t>(st.outputShape.size());
@@ -478,7 +478,7 @@ int kolo_handle_cuda_event(kolo_handle_t h, void** event) {
   if (event == nullptr) return invalid("event is NULL");
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  if (!rec->state->ready()) return invalid("handle " + std::to_string(h) + " is still running");
   *event = rec->state->completionEvent.get();
   return KOLO_OK;
 }
@@ -486,7 +486,7 @@ int kolo_handle_cuda_event(kolo_handle_t h, void** event) {
 int kolo_handle_stream_wait(kolo_handle_t h, void* stream) {
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  if (!rec->state->ready()) return invalid("handle " + std::to_string(h) + " is still running");
   void* event = rec->state->completionEvent.get();
   if (event == nullptr) return KOLO_OK;  // a host op: nothing runs on a device
   Status s = kolo::deviceStreamWait(event, rec->state->completionDevice, stream);
@@ -496,7 +496,7 @@ int kolo_handle_stream_wait(kolo_handle_t h, void* stream) {
 int kolo_handle_received_splits(kolo_handle_t h, int32_t* splits, int32_t n) {
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  if (!rec->state->ready()) return invalid("handle " + std::to_string(h) + " is still running");
   const auto& r = rec->state->receivedSplits;
   if (splits == nullptr || n < static_cast<int32_t>(r.size())) {
     return invalid("the splits buffer holds " + std::to_string(n) + " entries, " +
@@ -510,7 +510,7 @@ int kolo_handle_join_result(kolo_handle_t h, int32_t* last_joined_rank) {
   if (last_joined_rank == nullptr) return invalid("last_joined_rank is NULL");
   auto rec = lookup(h);
   if (!rec) return unknownHandle(h);
-  if (!rec->state->done()) return invalid("handle " + std::to_string(h) + " is still running");
+  if (!rec->state->ready()) return invalid("handle " + std::to_string(h) + " is still running");
   *last_joined_rank = rec->state->lastJoinedRank;
   return KOLO_OK;
 }
@@ -531,6 +531,12 @@ static int runBlocking(const std::function<Status(kolo::Runtime&, HandlePtr*)>& 
   try {
     auto rt = runtime();
     if (!rt) return fail(notInitialized());
+    if (rt->insideRound()) {
+      // Before submitting: the op would go out, but this thread could not wait for it.
+      return invalid(
+          "a process-set change inside a completion callback (or an output allocator): it runs "
+          "on kolo's own thread, which the change would wait for (callbacks must not block)");
+    }
     HandlePtr h;
     Status s = fn(*rt, &h);
     if (!s.isOk()) return fail(s);

@@ -96,12 +96,17 @@ typedef struct {
 
 typedef int64_t kolo_handle_t; /* > 0 when valid */
 
-/* Called exactly once, from a kolo thread, when the op completes (or at once from the calling
- * thread when it already had). Must not block: it may submit ops and call kolo_handle_poll,
- * _status, _output and _release, and kolo_handle_wait only with a timeout (a pending op cannot
- * complete while the callback holds the round up). kolo_shutdown there returns
- * KOLO_ERR_INVALID_ARGUMENT (the round running the callback would wait for itself; a callback
- * run at once by the submitting thread is outside a round and may shut down). */
+/* Called exactly once when the op completes: from kolo's own thread, never from a thread that
+ * is inside kolo_handle_wait (such a thread may run the round that completes other ops; their
+ * callbacks go to kolo's thread, since the waiter may hold locks a callback takes), or at once
+ * from the calling thread when the op had already completed at submission. The op's status and
+ * output are readable inside the callback (kolo_handle_status, _output); kolo_handle_wait and
+ * kolo_handle_poll report the op done only once the callback has returned, so a caller may
+ * free cb_user right after its wait. Must not block: it may submit ops, call kolo_handle_poll,
+ * _status, _output, _release and kolo_handle_wait on its own handle; a wait for another op that
+ * is not done, kolo_add_process_set / kolo_remove_process_set and kolo_shutdown return
+ * KOLO_ERR_INVALID_ARGUMENT there at once (kolo's thread would wait for itself; a callback run
+ * at once by the submitting thread is outside and may do all of these). */
 typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
 
 /* Output allocator for ops whose output size is known only after negotiation (allgather,

@@ -5,11 +5,13 @@
 #include <kolo.h>
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -520,6 +522,111 @@ TEST_CASE("input one rank gets wrong fails the op on every rank at once, naming 
     waitOk(h);
     kolo_handle_release(h);
   }
+}
+
+TEST_CASE("callbacks run on kolo's thread, and a wait returns after its callback returned") {
+  // X has a callback, Y none; the main thread holds its own mutex while it waits for Y (and,
+  // with caller rounds, runs the round that completes X too). X's callback takes that mutex:
+  // run on the waiting thread it deadlocked; it must run on kolo's thread, after the wait.
+  Session s;
+  std::vector<float> x(4, 1.0f), y(4, 1.0f);
+  std::vector<int64_t> shape = {4};
+  kolo_tensor_t tx = {x.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  kolo_tensor_t ty = {y.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  struct Seen {
+    std::mutex* user;
+    std::atomic<bool> ran{false};
+    std::thread::id thread;
+  };
+  std::mutex userLock;
+  for (int round = 0; round < 3; ++round) {
+    Seen seen;
+    seen.user = &userLock;
+    kolo_callback_t cb = [](kolo_handle_t, kolo_status_t, void* user) {
+      auto* s = static_cast<Seen*>(user);
+      std::lock_guard<std::mutex> lock(*s->user);
+      s->thread = std::this_thread::get_id();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      s->ran = true;
+    };
+    kolo_handle_t hx, hy;
+    REQUIRE(kolo_allreduce_async("cb.x", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &seen, &hx) ==
+            KOLO_OK);
+    REQUIRE(kolo_allreduce_async("cb.y", &ty, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
+                                 &hy) == KOLO_OK);
+    {
+      std::lock_guard<std::mutex> lock(userLock);
+      waitOk(hy);
+    }
+    waitOk(hx);
+    CHECK(seen.ran.load());  // the wait returned after the callback did
+    CHECK(seen.thread != std::this_thread::get_id());
+    kolo_handle_release(hx);
+    kolo_handle_release(hy);
+  }
+}
+
+TEST_CASE("a callback that waits for another op, or changes process sets, fails at once") {
+  // Callbacks run on kolo's own thread, which would have to complete the op they wait for: a
+  // wait there, even without a timeout, and a process-set change return an error instead of
+  // blocking the runtime for good.
+  Session s;
+  std::vector<float> x(2, 1.0f), y(2, 1.0f);
+  std::vector<int64_t> shape = {2};
+  kolo_tensor_t tx = {x.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  kolo_tensor_t ty = {y.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  struct Inside {
+    kolo_handle_t other = 0;
+    std::atomic<int> waitRc{-1}, addRc{-1};
+    std::string waitError, addError;
+    std::atomic<bool> ran{false};
+  } inside;
+  kolo_callback_t cb = [](kolo_handle_t, kolo_status_t, void* user) {
+    auto* in = static_cast<Inside*>(user);
+    in->ran = true;
+    if (kolo_rank() == 0) return;  // rank 0's may run at once on the submitting thread
+    int rc = kolo_handle_wait(in->other, -1);
+    in->waitError = kolo_last_error();
+    in->waitRc = rc;
+    int32_t ranks[1] = {0};
+    int32_t id = -1;
+    rc = kolo_add_process_set(ranks, 1, &id);
+    in->addError = kolo_last_error();
+    in->addRc = rc;
+  };
+  // Rank 0 submits "cb.late" only after "cb.first" completed, so on the other ranks it is
+  // pending while cb.first's callback waits for it.
+  kolo_handle_t hfirst, hlate = 0;
+  auto submitLate = [&] {
+    REQUIRE(kolo_allreduce_async("cb.late", &ty, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
+                                 &hlate) == KOLO_OK);
+  };
+  if (R() != 0) submitLate();
+  inside.other = hlate;
+  // Rank 0 comes late, so elsewhere cb.first is pending when its callback is set (a callback
+  // set on a completed op runs at once on the submitting thread, kolo.h).
+  if (R() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE(kolo_allreduce_async("cb.first", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &inside,
+                               &hfirst) == KOLO_OK);
+  waitOk(hfirst);  // returns after the callback did
+  REQUIRE(inside.ran.load());
+  kolo_handle_t hb;  // every rank's callback has run before rank 0 lets cb.late complete
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &hb) == KOLO_OK);
+  waitOk(hb);
+  kolo_handle_release(hb);
+  if (R() == 0) submitLate();
+  INFO("wait: " << inside.waitError << "; add: " << inside.addError);
+  if (R() != 0) {
+    CHECK(inside.waitRc.load() == KOLO_ERR_INVALID_ARGUMENT);
+    CHECK(inside.waitError.find("callbacks must not block") != std::string::npos);
+  }
+  if (R() != 0) {
+    CHECK(inside.addRc.load() == KOLO_ERR_INVALID_ARGUMENT);
+    CHECK(inside.addError.find("inside a completion callback") != std::string::npos);
+  }
+  waitOk(hlate);
+  kolo_handle_release(hfirst);
+  kolo_handle_release(hlate);
 }
 
 TEST_CASE("an op pending in a process set that is removed fails, it does not wait forever") {
