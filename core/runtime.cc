@@ -98,8 +98,12 @@ Status Runtime::start(BootstrapResult boot) {
     const Timeline::Reset* reset = nullptr;
     Timeline::Reset r{boot.round, topo_.rank, topo_.size};
     if (boot.round > 0) reset = &r;
-    KOLO_RETURN_IF_ERROR(
-        openTimeline(config_.timelinePath, config_.timelineMarkCycles, reset));
+    // A file that cannot be written costs the timeline, not the job (Horovod logs it and runs
+    // on): failing init here would leave the other ranks with a peer that vanished.
+    Status opened = openTimeline(config_.timelinePath, config_.timelineMarkCycles, reset);
+    if (!opened.isOk()) {
+      log_->error("KOLO_TIMELINE: {}; the job runs without a timeline", opened.message());
+    }
   }
   Coordinator::Deps deps;
   deps.config = config_;
