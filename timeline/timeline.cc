@@ -428,8 +428,10 @@ bool readWhole(int fd, std::string* out) {
 
 Status Timeline::begin(const std::string& path, bool markCycles, int rank, const Reset* reset) {
   std::lock_guard<std::mutex> life(impl_->lifeMu);
-  // Same file again (even spelled differently): keep it, do not truncate what it holds.
+  // Same file again (even spelled differently): keep it, do not truncate what it holds; the
+  // new mark-cycles setting applies from now on (as Horovod's start_timeline).
   if (impl_->session && (impl_->session->path == path || isSameFile(path, impl_->session->fd))) {
+    markCycles_.store(markCycles, std::memory_order_relaxed);
     return Status::ok();
   }
   impl_->stopLocked(&active_);

@@ -55,8 +55,8 @@ class Timeline {
   Timeline& operator=(const Timeline&) = delete;
 
   // Opens `path` (creating or truncating it), writes a valid, empty trace and starts the writer
-  // thread. With `path` already active (the same file, however spelled) this is a no-op returning
-  // ok (the file keeps its events and its markCycles/rank settings); with another file active,
+  // thread. With `path` already active (the same file, however spelled) it returns ok and only
+  // takes the new markCycles (the file keeps its events and its rank); with another file active,
   // that file is stopped first. `rank` becomes the pid and goes into the metadata. Blocks for the
   // open and the first write.
   // Errors: kIo naming the path and the OS error (the timeline stays inactive); kInternal if the
