@@ -4,8 +4,8 @@
 // same tests in the same order; every value is checked on every rank.
 #include <kolo.h>
 
-#include <catch2/catch.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -552,8 +552,8 @@ TEST_CASE("callbacks run on kolo's thread, and a wait returns after its callback
     kolo_handle_t hx, hy;
     REQUIRE(kolo_allreduce_async("cb.x", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &seen, &hx) ==
             KOLO_OK);
-    REQUIRE(kolo_allreduce_async("cb.y", &ty, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr,
-                                 &hy) == KOLO_OK);
+    REQUIRE(kolo_allreduce_async("cb.y", &ty, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &hy) ==
+            KOLO_OK);
     {
       std::lock_guard<std::mutex> lock(userLock);
       waitOk(hy);
@@ -606,8 +606,8 @@ TEST_CASE("a callback that waits for another op, or changes process sets, fails 
   // Rank 0 comes late, so elsewhere cb.first is pending when its callback is set (a callback
   // set on a completed op runs at once on the submitting thread, kolo.h).
   if (R() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  REQUIRE(kolo_allreduce_async("cb.first", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &inside,
-                               &hfirst) == KOLO_OK);
+  REQUIRE(kolo_allreduce_async("cb.first", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &inside, &hfirst) ==
+          KOLO_OK);
   waitOk(hfirst);  // returns after the callback did
   REQUIRE(inside.ran.load());
   kolo_handle_t hb;  // every rank's callback has run before rank 0 lets cb.late complete
