@@ -56,6 +56,10 @@ class WaiterRounds final : public Progress {
 namespace {
 
 constexpr size_t kMaxNameBytes = 1024;
+// The names of the runtime's own ops (kJoinName is in ops/message.h), reserved for them.
+constexpr const char* kBarrierName = "__barrier";
+constexpr const char* kAddSetName = "__process_set.add";
+constexpr const char* kRemoveSetName = "__process_set.remove";
 // kolo_refuse's group size: it builds one entry per member without any array from the caller.
 constexpr int32_t kMaxRefusedGroup = 1 << 20;
 constexpr size_t kMaxDims = 16;
@@ -211,6 +215,11 @@ Status Runtime::admit(const char* op, const std::string& name, int32_t processSe
                std::to_string(kMaxNameBytes) + ")");
   }
   if (name.find('\0') != std::string::npos) return bad("the name contains a NUL byte");
+  // The runtime's own ops' names: a user op under one would meet a barrier, join or set change
+  // in negotiation (same key, another op type).
+  if (name == kBarrierName || name == kJoinName || name == kAddSetName || name == kRemoveSetName) {
+    if (std::string(op) != "barrier") return bad("the name is reserved for kolo's own ops");
+  }
   if (!sets_->get(processSet, set)) {
     return bad("process set " + std::to_string(processSet) + " does not exist");
   }
@@ -671,8 +680,8 @@ Status Runtime::barrier(int32_t processSet, HandlePtr* handle) {
   none.dtype = DataType::kUInt8;
   none.shape = {0};
   ProcessSet set;
-  KOLO_RETURN_IF_ERROR(admit("barrier", "__barrier", processSet, &set));
-  return enqueue(makeEntry(OpType::kBarrier, "__barrier", none, processSet), handle);
+  KOLO_RETURN_IF_ERROR(admit("barrier", kBarrierName, processSet, &set));
+  return enqueue(makeEntry(OpType::kBarrier, kBarrierName, none, processSet), handle);
 }
 
 Status Runtime::join(HandlePtr* handle) {
@@ -680,7 +689,7 @@ Status Runtime::join(HandlePtr* handle) {
   TensorView none;
   none.dtype = DataType::kUInt8;
   none.shape = {0};
-  return enqueue(makeEntry(OpType::kJoin, "__join", none, 0), handle);
+  return enqueue(makeEntry(OpType::kJoin, kJoinName, none, 0), handle);
 }
 
 Status Runtime::addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* handle) {
@@ -692,7 +701,7 @@ Status Runtime::addProcessSet(const std::vector<int32_t>& ranks, HandlePtr* hand
   // some ranks only (a joined rank was not there to submit it) must not leave the ranks'
   // counts apart, which made every later add a hang. The ops are not cached, and a rank has at
   // most one of each pending (a second at once is refused as a duplicate name).
-  auto e = makeEntry(OpType::kAddProcessSet, "__process_set.add", none, 0);
+  auto e = makeEntry(OpType::kAddProcessSet, kAddSetName, none, 0);
   // The rank list travels as the "shape" (so the response carries it) and as splits (checked).
   e->request.shape.assign(ranks.begin(), ranks.end());
   e->request.splits = e->request.shape;
@@ -709,7 +718,7 @@ Status Runtime::removeProcessSet(int32_t id, HandlePtr* handle) {
   }
   TensorView none;
   none.dtype = DataType::kUInt8;
-  auto e = makeEntry(OpType::kRemoveProcessSet, "__process_set.remove", none, 0);
+  auto e = makeEntry(OpType::kRemoveProcessSet, kRemoveSetName, none, 0);
   e->request.shape = {id};
   e->request.splits = e->request.shape;
   return enqueue(std::move(e), handle);

@@ -17,7 +17,8 @@
  *  - Names: each op carries a name, unique among this rank's ops in flight, identical across
  *    ranks for the same logical op (1..1024 bytes of UTF-8, no NUL). NULL or "" is accepted only
  *    where noted (barrier, join). A grouped allreduce's members are named "<name>.<index>", so
- *    its name may be at most 1024 - len(".<n-1>") bytes.
+ *    its name may be at most 1024 - len(".<n-1>") bytes. "__barrier", "__join",
+ *    "__process_set.add" and "__process_set.remove" are kolo's own ops' names, reserved.
  */
 #ifndef KOLO_H_
 #define KOLO_H_

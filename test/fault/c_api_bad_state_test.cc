@@ -24,6 +24,10 @@ TEST_CASE("names: empty, too long, duplicate in flight") {
               {"1048576 bytes long (at most 1024)"});
   CHECK(allreduce(n1024.c_str(), &t) == KOLO_OK);
   CHECK(v == std::vector<int64_t>(3, 9));
+  // The runtime's own ops' names: a user op under one would meet a barrier or join.
+  for (const char* own : {"__barrier", "__join", "__process_set.add", "__process_set.remove"}) {
+    expectError(allreduce(own, &t), KOLO_ERR_INVALID_ARGUMENT, {own, "reserved"});
+  }
 
   // Duplicate: an allocator that holds the first op in flight until released (bounded).
   struct Gate {
