@@ -52,6 +52,19 @@ struct Tensor {
   }
 };
 
+// A host float32 tensor of n ones that owns its memory and shape.
+struct Ones {
+  std::vector<float> data;
+  std::vector<int64_t> shape;
+  kolo_tensor_t t;
+  explicit Ones(int64_t n)
+      : data(static_cast<size_t>(n), 1.0f),
+        shape{n},
+        t{data.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr} {}
+  Ones(const Ones&) = delete;
+  Ones& operator=(const Ones&) = delete;
+};
+
 void waitOk(kolo_handle_t h) {
   int rc = kolo_handle_wait(h, 120.0);
   INFO("rank " << R() << ": " << kolo_last_error());
@@ -529,10 +542,9 @@ TEST_CASE("callbacks run on kolo's thread, and a wait returns after its callback
   // with caller rounds, runs the round that completes X too). X's callback takes that mutex:
   // run on the waiting thread it deadlocked; it must run on kolo's thread, after the wait.
   Session s;
-  std::vector<float> x(4, 1.0f), y(4, 1.0f);
-  std::vector<int64_t> shape = {4};
-  kolo_tensor_t tx = {x.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
-  kolo_tensor_t ty = {y.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  Ones x(4), y(4);
+  kolo_tensor_t& tx = x.t;
+  kolo_tensor_t& ty = y.t;
   struct Seen {
     std::mutex* user;
     std::atomic<bool> ran{false};
@@ -571,10 +583,9 @@ TEST_CASE("a callback that waits for another op, or changes process sets, fails 
   // wait there, even without a timeout, and a process-set change return an error instead of
   // blocking the runtime for good.
   Session s;
-  std::vector<float> x(2, 1.0f), y(2, 1.0f);
-  std::vector<int64_t> shape = {2};
-  kolo_tensor_t tx = {x.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
-  kolo_tensor_t ty = {y.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  Ones x(2), y(2);
+  kolo_tensor_t& tx = x.t;
+  kolo_tensor_t& ty = y.t;
   struct Inside {
     kolo_handle_t other = 0;
     std::atomic<int> waitRc{-1}, addRc{-1};
