@@ -252,6 +252,7 @@ class FakeWorld:
         monkeypatch.setattr(state_mod.functions, "allgather_object", self.allgather_object)
         monkeypatch.setattr(state_mod.functions, "broadcast_object", self.broadcast_object)
         monkeypatch.setattr(state_mod.basics, "is_initialized", lambda: True)
+        monkeypatch.setattr(state_mod.basics, "rank", lambda: getattr(self.local, "rank", 0))
         monkeypatch.setattr(sampler_mod, "is_initialized", lambda: True)
         monkeypatch.setattr(sampler_mod, "rank", lambda: getattr(self.local, "rank", 0))
         monkeypatch.setattr(sampler_mod, "size", lambda: self.n)
@@ -386,3 +387,41 @@ def test_sampler_sync_gives_rank0s_epoch_with_every_ranks_indices(monkeypatch):
         assert h.value.epoch == 2 and h.value.processed_indices == done[0] | done[1]
     shards = [set(h.value) for h in handlers]
     assert set().union(*shards) == set(dataset) - done[0] - done[1]
+
+
+def test_sampler_sync_after_a_commit_lets_new_workers_send_only_new_indices(monkeypatch):
+    # A reset right after a commit (HostsUpdatedInterrupt) with a new worker: sync sends the
+    # state once, every rank then holds rank 0's commit, and the next commit is deltas only.
+    # With samples processed since the commit (check_host_updates without one), the ranks
+    # keep their own commit (a restore must not skip samples the model never saw).
+    from kolo.torch.elastic.state import SamplerStateHandler
+    world2 = FakeWorld(monkeypatch, 2)
+    dataset = list(range(3000))
+    handlers = world2.run(lambda r: SamplerStateHandler(
+        hvd.elastic.ElasticSampler(dataset, shuffle=False)))
+    world2.run(lambda r: (handlers[r].value.record_indices(range(r, 2000, 2)),
+                          handlers[r].save()))
+    world3 = FakeWorld(monkeypatch, 3)
+    handlers.append(SamplerStateHandler(hvd.elastic.ElasticSampler(dataset, shuffle=False)))
+    world3.run(lambda r: handlers[r].sync())
+    first = world3.sent[0][1]  # the sync's gather: deltas (empty) and the new worker's set
+    assert max(first) < 200, world3.sent
+    assert [name for name, _ in world3.sent] == ["kolo.elastic.SamplerStateHandler.processed",
+                                                 "kolo.elastic.SamplerStateHandler.sync"]
+    for h in handlers:
+        assert h.value.processed_indices == set(range(2000))
+        assert h._generation == handlers[0]._generation
+    world3.run(lambda r: (handlers[r].value.record_indices(range(2000 + r, 2030, 3)),
+                          handlers[r].save()))
+    assert max(world3.sent[-1][1]) < 400, world3.sent[-1]  # deltas only, no second gather
+    assert world3.sent[-1][0] == "kolo.elastic.SamplerStateHandler.processed"
+    for h in handlers:
+        assert h._saved_sampler_state["processed_indices"] == set(range(2030))
+    # progress since the commit, then a sync: every rank gets it, nobody's commit changes
+    world3.run(lambda r: handlers[r].value.record_indices(range(2030 + r, 2060, 3)))
+    generations = [h._generation for h in handlers]
+    world3.run(lambda r: handlers[r].sync())
+    for h in handlers:
+        assert h.value.processed_indices == set(range(2060))
+        assert h._saved_sampler_state["processed_indices"] == set(range(2030))
+    assert [h._generation for h in handlers] == generations

@@ -18,15 +18,16 @@ handler registry (get_handler_registry / set_handler_registry):
 
 A handler keeps the user's own object (never a copy: an LR scheduler stays tied to its
 optimizer) and only copies its state_dict. Assigning an attribute (state.model = m2) gives the
-handler the new object and saves it at once, as Horovod's set_value; an assigned value of
-another kind gets the handler of its kind. Not thread-safe.
+handler the new object and saves it at once, as Horovod's set_value (for a sampler that save
+is collective, as Horovod's); an assigned value of another kind gets the handler of its kind.
+Not thread-safe.
 
 The sampler's commit, as Horovod's SamplerStateHandler.save (allgather_object of the processed
 indices): the saved set is the union of every rank's, so the samples a rank processed before
 the commit are not trained again when it is lost. Cheaper than Horovod's, with the same
 result: a rank whose processed set still holds the last saved union sends only the indices
-added since (a generation number checks that every rank saved that same union; otherwise
-the ranks send their whole sets).
+added since (a generation number checks that the ranks saved that same union; otherwise they
+send their whole sets). A sync sends the state once, from rank 0, as Horovod's.
 """
 
 import copy
@@ -127,11 +128,12 @@ class SamplerStateHandler(StateHandler):
         super().__init__(sampler)
         self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
         # Which save produced the saved set: the same number on every rank that saved that same
-        # union; None until this rank took part in one.
+        # union (or received it from rank 0 in sync); None until this rank did.
         self._generation = None
 
     def save(self):
-        union, generation = self._processed_of_every_rank(only_epoch_of_rank0=False)
+        union, generation = self._processed_of_every_rank(only_epoch_of_rank0=False,
+                                                          root_only=False)
         state = self.value.state_dict()
         state["processed_indices"] = union
         self._saved_sampler_state = state
@@ -148,17 +150,30 @@ class SamplerStateHandler(StateHandler):
         self.value.load_state_dict(state)
 
     def sync(self):
-        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True)
-        state = self.value.state_dict()
-        state["processed_indices"] = union
-        self.value.load_state_dict(functions.broadcast_object(state, root_rank=0,
-                                                              name=_op_name(self, "sync")))
+        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True, root_only=True)
+        state = generation = None
+        if basics.rank() == 0:
+            state = self.value.state_dict()
+            state["processed_indices"] = union
+            if self._generation is not None and state == self._saved_sampler_state:
+                # nothing processed since rank 0's commit: every rank takes that commit as its
+                # own (a new worker too), so the next commit sends only new indices again
+                generation = self._generation
+        state, generation = functions.broadcast_object((state, generation), root_rank=0,
+                                                       name=_op_name(self, "sync"))
+        if generation is not None:
+            saved = dict(state)
+            saved["processed_indices"] = set(state["processed_indices"])
+            self._saved_sampler_state, self._generation = saved, generation
+        self.value.load_state_dict(state)
 
-    def _processed_of_every_rank(self, only_epoch_of_rank0):
-        """(the union of every rank's processed indices, its generation). With
-        only_epoch_of_rank0, ranks at another epoch than rank 0's (a new worker's fresh
-        sampler) are left out. Collective. After a save every rank's set holds the saved union,
-        so while it still does (the same epoch) a rank sends only the indices added since."""
+    def _processed_of_every_rank(self, only_epoch_of_rank0, root_only):
+        """(the union of every rank's processed indices, its generation); with root_only the
+        union only on rank 0 (None elsewhere). With only_epoch_of_rank0, ranks at another epoch
+        than rank 0's (a new worker's fresh sampler) are left out. Collective. After a commit
+        every rank's set holds the saved union, so while it still does (the same epoch) a rank
+        sends only the indices added since, which the ranks that saved the same union (the
+        same generation) add to theirs; the others get whole sets in a second gather."""
         processed = self.value.processed_indices
         if not isinstance(processed, (set, frozenset)):
             processed = set(processed)
@@ -173,21 +188,23 @@ class SamplerStateHandler(StateHandler):
             chosen = [i for i, p in enumerate(parts) if p[1] == parts[0][1]]
         else:
             chosen = range(len(parts))
-        if token is not None and all(p[0] == token for p in parts):
-            # every rank saved this same union, and a delta's rank holds it: saved | delta
-            union = set(saved) if any(parts[i][2] for i in chosen) else set()
-            for i in chosen:
-                union |= parts[i][3]
+        readers = [0] if root_only else range(len(parts))
+        me = basics.rank()
+        union = None
+        if all(parts[r][0] == p[0] for r in readers for p in parts if p[2]):
+            if me in readers:
+                # a delta stands for the union this rank saved too, plus the delta
+                union = set(saved) if any(parts[i][2] for i in chosen) else set()
+                for i in chosen:
+                    union |= parts[i][3]
         else:
-            fulls = [p[3] for p in parts]
-            if any(p[2] for p in parts):
-                # deltas against a union not every rank saved (a new worker): whole sets
-                again = functions.allgather_object(set(processed) if delta else None,
-                                                   name=_op_name(self, "processed_full"))
-                fulls = [again[i] if p[2] else p[3] for i, p in enumerate(parts)]
-            union = set()
-            for i in chosen:
-                union |= fulls[i]
+            # deltas against a union a reader did not save (a new worker): whole sets
+            again = functions.allgather_object(set(processed) if delta else None,
+                                               name=_op_name(self, "processed_full"))
+            if me in readers:
+                union = set()
+                for i in chosen:
+                    union |= again[i] if parts[i][2] else parts[i][3]
         generation = 1 + max((p[0][0] for p in parts if p[0] is not None), default=-1)
         return union, generation
 
