@@ -425,3 +425,32 @@ def test_sampler_sync_after_a_commit_lets_new_workers_send_only_new_indices(monk
         assert h.value.processed_indices == set(range(2060))
         assert h._saved_sampler_state["processed_indices"] == set(range(2030))
     assert [h._generation for h in handlers] == generations
+
+
+def test_host_update_without_a_commit_shares_every_ranks_samples(monkeypatch):
+    # check_host_updates() raising HostsUpdatedInterrupt (no commit, no rollback) while the
+    # removed workers are still there: every sampler learns what every rank processed since
+    # the commit, so the survivors do not hand out the removed worker's samples again.
+    import kolo.elastic.state as base
+    world = FakeWorld(monkeypatch, 3)
+    dataset = list(range(300))
+
+    def raise_update(self):
+        raise kolo.elastic.HostsUpdatedInterrupt()
+
+    def body(r):
+        s = hvd.elastic.ElasticSampler(dataset, shuffle=False)
+        state = hvd.elastic.TorchState(sampler=s, epoch=0)
+        s.record_indices(range(r, 30, 3))
+        state.save()  # commit's save (its host check raises here)
+        s.record_indices(range(30 + r, 60, 3))
+        with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
+            state.check_host_updates()
+        return state
+
+    monkeypatch.setattr(base.State, "check_host_updates", raise_update)
+    states = world.run(body)
+    for st in states:
+        assert st.sampler.processed_indices == set(range(60))
+        assert st._handlers["sampler"]._saved_sampler_state["processed_indices"] == \
+            set(range(30))

@@ -36,6 +36,7 @@ import torch
 
 from kolo import basics
 from kolo.basics import rank
+from kolo.elastic.state import HostsUpdatedInterrupt
 from kolo.elastic.state import ObjectState as _ObjectState
 from kolo.torch import functions
 from kolo.torch.elastic.sampler import ElasticSampler
@@ -148,6 +149,18 @@ class SamplerStateHandler(StateHandler):
         state = dict(self._saved_sampler_state)
         state["processed_indices"] = set(state["processed_indices"])  # the saved set stays ours
         self.value.load_state_dict(state)
+
+    def share_processed(self):
+        """Adds every rank's processed indices to this rank's sampler (not to the commit).
+        Collective: TorchState calls it when every rank raises HostsUpdatedInterrupt, while
+        the workers kolorun removes are still there, so that the samples they processed since
+        the last commit are not handed out again (no rollback follows)."""
+        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=False, root_only=False)
+        processed = self.value.processed_indices
+        if isinstance(processed, set):
+            processed |= union
+        else:
+            self.value.processed_indices = set(processed) | union
 
     def sync(self):
         union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True, root_only=True)
@@ -285,6 +298,17 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.save()
         super().save()
+
+    def check_host_updates(self):
+        try:
+            super().check_host_updates()
+        except HostsUpdatedInterrupt:
+            # every rank is here (the interrupt is raised on all together), removed workers
+            # included: the samplers learn what every rank processed since the last commit
+            for handler in self._handlers.values():
+                if isinstance(handler, SamplerStateHandler):
+                    handler.share_processed()
+            raise
 
     def restore(self):
         for handler in self._handlers.values():
