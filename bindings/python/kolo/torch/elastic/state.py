@@ -71,47 +71,32 @@ class StateHandler:
         self.save()
 
 
-class ModelStateHandler(StateHandler):
-    def __init__(self, model):
-        super().__init__(model)
-        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+class _StateDictHandler(StateHandler):
+    """An object with state_dict/load_state_dict: commit deep-copies its state_dict, restore
+    loads the copy back into the user's object."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved_state = copy.deepcopy(self.value.state_dict())
 
     def save(self):
-        self._saved_model_state = copy.deepcopy(self.value.state_dict())
+        self._saved_state = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self._saved_model_state)
+        self.value.load_state_dict(self._saved_state)
 
+
+class ModelStateHandler(_StateDictHandler):
     def sync(self):
         functions.broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class OptimizerStateHandler(StateHandler):
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
-        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
-
-    def save(self):
-        self._saved_optimizer_state = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved_optimizer_state)
-
+class OptimizerStateHandler(_StateDictHandler):
     def sync(self):
         functions.broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class LRSchedulerStateHandler(StateHandler):
-    def __init__(self, scheduler):
-        super().__init__(scheduler)
-        self._saved_scheduler_state = copy.deepcopy(self.value.state_dict())
-
-    def save(self):
-        self._saved_scheduler_state = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved_scheduler_state)
-
+class LRSchedulerStateHandler(_StateDictHandler):
     def sync(self):
         state = functions.broadcast_object(self.value.state_dict(), root_rank=0,
                                            name=_op_name(self, "sync"))
