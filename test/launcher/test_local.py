@@ -408,7 +408,10 @@ def test_second_ctrl_c_kills_at_once(piddir, together):
     finally:
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 130
+    # Signals that arrive together have no order: Python runs their handlers by number, but a
+    # check already past SIGINT's number when both trip sees SIGTERM first (seen once under CI
+    # load). Either way the second one killed at once (the time above).
+    assert p.returncode == 130 or (together and p.returncode == 143), p.returncode
     assert_all_gone([(pid,) for pid in pids])
 
 
