@@ -56,11 +56,10 @@ struct Tensor {
 struct Ones {
   std::vector<float> data;
   std::vector<int64_t> shape;
-  kolo_tensor_t t;
-  explicit Ones(int64_t n)
-      : data(static_cast<size_t>(n), 1.0f),
-        shape{n},
-        t{data.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr} {}
+  kolo_tensor_t t{};
+  explicit Ones(int64_t n) : data(static_cast<size_t>(n), 1.0f), shape{n} {
+    t = {data.data(), KOLO_FLOAT32, 1, shape.data(), -1, nullptr};
+  }
   Ones(const Ones&) = delete;
   Ones& operator=(const Ones&) = delete;
 };
