@@ -159,6 +159,9 @@ bool Coordinator::deferCallback(std::function<void()> fn) {
 }
 
 void Coordinator::runDeferred(bool last) {
+  // Each loop turn passes here: without a deferral, no lock. One that lands after this check
+  // sets the flag and wakes the queue, so the loop comes back before it waits.
+  if (!last && !deferredPending_.load()) return;
   std::vector<std::function<void()>> run;
   {
     std::lock_guard<std::mutex> lock(deferredMu_);

@@ -519,10 +519,11 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
                       " (its members are named '<name>.<index>')");
   }
   const auto n = static_cast<int32_t>(inputs.size());
+  std::vector<std::string> members(inputs.size());
   for (int32_t i = 0; i < n; ++i) {
+    members[i] = name + "." + std::to_string(i);
     ProcessSet set;
-    KOLO_RETURN_IF_ERROR(
-        admit("grouped_allreduce", name + "." + std::to_string(i), processSet, &set));
+    KOLO_RETURN_IF_ERROR(admit("grouped_allreduce", members[i], processSet, &set));
   }
   int64_t groupId;
   {
@@ -543,7 +544,7 @@ Status Runtime::groupedAllreduce(const std::string& name, const std::vector<Tens
   shared->expectParts(n);
   std::vector<std::unique_ptr<TensorEntry>> entries;
   for (int32_t i = 0; i < n; ++i) {
-    std::string member = name + "." + std::to_string(i);
+    const std::string& member = members[i];
     // Each member is checked exactly like a single allreduce (without enqueueing it).
     const std::string at = where("grouped_allreduce", member);
     auto e = makeEntry(OpType::kAllreduce, member, inputs[i], processSet);

@@ -10,8 +10,9 @@
  *    kolo_handle_release; a released, unknown or forged handle gives KOLO_ERR_INVALID_ARGUMENT.
  *  - Blocking: the *_async functions validate their arguments on the calling thread and return
  *    at once, except that input refused for this rank alone (a scalar to gather, alltoall
- *    splits that do not fit, a broadcast root out of range) waits up to a second while the
- *    refusal fails the op on the other ranks too; kolo_handle_wait blocks up to its timeout;
+ *    splits that do not fit, a broadcast root out of range, a NULL or malformed tensor, an
+ *    output that does not match, a non-finite scale; kolo_refuse) waits up to a second while
+ *    the refusal fails the op on the other ranks too; kolo_handle_wait blocks up to its timeout;
  *    kolo_init blocks until every rank has joined the rendezvous (KOLO_START_TIMEOUT),
  *    collective set management blocks until the change is agreed by every rank.
  *  - Names: each op carries a name, unique among this rank's ops in flight, identical across
