@@ -145,9 +145,11 @@ void Coordinator::loop() {
 }
 
 bool Coordinator::deferCallback(std::function<void()> fn) {
-  // Only a caller's round: on this thread callbacks run where they complete, and a user
-  // thread outside a round (a submission that found its op done) is the caller's own business.
-  if (onOwnThread() || !inRound()) return false;
+  // Only from inside a round, on any thread: a callback never runs while roundMu_ is held, so
+  // one that blocks for a while (on a lock a waiting user thread holds) leaves the rounds to
+  // that waiter (runRoundOnCaller), which completes its op and lets the callback go on. A user
+  // thread outside a round (a submission that found its op done) runs it itself.
+  if (!inRound()) return false;
   {
     std::lock_guard<std::mutex> lock(deferredMu_);
     if (!deferring_) return false;

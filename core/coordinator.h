@@ -95,10 +95,11 @@ class Coordinator {
   // True on the thread running a round (a completion callback runs there): no wait there can
   // see a later round's result.
   bool inRound() const { return roundThread_.load() == std::this_thread::get_id(); }
-  // A completion callback of an op that a waiting caller's round completed (ops::Progress):
-  // queued for this thread, which runs it before its next round (kolo.h: callbacks run on a
-  // kolo thread; a user thread inside a wait may hold locks the callback takes). False where
-  // the calling thread is not a caller in a round, or this thread has ended: it runs there.
+  // A completion callback of an op that a round completed (ops::Progress), on this thread or a
+  // waiting caller's: queued for this thread, which runs it after the round, outside roundMu_
+  // (kolo.h: callbacks run on a kolo thread; a user thread inside a wait may hold locks the
+  // callback takes, and runs the rounds that complete its op meanwhile). False where the
+  // calling thread is not in a round, or this thread has ended: it runs there.
   bool deferCallback(std::function<void()> fn);
   // True on this coordinator's own thread (inside callbacks and allocators, between rounds).
   bool onOwnThread() const { return ownThread_.load() == std::this_thread::get_id(); }

@@ -4,9 +4,10 @@
 // every method may be called from any thread. Two steps: the result is published (ready(): the
 // status and outputs may be read, by the callback too), then the callback runs, outside the
 // lock, and the handle is settled (done()): wait() and done() report completion only then, so a
-// caller that waits and then frees what the callback uses never races it. The callback runs on
-// the completing thread, unless that is a user's thread doing the runtime's work in a wait
-// (Progress::deferCallback): then on the runtime's own thread, as kolo.h promises.
+// caller that waits and then frees what the callback uses never races it. A callback completed
+// in one of the runtime's rounds, on its thread or a waiting user's, runs on the runtime's own
+// thread after that round (Progress::deferCallback), as kolo.h promises; others (a handle
+// completed outside a round) run on the completing thread.
 // A waiter may do the runtime's work itself while it waits (Progress, below): the runtime sets
 // one on each handle it makes, and wait() calls it before blocking, so a synchronous op needs
 // no hand-off to and from a background thread.
@@ -37,9 +38,10 @@ class Progress {
   // room for it): the caller then blocks until another thread completes its handle. A unit may
   // block until the peers take part in it, bounded by the runtime's own timeout.
   virtual bool advance(Deadline deadline) = 0;
-  // A completion callback whose op a waiting caller's advance() completed on its own thread:
-  // true when the runtime takes fn to run on its own thread (a user thread inside a wait may
-  // hold the user's locks, which the callback may take); false: run it here.
+  // A completion callback whose op a round completed (the runtime's or a waiting caller's
+  // advance()): true when the runtime takes fn to run on its own thread once no round is
+  // running (a user thread inside a wait may hold locks the callback takes, and must be able to
+  // run the rounds that complete its op meanwhile); false: run it here.
   virtual bool deferCallback(std::function<void()> fn) = 0;
   // True on the runtime's own thread (inside a completion callback or an allocator): a wait
   // there for an op that is not done could only block the thread that completes it.

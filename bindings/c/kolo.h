@@ -98,10 +98,12 @@ typedef struct {
 
 typedef int64_t kolo_handle_t; /* > 0 when valid */
 
-/* Called exactly once when the op completes: from kolo's own thread, never from a thread that
- * is inside kolo_handle_wait (such a thread may run the round that completes other ops; their
- * callbacks go to kolo's thread, since the waiter may hold locks a callback takes), or at once
- * from the calling thread when the op had already completed at submission. The op's status and
+/* Called exactly once when the op completes: from kolo's own thread after the round that
+ * completed it (never inside a round, never from a thread that is inside kolo_handle_wait: such
+ * a thread may run the round that completes other ops, and may hold locks a callback takes;
+ * while a callback waits for such a lock, the waiter runs the rounds it needs itself, unless
+ * KOLO_CALLER_ROUNDS=0), or at once from the calling thread when the op had already completed
+ * at submission. The op's status and
  * output are readable inside the callback (kolo_handle_status, _output); kolo_handle_wait and
  * kolo_handle_poll report the op done only once the callback has returned, so a caller may
  * free cb_user right after its wait. Must not block: it may submit ops, call kolo_handle_poll,

@@ -540,35 +540,48 @@ TEST_CASE("callbacks run on kolo's thread, and a wait returns after its callback
   // X has a callback, Y none; the main thread holds its own mutex while it waits for Y (and,
   // with caller rounds, runs the round that completes X too). X's callback takes that mutex:
   // run on the waiting thread it deadlocked; it must run on kolo's thread, after the wait.
+  // Rounds 3-5 hold the mutex before X is submitted and submit Y only after kolo's thread
+  // completed X, so X's callback blocks there while Y still needs a round: run inside kolo's
+  // round it held that round, and the wait for Y could not run one (it hung, once, in CI).
   Session s;
   Ones x(4), y(4);
   kolo_tensor_t& tx = x.t;
   kolo_tensor_t& ty = y.t;
   struct Seen {
     std::mutex* user;
-    std::atomic<bool> ran{false};
+    std::atomic<bool> entered{false}, ran{false};
     std::thread::id thread;
   };
   std::mutex userLock;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 6; ++round) {
+    const bool late = round >= 3;
     Seen seen;
     seen.user = &userLock;
     kolo_callback_t cb = [](kolo_handle_t, kolo_status_t, void* user) {
       auto* s = static_cast<Seen*>(user);
+      s->entered = true;
       std::lock_guard<std::mutex> lock(*s->user);
       s->thread = std::this_thread::get_id();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       s->ran = true;
     };
     kolo_handle_t hx, hy;
+    std::unique_lock<std::mutex> lock(userLock, std::defer_lock);
+    if (late) lock.lock();
     REQUIRE(kolo_allreduce_async("cb.x", &tx, nullptr, KOLO_SUM, 1, 1, 0, cb, &seen, &hx) ==
             KOLO_OK);
+    if (late) {  // kolo's thread completes X (every rank submitted it) and calls its callback
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!seen.entered.load() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      REQUIRE(seen.entered.load());
+    }
     REQUIRE(kolo_allreduce_async("cb.y", &ty, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &hy) ==
             KOLO_OK);
-    {
-      std::lock_guard<std::mutex> lock(userLock);
-      waitOk(hy);
-    }
+    if (!late) lock.lock();
+    waitOk(hy);
+    lock.unlock();
     waitOk(hx);
     CHECK(seen.ran.load());  // the wait returned after the callback did
     CHECK(seen.thread != std::this_thread::get_id());
