@@ -147,9 +147,12 @@ void Coordinator::loop() {
 bool Coordinator::deferCallback(std::function<void()> fn) {
   // Only from inside a round, on any thread: a callback never runs while roundMu_ is held, so
   // one that blocks for a while (on a lock a waiting user thread holds) leaves the rounds to
-  // that waiter (runRoundOnCaller), which completes its op and lets the callback go on. A user
-  // thread outside a round (a submission that found its op done) runs it itself.
-  if (!inRound()) return false;
+  // that waiter (runRoundOnCaller), which completes its op and lets the callback go on. A
+  // completion outside any round (no runtime thread is involved) runs it there.
+  return inRound() && postCallback(std::move(fn));
+}
+
+bool Coordinator::postCallback(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> lock(deferredMu_);
     if (!deferring_) return false;
@@ -231,9 +234,10 @@ void Coordinator::finish(const Status& cause) {
                   callerRoundsRun_.load(), cause.message());
     Status late = d_.device != nullptr ? d_.device->drain() : Status::ok();
     if (!late.isOk()) {
-      d_.log->error("device work queued before shutdown failed (its ops had completed: "
-                    "asynchronous completion): {}",
-                    late.toString());
+      d_.log->error(
+          "device work queued before shutdown failed (its ops had completed: "
+          "asynchronous completion): {}",
+          late.toString());
     }
   } else {
     d_.log->error("runtime aborted: {}", cause.toString());
@@ -243,10 +247,10 @@ void Coordinator::finish(const Status& cause) {
   // The queue closes with the same refusal Runtime::usable() gives, so an op that passed
   // validation just before this point fails at submission instead of waiting in a queue that
   // no thread drains any more.
-  const Status refusal = cause.code() == ErrorCode::kShutdown
-                             ? cause
-                             : Status(ErrorCode::kAborted,
-                                      "the runtime aborted earlier: " + cause.toString());
+  const Status refusal =
+      cause.code() == ErrorCode::kShutdown
+          ? cause
+          : Status(ErrorCode::kAborted, "the runtime aborted earlier: " + cause.toString());
   for (auto& e : d_.queue->close(refusal)) {
     endNegotiation(*e);
     e->handle->complete(failedOp(*e, cause));
@@ -505,9 +509,8 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
       RequestList theirs;
       Status s = decode(all[r].data(), all[r].size(), &theirs);
       if (!s.isOk()) {
-        return Status(ErrorCode::kInternal,
-                      "rank " + std::to_string(r) + " sent a malformed request list: " +
-                          s.message());
+        return Status(ErrorCode::kInternal, "rank " + std::to_string(r) +
+                                                " sent a malformed request list: " + s.message());
       }
       if (theirs.shutdown) shutdownRanks.push_back(static_cast<int>(r));
       for (const auto& req : theirs.requests) {
@@ -549,8 +552,8 @@ Status Coordinator::broadcastFromRoot(std::vector<uint8_t>* bytes) {
   uint64_t len = bytes->size();
   KOLO_RETURN_IF_ERROR(ops::controlBroadcast(*d_.global, &len, sizeof(len), 0));
   if (len > (uint64_t{1} << 32)) {
-    return Status(ErrorCode::kInternal, "rank 0 announced a " + std::to_string(len) +
-                                            "-byte response list");
+    return Status(ErrorCode::kInternal,
+                  "rank 0 announced a " + std::to_string(len) + "-byte response list");
   }
   bytes->resize(len);
   return ops::controlBroadcast(*d_.global, bytes->data(), len, 0);

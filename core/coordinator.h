@@ -40,15 +40,15 @@
 #include <set>
 #include <thread>
 
-#include "core/autotune.h"
 #include "base/config.h"
-#include "ops/fusion_buffer.h"
 #include "base/log.h"
+#include "core/autotune.h"
 #include "core/negotiator.h"
 #include "core/piggyback.h"
 #include "core/process_set.h"
 #include "core/response_cache.h"
 #include "core/tensor_queue.h"
+#include "ops/fusion_buffer.h"
 #include "ops/hierarchical.h"
 #include "transport/transport.h"
 
@@ -64,10 +64,10 @@ class Coordinator {
   struct Deps {
     Config config;
     int rank = 0, size = 1;
-    Transport* global = nullptr;      // not owned
-    ProcessSetTable* sets = nullptr;  // not owned
-    TensorQueue* queue = nullptr;     // not owned
-    Timeline* timeline = nullptr;     // not owned, may be null
+    Transport* global = nullptr;            // not owned
+    ProcessSetTable* sets = nullptr;        // not owned
+    TensorQueue* queue = nullptr;           // not owned
+    Timeline* timeline = nullptr;           // not owned, may be null
     ops::DeviceExecutor* device = nullptr;  // not owned; null without a CUDA/NCCL path
     std::vector<std::string> hosts;         // every global rank's host name (empty: unknown)
     Logger log;
@@ -101,6 +101,9 @@ class Coordinator {
   // callback takes, and runs the rounds that complete its op meanwhile). False where the
   // calling thread is not in a round, or this thread has ended: it runs there.
   bool deferCallback(std::function<void()> fn);
+  // The same from any thread (a callback attached after its op completed): queued for this
+  // thread unless its loop has ended (false: the caller runs it).
+  bool postCallback(std::function<void()> fn);
   // True on this coordinator's own thread (inside callbacks and allocators, between rounds).
   bool onOwnThread() const { return ownThread_.load() == std::this_thread::get_id(); }
   // True where only kolo's own code, completion callbacks and output allocators run: inside a
@@ -155,18 +158,18 @@ class Coordinator {
   Negotiator negotiator_;  // used on rank 0 only
   ResponseCache cache_;
   FusionBuffer fusion_;
-  ops::HierarchyCache hierarchy_;  // host allreduces across hosts (ops/hierarchical.h)
-  Piggyback piggy_;                // small cached allreduces in the control buffer
+  ops::HierarchyCache hierarchy_;          // host allreduces across hosts (ops/hierarchical.h)
+  Piggyback piggy_;                        // small cached allreduces in the control buffer
   std::function<bool(size_t)> piggyRule_;  // piggybackRule(), taken once (null: no piggyback)
   bool piggyPlanned_ = false;              // piggy_ holds a plan for...
   uint64_t piggyCacheVersion_ = 0;         // ...this cache_.version()
   std::thread thread_;
-  std::mutex roundMu_;     // one round at a time, on this thread or a waiting caller's
+  std::mutex roundMu_;  // one round at a time, on this thread or a waiting caller's
   std::atomic<std::thread::id> roundThread_{};  // the thread inside step(), if any (a callback
                                                 // there that waits must not take roundMu_
                                                 // again; leaveToCaller sees a caller's round)
-  bool stopped_ = false;   // (roundMu_) finish() ran: no more rounds
-  Clock::time_point lastRoundEnd_{};  // (roundMu_) by whichever thread
+  bool stopped_ = false;                        // (roundMu_) finish() ran: no more rounds
+  Clock::time_point lastRoundEnd_{};            // (roundMu_) by whichever thread
   std::atomic<uint64_t> callerRoundsRun_{0};
   std::atomic<std::thread::id> ownThread_{};  // this coordinator's thread while loop() runs
   std::mutex deferredMu_;
@@ -175,9 +178,9 @@ class Coordinator {
   std::atomic<bool> deferredPending_{false};     // deferred_ is not empty
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
-  bool globalIdle_ = true;  // (roundMu_) last round: every rank idle
+  bool globalIdle_ = true;                          // (roundMu_) last round: every rank idle
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
-  Clock::time_point lastStallScan_{};                // rank 0: last warnStalled() scan
+  Clock::time_point lastStallScan_{};               // rank 0: last warnStalled() scan
   // exchangeCacheView's scratch (kept to reuse the allocations): each queued entry's cache
   // lookup, and the groups with a member that missed (coordinator thread only). Entries stay
   // valid through the round: only this thread removes them.
@@ -188,8 +191,8 @@ class Coordinator {
   };
   std::vector<Looked> looked_;
   std::vector<int32_t> missedGroups_;
-  std::unique_ptr<Autotuner> autotune_;              // rank 0 with KOLO_AUTOTUNE, else null
-  uint64_t rounds_ = 0;                              // rounds run (the same on every rank)
+  std::unique_ptr<Autotuner> autotune_;  // rank 0 with KOLO_AUTOTUNE, else null
+  uint64_t rounds_ = 0;                  // rounds run (the same on every rank)
   mutable std::mutex statusMu_;
   Status terminal_;
   std::mutex shutdownMu_;

@@ -1,8 +1,8 @@
 #include "core/runtime.h"
 
 #include <cmath>
-#include <limits>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 
 #include "bootstrap/registry.h"
@@ -35,6 +35,10 @@ class WaiterRounds final : public Progress {
   bool deferCallback(std::function<void()> fn) override {
     std::lock_guard<std::mutex> lock(mu_);
     return c_ != nullptr && c_->deferCallback(std::move(fn));
+  }
+  bool postCallback(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return c_ != nullptr && c_->postCallback(std::move(fn));
   }
   bool onRuntimeThread() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -132,13 +136,13 @@ const char* Runtime::controllerName() const { return controlTransport(*transport
 
 Status Runtime::shutdown() {
   if (coordinator_ && coordinator_->inCallback()) {
-    // A completion callback: the round running it (on the coordinator's thread or a waiting
-    // caller's), or the coordinator's thread between rounds, would wait for itself to end (a
+    // A completion callback (on the coordinator's thread) or an output allocator (inside a
+    // round, on any thread): the shutdown would wait for that thread or round to end (a
     // self-join, or a detach that never returns).
     return Status(ErrorCode::kInvalidArgument,
-                  "shutdown was called inside a completion callback, which runs within a round "
-                  "that the shutdown would wait for; call it once the callback has returned "
-                  "(from another thread)");
+                  "shutdown was called inside a completion callback, which runs on kolo's own "
+                  "thread that the shutdown would wait for; call it once the callback has "
+                  "returned (from another thread)");
   }
   {
     std::lock_guard<std::mutex> lock(countersMu_);
@@ -241,7 +245,8 @@ Status Runtime::checkTensor(const char* op, const std::string& name, const Tenso
   const int64_t limit = std::numeric_limits<int64_t>::max() / 8;
   for (size_t i = 0; i < t.shape.size(); ++i) {
     int64_t d = t.shape[i];
-    if (d < 0) return bad("dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
+    if (d < 0)
+      return bad("dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
     if (d != 0 && n > limit / d) return bad("the shape " + shapeToString(t.shape) + " overflows");
     n *= d;
   }
@@ -275,8 +280,8 @@ std::unique_ptr<TensorEntry> Runtime::makeEntry(OpType type, const std::string& 
 
 Status Runtime::prepareDevice(TensorEntry* e, const std::string& op) const {
   if (e->input.device < 0) return Status::ok();
-  Status s = device_->prepare(e->input, e->output.data != nullptr ? &e->output : nullptr,
-                              &e->readyEvent);
+  Status s =
+      device_->prepare(e->input, e->output.data != nullptr ? &e->output : nullptr, &e->readyEvent);
   if (s.isOk()) return s;
   return Status(s.code(), where(op.c_str(), e->request.name) + s.message());
 }
@@ -715,7 +720,8 @@ Status Runtime::removeProcessSet(int32_t id, HandlePtr* handle) {
     return Status(ErrorCode::kInvalidArgument, "the global process set (id 0) cannot be removed");
   }
   if (!sets_->contains(id)) {
-    return Status(ErrorCode::kInvalidArgument, "process set " + std::to_string(id) + " does not exist");
+    return Status(ErrorCode::kInvalidArgument,
+                  "process set " + std::to_string(id) + " does not exist");
   }
   TensorView none;
   none.dtype = DataType::kUInt8;

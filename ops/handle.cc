@@ -111,7 +111,19 @@ void HandleState::setCallback(Callback cb) {
     }
     final = status_;
   }
-  cb(final);
+  // A round completed the op between its submission and here (the C API attaches callbacks
+  // right after the enqueue): the callback still goes to the runtime's thread, so a caller that
+  // holds locks while it submits never runs it. Unsettled until it ran: waits report it then.
+  std::shared_ptr<HandleState> self = weak_from_this().lock();
+  std::shared_ptr<Progress> p = progress_.lock();
+  if (self && p) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      settled_ = false;
+    }
+    if (p->postCallback([self, cb, final] { self->runCallback(cb, final); })) return;
+  }
+  runCallback(cb, final);
 }
 
 }  // namespace kolo

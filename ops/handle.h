@@ -43,6 +43,10 @@ class Progress {
   // running (a user thread inside a wait may hold locks the callback takes, and must be able to
   // run the rounds that complete its op meanwhile); false: run it here.
   virtual bool deferCallback(std::function<void()> fn) = 0;
+  // A callback attached after its op completed (setCallback on a ready handle, from any
+  // thread): true when the runtime takes fn to run on its own thread, as it would have run
+  // had it been attached in time; false (no runtime thread left): run it here.
+  virtual bool postCallback(std::function<void()> fn) = 0;
   // True on the runtime's own thread (inside a completion callback or an allocator): a wait
   // there for an op that is not done could only block the thread that completes it.
   virtual bool onRuntimeThread() const = 0;
@@ -63,17 +67,20 @@ class HandleState : public std::enable_shared_from_this<HandleState> {
   // (a callback), waiting for an op that is not ready fails at once (kInvalidArgument): only
   // that thread could complete it. A callback may wait on its own handle (it returns at once).
   Status wait(Deadline deadline) const;
-  Status wait() const;  // without a deadline (the runtime's own timeouts bound it)
+  Status wait() const;    // without a deadline (the runtime's own timeouts bound it)
   Status status() const;  // the final status once ready(); kInternal "still running" before
 
-  // Runs cb at once (on this thread) if already done.
+  // Runs cb when the op completes. Already ready: handed to the runtime's thread
+  // (Progress::postCallback), and the handle is unsettled until it ran, so a callback runs on
+  // the runtime's thread whether or not a round completed the op before it was attached; at
+  // once on this thread when no runtime thread is left (after shutdown, or no Progress).
   void setCallback(Callback cb);
   // Before the handle is shared: what wait() runs while the op is not done (none: it blocks).
   void setProgress(std::weak_ptr<Progress> p) { progress_ = std::move(p); }
 
   // ---- results, written by the coordinator before complete(), read after done() ----------
-  std::vector<uint8_t> ownedOutput;   // allgather/alltoall/reducescatter without allocator
-  void* outputData = nullptr;         // where the output went (owned or allocated)
+  std::vector<uint8_t> ownedOutput;  // allgather/alltoall/reducescatter without allocator
+  void* outputData = nullptr;        // where the output went (owned or allocated)
   std::vector<int64_t> outputShape;
   std::vector<int32_t> receivedSplits;  // alltoall
   int32_t lastJoinedRank = -1;          // join
@@ -81,7 +88,7 @@ class HandleState : public std::enable_shared_from_this<HandleState> {
   // Device ops: a cudaEvent_t recorded after the op's device work on the runtime's stream (a
   // consumer stream may wait on it); shared by the ops of one batch, null for host ops.
   std::shared_ptr<void> completionEvent;
-  int completionDevice = -1;  // the CUDA device of completionEvent
+  int completionDevice = -1;                // the CUDA device of completionEvent
   std::shared_ptr<void> ownedDeviceOutput;  // device ops without allocator: cudaMalloc'ed output
 
  private:

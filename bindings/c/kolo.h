@@ -98,19 +98,20 @@ typedef struct {
 
 typedef int64_t kolo_handle_t; /* > 0 when valid */
 
-/* Called exactly once when the op completes: from kolo's own thread after the round that
- * completed it (never inside a round, never from a thread that is inside kolo_handle_wait: such
- * a thread may run the round that completes other ops, and may hold locks a callback takes;
- * while a callback waits for such a lock, the waiter runs the rounds it needs itself, unless
- * KOLO_CALLER_ROUNDS=0), or at once from the calling thread when the op had already completed
- * at submission. The op's status and
- * output are readable inside the callback (kolo_handle_status, _output); kolo_handle_wait and
- * kolo_handle_poll report the op done only once the callback has returned, so a caller may
- * free cb_user right after its wait. Must not block: it may submit ops, call kolo_handle_poll,
- * _status, _output, _release and kolo_handle_wait on its own handle; a wait for another op that
- * is not done, kolo_add_process_set / kolo_remove_process_set and kolo_shutdown return
- * KOLO_ERR_INVALID_ARGUMENT there at once (kolo's thread would wait for itself; a callback run
- * at once by the submitting thread is outside and may do all of these). */
+/* Called exactly once when the op completes, always from kolo's own thread, after the round
+ * that completed it: never inside a round, never on the submitting thread (even when the op
+ * completed before the submission returned), never on a thread inside kolo_handle_wait (such a
+ * thread may run the rounds that complete other ops, and may hold locks a callback takes; while
+ * a callback waits for such a lock, the waiter runs the rounds it needs itself, unless
+ * KOLO_CALLER_ROUNDS=0). Only after kolo_shutdown, with no kolo thread left, does it run on the
+ * thread that attached it. The op's status and output are readable inside the callback
+ * (kolo_handle_status, _output); kolo_handle_wait and kolo_handle_poll report the op done only
+ * once the callback has returned, so a caller may free cb_user right after its wait. Should
+ * not block for long (callbacks run one after another on one thread): it may submit ops, call
+ * kolo_handle_poll, _status, _output, _release and kolo_handle_wait on its own handle; a wait
+ * for another op that is not done, kolo_add_process_set / kolo_remove_process_set and
+ * kolo_shutdown return KOLO_ERR_INVALID_ARGUMENT there at once (kolo's thread would wait for
+ * itself). */
 typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
 
 /* Output allocator for ops whose output size is known only after negotiation (allgather,

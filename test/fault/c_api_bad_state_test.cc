@@ -233,9 +233,9 @@ TEST_CASE("invalid KOLO_* values fail init naming the variable") {
 }
 
 TEST_CASE("shutdown inside a completion callback is refused, not a crash or a hang") {
-  // The callback runs within a round: on the coordinator's thread (the op completes while
-  // nobody waits) or on a thread waiting for it (kolo_handle_wait runs the round). A shutdown
-  // there would wait for that round (a self-join: abort; a waiter detach: a hang).
+  // The callback runs on the coordinator's thread, whether that thread's round completed the op
+  // (nobody waits) or a waiting caller's did (kolo_handle_wait runs the round), or the op was
+  // done before the callback was attached. A shutdown there would join that thread: itself.
   Session s;
   struct Seen {
     std::atomic<int> rc{-1};

@@ -31,6 +31,7 @@ struct FakeProgress : Progress {
     taken.push_back(std::move(fn));
     return true;
   }
+  bool postCallback(std::function<void()> fn) override { return deferCallback(std::move(fn)); }
   bool onRuntimeThread() const override { return runtimeThread; }
 };
 
@@ -40,19 +41,30 @@ TEST_CASE("a wait returns only after the callback returned") {
   auto h = std::make_shared<HandleState>();
   std::atomic<bool> callbackDone{false};
   std::atomic<bool> readyInside{false}, doneInside{true};
+  // The callback holds on until the main thread has checked done() (a 150 ms sleep there made
+  // that check depend on the scheduling); bounded, so a broken release cannot hang the test.
+  std::atomic<bool> release{false}, released{false};
   h->setCallback([&](const Status& s) {
     readyInside = h->ready() && h->status().isOk() && s.isOk();
     doneInside = h->done() && h->wait(in(0)).isOk();  // its own handle: at once, on this thread
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const Deadline until = in(10);
+    while (!release && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    released = release.load();
+    // Still busy a moment after the release, so a wait that returned early would see
+    // callbackDone false below (a correct wait is not affected by how long this takes).
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     callbackDone = true;
   });
   std::thread completer([&] { h->complete(Status::ok()); });
   while (!h->ready()) std::this_thread::yield();
   CHECK_FALSE(h->done());  // published, the callback still running
+  release = true;
   REQUIRE(h->wait(in(10)).isOk());
   CHECK(callbackDone.load());  // the caller may now free what the callback uses
   CHECK(h->done());
   completer.join();
+  CHECK(released.load());
   CHECK(readyInside.load());
   CHECK(doneInside.load());
 }
@@ -117,4 +129,39 @@ TEST_CASE("parts: the handle completes with the last part and keeps the first er
   CHECK_FALSE(h->complete(Status::ok()));  // completed once
   CHECK(calls == 1);
   CHECK(h->wait(in(0)).message() == "lost rank 1");
+}
+
+TEST_CASE("a callback attached after its op completed still runs on the runtime's thread") {
+  // The C API attaches a callback right after the enqueue, and a round may complete the op in
+  // between: the callback must not then run on the submitting thread (which may hold locks the
+  // callback takes); the handle is unsettled until the runtime's thread ran it.
+  auto progress = std::make_shared<FakeProgress>();
+  progress->defers = true;
+  auto h = std::make_shared<HandleState>();
+  h->setProgress(progress);
+  REQUIRE(h->complete(Status::ok()));
+  CHECK(h->done());  // no callback yet: settled at completion
+  std::thread::id ranOn;
+  h->setCallback([&](const Status& s) {
+    CHECK(s.isOk());
+    ranOn = std::this_thread::get_id();
+  });
+  REQUIRE(progress->taken.size() == 1);  // handed over, not run here
+  CHECK(ranOn == std::thread::id());
+  CHECK_FALSE(h->done());
+  CHECK(h->wait(in(0.05)).code() == ErrorCode::kTimeout);
+  std::thread runtime([&] { progress->taken[0](); });
+  runtime.join();
+  CHECK(ranOn != std::this_thread::get_id());
+  CHECK(h->done());
+
+  // No runtime thread left (Progress refuses): it runs at once, on this thread.
+  progress->defers = false;
+  auto late = std::make_shared<HandleState>();
+  late->setProgress(progress);
+  late->complete(Status::ok());
+  bool ran = false;
+  late->setCallback([&](const Status&) { ran = true; });
+  CHECK(ran);
+  CHECK(late->done());
 }
