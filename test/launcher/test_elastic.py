@@ -323,8 +323,15 @@ model = torch.nn.Linear(4, 1)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=3)
-state = hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, step=0,
-                               seen={})
+
+
+class State(hvd.elastic.TorchState):
+    def sync(self):
+        print("SYNC round %d rank %d" % (hvd.elastic.current_round(), hvd.rank()), flush=True)
+        super().sync()
+
+
+state = State(model=model, optimizer=opt, sampler=sampler, epoch=0, step=0, seen={})
 FIRST = hvd.elastic.current_round()
 
 
@@ -379,6 +386,8 @@ def test_a_lost_ranks_committed_samples_are_not_trained_again(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "restored the last commit" in r.stderr
+    # the rollback's round syncs the restored state (no skip_sync after a lost peer)
+    assert "<stdout>:SYNC round 1 rank 0" in r.stdout, r.stdout[-3000:]
     got = seen(r)
     assert sorted(got) == [0, 1], r.stdout[-3000:]
     for d in got.values():
@@ -405,6 +414,9 @@ def test_graceful_removal_no_rollback_and_no_sample_twice(tmp_path):
     assert "worker 2 (host localhost) left the job at its commit" in r.stderr
     assert "restored the last commit" not in r.stderr and "PEER_LOST" not in r.stderr
     assert "elastic round 1: 2 workers (localhost: 0-1)" in r.stderr
+    # Horovod's skip_sync: workers were only removed, so round 1 syncs nothing (round 0 did)
+    assert "<stdout>:SYNC round 0 rank 0" in r.stdout, r.stdout[-3000:]
+    assert "SYNC round 1" not in r.stdout, r.stdout[-3000:]
     got = seen(r)
     assert sorted(got) == [0, 1], r.stdout[-3000:]
     for d in got.values():

@@ -103,6 +103,40 @@ def test_run_recovers_from_lost_peer_and_host_updates(monkeypatch, one_rank):
     assert calls == ["reset", "callback", "reset", "callback"]
 
 
+@pytest.mark.parametrize("skip,only_removed,syncs", [
+    (True, True, 1),    # Horovod's skip_sync: no sync after the reset
+    (True, False, 2),   # the round joined adds a worker after all: it needs the state
+    (False, True, 2),   # hosts were added: sync
+])
+def test_run_skips_the_sync_after_a_round_that_only_removes_workers(monkeypatch, one_rank, skip,
+                                                                   only_removed, syncs):
+    from kolo.elastic import _worker
+    monkeypatch.setattr(_worker, "enabled", lambda: True)
+    monkeypatch.setattr(kolo.elastic, "_reset", lambda: None)
+    monkeypatch.setattr(_worker, "only_members_left", lambda: only_removed)
+    synced = []
+
+    class Counted(kolo.elastic.ObjectState):
+        def sync(self):
+            synced.append(self.step)
+            super().sync()
+
+    state = Counted(step=0)
+    attempts = []
+
+    @kolo.elastic.run
+    def train(state):
+        attempts.append(state.step)
+        if len(attempts) == 1:
+            state.step = 3
+            state.save()  # commit() without its host check: the interrupt comes next
+            raise kolo.elastic.HostsUpdatedInterrupt(skip_sync=skip)
+        return state.step
+
+    assert train(state) == 3
+    assert len(synced) == syncs
+
+
 def test_run_lets_a_job_error_through(monkeypatch, one_rank):
     from kolo.elastic import _worker
     monkeypatch.setattr(_worker, "enabled", lambda: True)

@@ -6,6 +6,8 @@ The job is a set of workers, each a process with a fixed worker id (its output p
 
   elastic/round<N>/assign/<id>  JSON {rank, size, local_rank, local_size, cross_rank,
                                 cross_size, host} for each member
+  elastic/round<N>/members      JSON [worker id, ...]: the round's members (a worker compares
+                                them with its last round's: only removals, no state sync)
   elastic/round                 N, set after every assignment of the round
   elastic/ready/<id>            set by a new worker waiting for its first round
   elastic/want/<id>             set by a worker: the round it left and wants to leave (its
@@ -705,6 +707,7 @@ class ElasticJob(GlooJob):
                      "local_size": slot.local_size, "cross_rank": slot.cross_rank,
                      "cross_size": slot.cross_size, "host": slot.host}
             self.server.set("elastic/round%d/assign/%d" % (n, wid), json.dumps(place).encode())
+        self.server.set("elastic/round%d/members" % n, json.dumps(sorted(ids)).encode())
         for wid, l in self.leaving.items():
             # removed workers still running: this round tells them to end (in every round
             # until they are gone: one may look at a newer round than the first)

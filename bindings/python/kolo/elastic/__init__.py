@@ -16,7 +16,8 @@ Under `kolorun --host-discovery-script S` (or --min-np/--max-np) each worker tak
 size from kolorun's newest rendezvous round (kolo.init does so by itself). @run catches a lost
 peer (KoloInternalError: restore the last commit) and HostsUpdatedInterrupt (the commit is kept),
 shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks,
-syncs the state from the new rank 0 and calls the function again. A worker that kolorun removed
+syncs the state from the new rank 0 and calls the function again. As Horovod's skip_sync, a
+round that only removes workers skips the sync (the workers left all hold the same commit). A worker that kolorun removed
 from the job (its host left the discovery script's list) ends when it would join the next round
 (WorkerRemoved: exit status 0), as under horovodrun. kolo.torch.elastic adds
 TorchState and ElasticSampler.
@@ -25,7 +26,9 @@ TorchState and ElasticSampler.
 import functools
 import sys
 
-from kolo import basics, common
+import numpy as np
+
+from kolo import basics, common, numpy_ops
 from kolo.elastic import _worker
 from kolo.elastic._worker import ElasticJobError, WorkerRemoved
 from kolo.elastic.state import HostsUpdatedInterrupt, ObjectState, State, broadcast_object
@@ -56,6 +59,19 @@ def _reset():
     basics.init()
 
 
+def _skip_sync(skip_sync):
+    """Whether @run skips state.sync() now: HostsUpdatedInterrupt said skip_sync (workers were
+    only removed: Horovod's rule) and, under kolorun, the round joined holds only workers of the
+    last one. Collective in elastic mode (every member of the round, a new one too, agrees in
+    one small allreduce), so that no rank syncs alone."""
+    if not _worker.enabled() or not basics.is_initialized():
+        return skip_sync
+    mine = 1 if skip_sync and _worker.only_members_left() else 0
+    agreed = numpy_ops.allreduce(np.array([mine], dtype=np.int32), op=common.Min,
+                                 name="kolo.elastic.skip_sync")
+    return bool(int(agreed[0]))
+
+
 def run(func):
     """Decorator for the training function `func(state, *args, **kwargs)` (Horovod's
     hvd.elastic.run): syncs the state, runs func, and on a lost peer (KoloInternalError:
@@ -66,22 +82,27 @@ def run(func):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         reset_required = False
+        skip_sync = False
         while True:
             try:
                 if reset_required:
                     _reset()
                     state.on_reset()
                     reset_required = False
-                state.sync()
+                if not _skip_sync(skip_sync):
+                    state.sync()
+                skip_sync = False
                 return func(state, *args, **kwargs)
-            except HostsUpdatedInterrupt:
+            except HostsUpdatedInterrupt as e:
                 reset_required = True
+                skip_sync = e.skip_sync
             except _worker.ElasticJobError:
                 raise
             except common.KoloInternalError as e:
                 if isinstance(e, common.NotInitializedError) and not _worker.enabled():
                     raise
                 state.restore()
+                skip_sync = False
                 if not _worker.enabled():
                     raise
                 print("kolo elastic: worker %s (round %d): %s; restored the last commit, "

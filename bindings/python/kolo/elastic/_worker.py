@@ -140,6 +140,28 @@ def newest_round():
     return int(value) if value else -1
 
 
+def _members(c, n):
+    value = c.get("elastic/round%d/members" % n)
+    return None if value is None else frozenset(json.loads(value.decode()))
+
+
+def newest_round_only_removes():
+    """Whether the newest round the driver published holds only members of the round this
+    worker runs in (workers were removed, none added): Horovod's skip_sync."""
+    current = _state.get("members")
+    newest = _request(lambda c: _members(c, int(c.get("elastic/round") or -1)))
+    return current is not None and newest is not None and newest <= current
+
+
+def only_members_left():
+    """Whether the round this worker last initialized in holds only workers of the round it
+    ran in before (some were removed, none added): they all committed the same state, so no
+    sync is needed. The same answer on every member of the round: each ran in that round
+    before, or the round has a member that did not (then every member sees one)."""
+    before, now = _state.get("members_before"), _state.get("members")
+    return before is not None and now is not None and now <= before
+
+
 def request_round():
     """Tells the driver this worker left its round and needs a new one."""
     left = str(_state["round"]).encode()
@@ -215,11 +237,14 @@ def init_in_round(c_init, c_shutdown):
     KOLO_ELASTIC_TIMEOUT."""
     deadline = time.monotonic() + _timeout()
     failures = 0
+    before = _state.get("members")
     while True:
         n, _place = join(_state["round"] + 1)
         try:
+            members = _request(lambda c: _members(c, n))
             c_init()
             _state["round"] = n
+            _state["members_before"], _state["members"] = before, members
             return n
         except (common.KoloInternalError, ValueError) as e:
             # ValueError: the store refused a key of this round, which the driver abandoned

@@ -20,8 +20,9 @@ from kolo.elastic import _worker
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised by State.commit()/check_host_updates() on every rank at the same commit when kolorun
-    formed a new round (hosts were added or removed); @run resets and syncs. `skip_sync` is kept
-    for Horovod's signature; kolo always syncs after a reset."""
+    formed a new round (hosts were added or removed); @run resets and syncs. `skip_sync`, as
+    Horovod's: the new round only removes workers (every one left holds the same commit, so
+    @run skips the sync after the reset, unless the round it joins turns out to add one)."""
 
     def __init__(self, skip_sync=False):
         super().__init__("the hosts of the elastic job changed")
@@ -76,11 +77,14 @@ class State:
         the one this job runs in. Collective (one small allreduce): call it on every rank."""
         if not _worker.enabled() or not basics.is_initialized():
             return
-        newer = 1 if _worker.newest_round() > _worker.current_round() else 0
+        # 0: no newer round; 1: one that only removes workers; 2: one that adds some
+        newer = 0
+        if _worker.newest_round() > _worker.current_round():
+            newer = 1 if _worker.newest_round_only_removes() else 2
         flag = numpy_ops.allreduce(np.array([newer], dtype=np.int32), op=common.Max,
                                    name="kolo.elastic.check_host_updates")
         if int(flag[0]):
-            raise HostsUpdatedInterrupt(False)
+            raise HostsUpdatedInterrupt(skip_sync=int(flag[0]) == 1)
 
     def save(self):
         raise NotImplementedError()

@@ -295,6 +295,14 @@ class TorchState(ObjectState):
                     handler.share_processed()
             raise
 
+    def on_reset(self):
+        # A sync loads each sampler's state, which re-shards it over the new rank and size; a
+        # reset whose sync is skipped (workers were only removed) must re-shard them here.
+        for handler in self._handlers.values():
+            if isinstance(handler, SamplerStateHandler):
+                handler.value.reset()
+        super().on_reset()
+
     def restore(self):
         for handler in self._handlers.values():
             handler.restore()
