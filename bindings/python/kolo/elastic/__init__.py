@@ -15,11 +15,11 @@
 Under `kolorun --host-discovery-script S` (or --min-np/--max-np) each worker takes its rank and
 size from kolorun's newest rendezvous round (kolo.init does so by itself). @run catches a lost
 peer (KoloInternalError: restore the last commit) and HostsUpdatedInterrupt (the commit is kept),
-shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks,
-syncs the state from the new rank 0 and calls the function again. As Horovod's skip_sync, a
-round that only removes workers skips the sync (the workers left all hold the same commit). A worker that kolorun removed
-from the job (its host left the discovery script's list) ends when it would join the next round
-(WorkerRemoved: exit status 0), as under horovodrun. kolo.torch.elastic adds
+shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks, syncs
+the state from the new rank 0 and calls the function again. As Horovod's skip_sync, a round that
+only removes workers skips the sync (the workers left all hold the same commit). A worker that
+kolorun removed from the job (its host left the discovery script's list) ends when it would join
+the next round (WorkerRemoved: exit status 0), as under horovodrun. kolo.torch.elastic adds
 TorchState and ElasticSampler.
 """
 
