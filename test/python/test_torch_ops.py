@@ -310,15 +310,21 @@ def test_errors_on_every_rank_then_continue(hvd):
 
 
 def test_duplicate_name_in_flight(hvd):
+    """Rank 0 submits 'dup' and submits it again; the other ranks submit it only after a
+    broadcast that rank 0 sends after its second try, so the first op is still in flight when
+    the second is checked, whatever the scheduling (a 0.3 s sleep on the others made it only
+    likely). As in test_parity.py's _duplicate_is_refused."""
     n, r = hvd.size(), hvd.rank()
+    if n == 1:
+        pytest.skip("one rank: the first op may complete at once")  # same on every rank
     x = torch.ones(4)
     if r == 0:
         h = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
-        # The other ranks submit 0.3 s later, so the first op is still in flight here.
         with pytest.raises(ValueError, match="dup"):
             hvd.allreduce_async(x, name="dup", op=hvd.Sum)
+        hvd.broadcast(torch.zeros(1), 0, name="dup_go")
     else:
-        time.sleep(0.3)
+        hvd.broadcast(torch.zeros(1), 0, name="dup_go")
         h = hvd.allreduce_async(x, name="dup", op=hvd.Sum)
     _exact(hvd.synchronize(h), torch.full((4,), float(n)))
     # Once synchronized, the name is free again.

@@ -54,7 +54,9 @@ TensorView view(void* data, DataType t, std::vector<int64_t> shape) {
   return v;
 }
 
-Status waitOk(Runtime&, const HandlePtr& h) { return h->wait(Clock::now() + std::chrono::seconds(30)); }
+Status waitOk(Runtime&, const HandlePtr& h) {
+  return h->wait(Clock::now() + std::chrono::seconds(30));
+}
 
 }  // namespace
 
@@ -65,7 +67,8 @@ TEST_CASE("allreduce sums int32 bitwise and averages floats on 1-4 ranks") {
       for (int i = 0; i < 1000; ++i) a[i] = i * (rank + 1);
       HandlePtr h;
       REQUIRE(rt.allreduce("ints", view(a.data(), DataType::kInt32, {10, 100}), nullptr,
-                           ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+                           ReduceOp::kSum, 1.0, 1.0, 0, &h)
+                  .isOk());
       REQUIRE(waitOk(rt, h).isOk());
       const int factor = n * (n + 1) / 2;
       for (int i = 0; i < 1000; ++i) REQUIRE(a[i] == i * factor);
@@ -74,7 +77,8 @@ TEST_CASE("allreduce sums int32 bitwise and averages floats on 1-4 ranks") {
       std::vector<float> out(33, -1.f);
       TensorView o = view(out.data(), DataType::kFloat32, {33});
       REQUIRE(rt.allreduce("floats", view(f.data(), DataType::kFloat32, {33}), &o,
-                           ReduceOp::kAverage, 1.0, 1.0, 0, &h).isOk());
+                           ReduceOp::kAverage, 1.0, 1.0, 0, &h)
+                  .isOk());
       REQUIRE(waitOk(rt, h).isOk());
       for (float x : out) REQUIRE(x == Approx((n - 1) / 2.0));
       for (float x : f) REQUIRE(x == static_cast<float>(rank));  // input untouched
@@ -94,11 +98,13 @@ TEST_CASE("thirty async ops of mixed dtypes in flight at once, repeated (cache p
         HandlePtr h;
         REQUIRE(rt.allreduce("i64." + std::to_string(k),
                              view(i64[k].data(), DataType::kInt64, {k + 1}), nullptr,
-                             ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+                             ReduceOp::kSum, 1.0, 1.0, 0, &h)
+                    .isOk());
         hs.push_back(h);
         REQUIRE(rt.allreduce("f64." + std::to_string(k),
                              view(f64[k].data(), DataType::kFloat64, {2 * k + 1}), nullptr,
-                             ReduceOp::kMax, 1.0, 1.0, 0, &h).isOk());
+                             ReduceOp::kMax, 1.0, 1.0, 0, &h)
+                    .isOk());
         hs.push_back(h);
       }
       for (auto& h : hs) REQUIRE(waitOk(rt, h).isOk());
@@ -116,13 +122,15 @@ TEST_CASE("a shape mismatch fails on every rank with one message, then the runti
     std::vector<float> a(rank == 2 ? 17 * 4 : 17 * 3, 1.f);
     HandlePtr h;
     REQUIRE(rt.allreduce("grad/fc1", view(a.data(), DataType::kFloat32, {17, rank == 2 ? 4 : 3}),
-                         nullptr, ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+                         nullptr, ReduceOp::kSum, 1.0, 1.0, 0, &h)
+                .isOk());
     Status s = waitOk(rt, h);
     REQUIRE(s.code() == ErrorCode::kMismatch);
     messages[rank] = s.message();
     std::vector<int32_t> b(5, 2);
     REQUIRE(rt.allreduce("after", view(b.data(), DataType::kInt32, {5}), nullptr, ReduceOp::kSum,
-                         1.0, 1.0, 0, &h).isOk());
+                         1.0, 1.0, 0, &h)
+                .isOk());
     REQUIRE(waitOk(rt, h).isOk());
     for (auto x : b) REQUIRE(x == 6);
   });
@@ -132,19 +140,32 @@ TEST_CASE("a shape mismatch fails on every rank with one message, then the runti
 }
 
 TEST_CASE("a duplicate name fails at once and the first op still completes") {
-  onRanks(2, [](Runtime& rt, int rank) {
+  // Fixed order: rank 1 submits "dup" and submits it again while rank 0 has not submitted it, so
+  // the first is still pending and the second must be refused. Only then does rank 0 submit
+  // "dup" (once). Both submitting twice back to back raced: a rank whose first "dup" had already
+  // completed got its second accepted as a new op that the other rank never sent.
+  std::atomic<bool> refused{false};
+  onRanks(2, [&](Runtime& rt, int rank) {
     std::vector<int32_t> a(4, 1), b(4, 1);
     HandlePtr h1, h2;
-    REQUIRE(rt.allreduce("dup", view(a.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
-                         1.0, 1.0, 0, &h1).isOk());
-    Status s = rt.allreduce("dup", view(b.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
-                            1.0, 1.0, 0, &h2);
-    // The first may already have completed on a fast rank; then the second is a new op.
-    if (!s.isOk()) {
+    if (rank == 1) {
+      REQUIRE(rt.allreduce("dup", view(a.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
+                           1.0, 1.0, 0, &h1)
+                  .isOk());
+      Status s = rt.allreduce("dup", view(b.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
+                              1.0, 1.0, 0, &h2);
       REQUIRE(s.code() == ErrorCode::kDuplicateName);
       REQUIRE(s.message().find("'dup'") != std::string::npos);
+      refused = true;
     } else {
-      REQUIRE(waitOk(rt, h2).isOk());
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!refused && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      REQUIRE(refused);
+      REQUIRE(rt.allreduce("dup", view(a.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
+                           1.0, 1.0, 0, &h1)
+                  .isOk());
     }
     REQUIRE(waitOk(rt, h1).isOk());
     for (auto x : a) REQUIRE(x == 2);
@@ -183,8 +204,9 @@ TEST_CASE("allgather, broadcast, alltoall and reducescatter through the runtime"
     // reducescatter of 7 rows: ranks get 3, 2, 2 rows
     std::vector<float> rs(7 * 2);
     for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(i);
-    REQUIRE(rt.reducescatter("rs", view(rs.data(), DataType::kFloat32, {7, 2}), ReduceOp::kSum,
-                             1.0, 1.0, {}, 0, &h).isOk());
+    REQUIRE(rt.reducescatter("rs", view(rs.data(), DataType::kFloat32, {7, 2}), ReduceOp::kSum, 1.0,
+                             1.0, {}, 0, &h)
+                .isOk());
     REQUIRE(waitOk(rt, h).isOk());
     int64_t rows = rank == 0 ? 3 : 2, first = rank == 0 ? 0 : rank == 1 ? 3 : 5;
     REQUIRE(h->outputShape == std::vector<int64_t>{rows, 2});
@@ -199,10 +221,13 @@ TEST_CASE("grouped allreduce completes as one") {
       std::vector<int32_t> a(3, 1), b(1000, 2), c(5, rank);
       HandlePtr h, single;
       REQUIRE(rt.allreduce("grp.single", view(c.data(), DataType::kInt32, {5}), nullptr,
-                           ReduceOp::kSum, 1.0, 1.0, 0, &single).isOk());
-      REQUIRE(rt.groupedAllreduce("grp", {view(a.data(), DataType::kInt32, {3}),
-                                          view(b.data(), DataType::kInt32, {1000})},
-                                  nullptr, ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+                           ReduceOp::kSum, 1.0, 1.0, 0, &single)
+                  .isOk());
+      REQUIRE(rt.groupedAllreduce("grp",
+                                  {view(a.data(), DataType::kInt32, {3}),
+                                   view(b.data(), DataType::kInt32, {1000})},
+                                  nullptr, ReduceOp::kSum, 1.0, 1.0, 0, &h)
+                  .isOk());
       REQUIRE(waitOk(rt, h).isOk());
       REQUIRE(waitOk(rt, single).isOk());
       for (auto x : a) REQUIRE(x == 2);
@@ -220,7 +245,8 @@ TEST_CASE("join: joined ranks contribute zeros and all agree on the last rank") 
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       std::vector<float> x(4, 3.f);
       REQUIRE(rt.allreduce("j", view(x.data(), DataType::kFloat32, {4}), nullptr,
-                           ReduceOp::kAverage, 1.0, 1.0, 0, &h).isOk());
+                           ReduceOp::kAverage, 1.0, 1.0, 0, &h)
+                  .isOk());
       REQUIRE(waitOk(rt, h).isOk());
       for (float v : x) REQUIRE(v == Approx(3.0 / 3));  // ranks 0 and 2 joined: they sent zeros
       std::vector<float> y(4, 3.f);
@@ -248,13 +274,18 @@ TEST_CASE("process sets: ops involve only members; ids agree") {
     if (rank == 1 || rank == 3) {
       std::vector<int32_t> a(5, rank);
       REQUIRE(rt.allreduce("odd", view(a.data(), DataType::kInt32, {5}), nullptr, ReduceOp::kSum,
-                           1.0, 1.0, id, &h).isOk());
-      { Status s = waitOk(rt, h); if (!s.isOk()) fprintf(stderr, "rank %d: %s\n", rank, s.toString().c_str()); REQUIRE(s.isOk()); }
+                           1.0, 1.0, id, &h)
+                  .isOk());
+      {
+        Status s = waitOk(rt, h);
+        if (!s.isOk()) fprintf(stderr, "rank %d: %s\n", rank, s.toString().c_str());
+        REQUIRE(s.isOk());
+      }
       for (auto x : a) REQUIRE(x == 4);
     } else {
       std::vector<int32_t> a(5, rank);
-      Status s = rt.allreduce("odd", view(a.data(), DataType::kInt32, {5}), nullptr,
-                              ReduceOp::kSum, 1.0, 1.0, id, &h);
+      Status s = rt.allreduce("odd", view(a.data(), DataType::kInt32, {5}), nullptr, ReduceOp::kSum,
+                              1.0, 1.0, id, &h);
       REQUIRE(s.code() == ErrorCode::kInvalidArgument);
     }
     REQUIRE(rt.removeProcessSet(id, &h).isOk());
@@ -280,11 +311,11 @@ TEST_CASE("bad arguments are rejected on the caller's thread with the tensor and
   onRanks(1, [](Runtime& rt, int) {
     HandlePtr h;
     std::vector<float> a(4);
-    Status s = rt.allreduce("", view(a.data(), DataType::kFloat32, {4}), nullptr, ReduceOp::kSum,
-                            1, 1, 0, &h);
+    Status s = rt.allreduce("", view(a.data(), DataType::kFloat32, {4}), nullptr, ReduceOp::kSum, 1,
+                            1, 0, &h);
     CHECK(s.code() == ErrorCode::kInvalidArgument);
-    s = rt.allreduce("neg", view(a.data(), DataType::kFloat32, {-1}), nullptr, ReduceOp::kSum, 1,
-                     1, 0, &h);
+    s = rt.allreduce("neg", view(a.data(), DataType::kFloat32, {-1}), nullptr, ReduceOp::kSum, 1, 1,
+                     0, &h);
     CHECK(s.message() == "allreduce 'neg' on rank 0: dimension 0 is negative (-1)");
     s = rt.allreduce("null", view(nullptr, DataType::kFloat32, {4}), nullptr, ReduceOp::kSum, 1, 1,
                      0, &h);
@@ -307,16 +338,20 @@ TEST_CASE("stall shutdown fails an op only some ranks submitted, on every rank")
   cfg.stallCheck = true;
   cfg.stallCheckSeconds = 0.2;
   cfg.stallShutdownSeconds = 0.5;
-  onRanks(2, [](Runtime& rt, int rank) {
-    if (rank != 0) return;
-    std::vector<int32_t> a(4, 1);
-    HandlePtr h;
-    REQUIRE(rt.allreduce("lonely", view(a.data(), DataType::kInt32, {4}), nullptr,
-                         ReduceOp::kSum, 1, 1, 0, &h).isOk());
-    Status s = waitOk(rt, h);
-    REQUIRE(s.code() == ErrorCode::kStalled);
-    REQUIRE(s.message().find("lonely") != std::string::npos);
-  }, cfg);
+  onRanks(
+      2,
+      [](Runtime& rt, int rank) {
+        if (rank != 0) return;
+        std::vector<int32_t> a(4, 1);
+        HandlePtr h;
+        REQUIRE(rt.allreduce("lonely", view(a.data(), DataType::kInt32, {4}), nullptr,
+                             ReduceOp::kSum, 1, 1, 0, &h)
+                    .isOk());
+        Status s = waitOk(rt, h);
+        REQUIRE(s.code() == ErrorCode::kStalled);
+        REQUIRE(s.message().find("lonely") != std::string::npos);
+      },
+      cfg);
 }
 
 TEST_CASE("shutdown completes pending ops with the cause") {
@@ -328,14 +363,15 @@ TEST_CASE("shutdown completes pending ops with the cause") {
   std::vector<int32_t> x(4, 1);
   HandlePtr h;
   REQUIRE(b->allreduce("never", view(x.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum, 1,
-                       1, 0, &h).isOk());
+                       1, 0, &h)
+              .isOk());
   REQUIRE(a->shutdown().isOk());
   Status s = h->wait(Clock::now() + std::chrono::seconds(10));
   CHECK(s.code() == ErrorCode::kShutdown);
   CHECK(s.message().find("rank 0") != std::string::npos);
   REQUIRE(b->shutdown().isOk());
-  s = b->allreduce("later", view(x.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum, 1, 1,
-                   0, &h);
+  s = b->allreduce("later", view(x.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum, 1, 1, 0,
+                   &h);
   CHECK(s.code() == ErrorCode::kShutdown);
 }
 
@@ -355,8 +391,8 @@ TEST_CASE("a lost peer fails pending ops on the survivor within the timeout") {
   auto t0 = Clock::now();
   // The survivor may hear of the loss before this submission (the loopback group shares the
   // abort): then the submission itself fails, naming the lost rank; either way nothing waits.
-  Status s = a->allreduce("orphan", view(x.data(), DataType::kInt32, {4}), nullptr,
-                          ReduceOp::kSum, 1, 1, 0, &h);
+  Status s = a->allreduce("orphan", view(x.data(), DataType::kInt32, {4}), nullptr, ReduceOp::kSum,
+                          1, 1, 0, &h);
   if (s.isOk()) s = h->wait(Clock::now() + std::chrono::seconds(10));
   CHECK_FALSE(s.isOk());
   CHECK(s.message().find("rank 1") != std::string::npos);
@@ -376,8 +412,9 @@ TEST_CASE("a caller waiting for its op runs the rounds itself, unless KOLO_CALLE
           for (int i = 0; i < 200; ++i) {
             float x = static_cast<float>(rank + i);
             HandlePtr h;
-            REQUIRE(rt.allreduce("step", view(&x, DataType::kFloat32, {1}), nullptr,
-                                 ReduceOp::kSum, 1.0, 1.0, 0, &h).isOk());
+            REQUIRE(rt.allreduce("step", view(&x, DataType::kFloat32, {1}), nullptr, ReduceOp::kSum,
+                                 1.0, 1.0, 0, &h)
+                        .isOk());
             REQUIRE(waitOk(rt, h).isOk());
             REQUIRE(x == static_cast<float>(1 + 2 * i));
           }
@@ -405,8 +442,10 @@ TEST_CASE("shutdown from another thread ends a caller that runs rounds for an op
   }
   float x = 1;
   HandlePtr h;
-  REQUIRE(rts[0]->allreduce("lonely", view(&x, DataType::kFloat32, {1}), nullptr, ReduceOp::kSum,
-                            1.0, 1.0, 0, &h).isOk());
+  REQUIRE(rts[0]
+              ->allreduce("lonely", view(&x, DataType::kFloat32, {1}), nullptr, ReduceOp::kSum, 1.0,
+                          1.0, 0, &h)
+              .isOk());
   Status waited;
   // The waiter takes rounds whenever the coordinator thread is between two (rank 1 never
   // submits, so rank 0 runs rounds back to back); shutdown must end both.
