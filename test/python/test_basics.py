@@ -347,11 +347,21 @@ def test_timeline(kolo_world, rank_dir):
 
 
 def test_waiting_releases_the_gil(kolo_world):
-    """While rank 0 waits ~0.6 s for the others, a Python thread keeps running at about the
-    rate it has during time.sleep (if the wait held the GIL it would get a few 5 ms slices)."""
+    """While rank 0 waits for the others in an allreduce, a Python thread keeps running at
+    about the rate it has during time.sleep (if the wait held the GIL it would get a few 5 ms
+    slices). Made robust for np=3 on 2 cores: the spinner runs on rank 0 only (spinners on every
+    rank competed for the cores), a barrier lines the ranks up before the idle measurement, and
+    the busy window is checked to have lasted long enough to mean something."""
     k = kolo_world
     if k.size() == 1:
         pytest.skip("needs a peer to wait for")
+    idle_s = 0.3  # rank 0's idle measurement, right after the barrier
+    late_s = 1.0  # the others join the allreduce this long after the barrier
+    k.barrier()
+    if k.rank() != 0:
+        time.sleep(late_s)
+        k.allreduce(np.ones(4), name="gil_wait")
+        return
     counter = [0]
     stop = threading.Event()
 
@@ -362,18 +372,19 @@ def test_waiting_releases_the_gil(kolo_world):
     def rate(action):
         before, t0 = counter[0], time.monotonic()
         action()
-        return (counter[0] - before) / (time.monotonic() - t0)
+        took = time.monotonic() - t0
+        return (counter[0] - before) / took, took
 
     thread = threading.Thread(target=spin, daemon=True)
     thread.start()
     try:
-        if k.rank() == 0:
-            idle = rate(lambda: time.sleep(0.3))
-            busy = rate(lambda: k.allreduce(np.ones(4), name="gil_wait"))
-            assert busy > 0.2 * idle, (busy, idle)
-        else:
-            time.sleep(0.9)
-            k.allreduce(np.ones(4), name="gil_wait")
+        idle, _ = rate(lambda: time.sleep(idle_s))
+        busy, waited = rate(lambda: k.allreduce(np.ones(4), name="gil_wait"))
     finally:
         stop.set()
         thread.join()
+    # The wait lasts about late_s - idle_s = 0.7 s; a quarter of that is still many GIL
+    # switch intervals (5 ms), so the ratio below means something (a much shorter wait would
+    # say the barrier left the ranks far apart, not that the GIL was held).
+    assert waited >= (late_s - idle_s) / 4, waited
+    assert busy > 0.2 * idle, (busy, idle)
