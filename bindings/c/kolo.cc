@@ -168,9 +168,12 @@ int submit(kolo_handle_t* handle, kolo_callback_t cb, void* user, Fn&& fn) {
   }
 }
 
+// In a child forked after init (a DataLoader worker) the parent's runtime object is here, its
+// threads are not: its topology is plain data, so the child keeps the parent's rank and size,
+// as Horovod's forked workers do (a worker that shards by rank), while its ops fail.
 int topo(int kolo::Topology::*field) {
-  auto rt = runtime();
-  return rt ? rt->topology().*field : -1;
+  std::lock_guard<std::mutex> lock(api().mu);
+  return api().rt ? api().rt->topology().*field : -1;
 }
 
 }  // namespace

@@ -126,12 +126,15 @@ typedef void* (*kolo_alloc_fn)(void* user, size_t bytes, int32_t ndim, const int
 /* ---- lifecycle ------------------------------------------------------------------------------ */
 KOLO_API int kolo_init(void);          /* again after shutdown works; twice: KOLO_OK, no-op */
 KOLO_API int kolo_shutdown(void);      /* idempotent; pending ops fail with the cause */
-KOLO_API int kolo_is_initialized(void);/* 1 or 0 */
+/* 1 or 0; 0 in a child fork()ed after init (a DataLoader worker): the parent's runtime does not
+ * run there, and its ops fail saying so, while the topology below keeps the parent's values
+ * (as Horovod's forked workers: hvd.rank() shards their data). */
+KOLO_API int kolo_is_initialized(void);
 KOLO_API const char* kolo_last_error(void);
 KOLO_API const char* kolo_status_string(int status); /* "PEER_LOST", ... */
 KOLO_API const char* kolo_version(void);
 
-/* ---- topology (-1 before init) ---------------------------------------------------------------- */
+/* ---- topology (-1 before init; the parent's values in a forked child) ------------------------ */
 KOLO_API int kolo_rank(void);
 KOLO_API int kolo_size(void);
 KOLO_API int kolo_local_rank(void);
