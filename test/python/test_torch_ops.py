@@ -213,6 +213,21 @@ def test_alltoall(hvd, dtype):
         hvd.alltoall(x, splits=torch.ones(n))
 
 
+def test_alltoall_result_outlives_its_process_set(hvd):
+    # As allgather's and allreduce's: an alltoall that completed in a set stays readable after
+    # the set was removed (its received splits were sized from the set at synchronize once).
+    n, r = hvd.size(), hvd.rank()
+    ps = hvd.add_process_set(list(range(n)))
+    h = hvd.alltoall_async(torch.arange(n, dtype=torch.float32) + 10 * r, name="a2a_outlives",
+                           process_set=ps)
+    hvd.barrier()  # every rank's alltoall is in flight before the removal; it completes first
+    hvd.synchronize(hvd.allreduce_async(torch.ones(1), name="a2a_outlives_after"))
+    hvd.remove_process_set(ps)
+    out, received = hvd.synchronize(h)
+    _exact(out, torch.arange(n, dtype=torch.float32) * 10 + r)
+    _exact(received, torch.ones(n, dtype=torch.int32))
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.float16, torch.bfloat16, torch.float32])
 def test_reducescatter(hvd, dtype):
     n, r = hvd.size(), hvd.rank()

@@ -232,6 +232,9 @@ def alltoall_async(A, tensor, splits, name, process_set):
         if split_list is not None:
             n_splits = len(split_list)
             c_splits = (ctypes.c_int32 * max(1, n_splits))(*split_list)
+        # the set's size now: its result stays readable once the set is removed or kolo shut
+        # down (as allgather's and allreduce's)
+        n_set = _set_size(ps_id)
     except Exception as e:
         _refuse(_lib.COLL_ALLTOALL, full, ps_id, e)
         raise
@@ -243,11 +246,10 @@ def alltoall_async(A, tensor, splits, name, process_set):
     def finish(hs):
         ptr, shape = owned_output(hs[0])
         out = A.from_output(ptr, shape, work)
-        n = _set_size(ps_id)
-        received = (ctypes.c_int32 * max(1, n))()
-        rc = _lib.lib.kolo_handle_received_splits(hs[0], received, n)
+        received = (ctypes.c_int32 * max(1, n_set))()
+        rc = _lib.lib.kolo_handle_received_splits(hs[0], received, n_set)
         common.raise_for_call(rc, "alltoall received splits")
-        return out, A.int32_vector([received[i] for i in range(n)])
+        return out, A.int32_vector([received[i] for i in range(n_set)])
 
     return _start(A, "alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits))
 
