@@ -429,8 +429,10 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   // Rank 0 forces a full round to deliver responses it made outside one (a removed set's
   // pending ops fail): no other rank may have anything new to ask for one.
   if (d_.rank == 0 && negotiator_.hasImmediate()) nothingNew = false;
-  // Rank 0 forces a full round when stalled ops must be failed on every rank.
-  if (d_.rank == 0 && d_.config.stallCheck && d_.config.stallShutdownSeconds > 0 &&
+  // Rank 0 forces a full round when stalled ops must be failed on every rank. The stall
+  // shutdown holds whether or not the stall check (its warnings) is on: a Horovod user who
+  // disabled the warnings did not ask for a job that waits forever (0 = never, explicitly).
+  if (d_.rank == 0 && d_.config.stallShutdownSeconds > 0 &&
       !negotiator_.stalled(now, d_.config.stallShutdownSeconds).empty()) {
     nothingNew = false;
   }
@@ -521,7 +523,7 @@ Status Coordinator::negotiateFull(const std::set<OpKey>& cacheReady, ResponseLis
       }
     }
     list.responses = negotiator_.takeReady(now);
-    if (d_.config.stallCheck && d_.config.stallShutdownSeconds > 0) {
+    if (d_.config.stallShutdownSeconds > 0) {
       for (auto& r : negotiator_.failStalled(now, d_.config.stallShutdownSeconds)) {
         list.responses.push_back(std::move(r));
       }

@@ -288,8 +288,9 @@ OPTIONS = [
         "do not mark the cycles (the default; horovodrun's negation); sets "
         "KOLO_TIMELINE_MARK_CYCLES=0"),
     Opt(("--no-stall-check",), "no_stall_check", "flag", None, G_TUNE,
-        "turn the stall inspector off: no warnings about tensors some ranks submitted and "
-        "others did not, and no stall shutdown; sets KOLO_STALL_CHECK_DISABLE=1"),
+        "turn the stall inspector's warnings off (tensors some ranks submitted and others did "
+        "not); the stall shutdown still fails such ops after "
+        "--stall-check-shutdown-time-seconds (0 = never); sets KOLO_STALL_CHECK_DISABLE=1"),
     Opt(("--stall-check",), "stall_check", "flag", None, G_TUNE,
         "keep the stall inspector on (the default; horovodrun's negation of --no-stall-check); "
         "sets KOLO_STALL_CHECK_DISABLE=0"),
