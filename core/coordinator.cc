@@ -265,7 +265,7 @@ Status Coordinator::round() {
   ++rounds_;
 
   std::vector<uint8_t> view;
-  KOLO_RETURN_IF_ERROR(exchangeCacheView(&view));
+  KOLO_RETURN_IF_ERROR(exchangeViewAfterBatches(&view));
   globalIdle_ = view[kFlagIdle] == 1;
 
   // Slots set on every rank are ready without negotiation, in slot order (same everywhere).
@@ -352,6 +352,27 @@ void Coordinator::warnStalled(Clock::time_point now) {
                  said - kStallLines, othersWaited, joinRanks(othersMissing));
   }
   stallWarned_ = std::move(warned);
+}
+
+Status Coordinator::exchangeViewAfterBatches(std::vector<uint8_t>* view) {
+  // After a round with a batch of a process set this rank is not in, this rank reaches the
+  // exchange while that set's members may still run it, for as long as the batch takes (a
+  // model-parallel group's 4 GB allreduce): waiting for them is not waiting for a silent peer,
+  // and KOLO_TIMEOUT_SECONDS, which bounds each of their own waits, would abort a healthy job
+  // here. The members' waits bound the batch (one that stops answering fails its peers within
+  // the timeout, and their abort shuts their connections, which ends this wait too), so this
+  // one exchange waits up to the stall shutdown time instead (30 minutes by default: how long a
+  // rank may wait for others busy elsewhere; never less than the timeout).
+  if (!skippedBatch_) return exchangeCacheView(view);
+  skippedBatch_ = false;
+  const auto usual = d_.global->timeout();
+  const double seconds = std::max(d_.config.timeoutSeconds, d_.config.stallShutdownSeconds > 0
+                                                                ? d_.config.stallShutdownSeconds
+                                                                : Config().stallShutdownSeconds);
+  d_.global->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  Status s = exchangeCacheView(view);
+  d_.global->setTimeout(usual);
+  return s;
 }
 
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
@@ -673,7 +694,10 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       }
       continue;
     }
-    if (set.myIndex < 0) continue;  // not a member: the others run it without us
+    if (set.myIndex < 0) {  // not a member: the others run it without us
+      skippedBatch_ = true;
+      continue;
+    }
 
     std::vector<const Response*> rs;
     std::vector<TensorEntry*> es;

@@ -124,6 +124,10 @@ class Coordinator {
   // are pending; the cycle time while others are busy; the heartbeat when all are idle).
   Clock::time_point nextRoundAt() const;
   Status round();
+  // exchangeCacheView, waiting up to the stall shutdown time (not KOLO_TIMEOUT_SECONDS) when
+  // the last round had a batch of a set without this rank (skippedBatch_): its members may
+  // still be running it.
+  Status exchangeViewAfterBatches(std::vector<uint8_t>* view);
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);
@@ -179,6 +183,7 @@ class Coordinator {
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
   bool globalIdle_ = true;                          // (roundMu_) last round: every rank idle
+  bool skippedBatch_ = false;  // (roundMu_) last round had a batch of a set without this rank
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};               // rank 0: last warnStalled() scan
   // exchangeCacheView's scratch (kept to reuse the allocations): each queued entry's cache

@@ -680,6 +680,43 @@ TEST_CASE("an op pending in a process set that is removed fails, it does not wai
   }
 }
 
+TEST_CASE("a batch of a set without this rank may outlast KOLO_TIMEOUT_SECONDS") {
+  // Set {1, 2} runs an allgather whose output allocator takes 3 s on both members, three times
+  // the 1 s timeout; rank 0, not in the set, waits for them in the next round's exchange. It
+  // aborted the job once ("waited 1 s for 1 recv(s) from rank 1"): busy members are not silent
+  // ones (each member's own waits are short: both are slow together).
+  if (N() < 3) return;
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+  setenv("KOLO_TIMEOUT_SECONDS", "1", 1);
+  setenv("KOLO_HEARTBEAT_SECONDS", "0.1", 1);
+  REQUIRE(kolo_init() == KOLO_OK);
+  unsetenv("KOLO_TIMEOUT_SECONDS");
+  unsetenv("KOLO_HEARTBEAT_SECONDS");
+  int32_t pair[2] = {1, 2};
+  int32_t id = -1;
+  REQUIRE(kolo_add_process_set(pair, 2, &id) == KOLO_OK);
+  if (R() == 1 || R() == 2) {
+    Ones x(4);
+    std::vector<float> out(8, 0.0f);
+    kolo_alloc_fn slow = [](void* user, size_t bytes, int32_t, const int64_t*) -> void* {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      auto* v = static_cast<std::vector<float>*>(user);
+      return bytes <= v->size() * sizeof(float) ? v->data() : nullptr;
+    };
+    kolo_handle_t h;
+    REQUIRE(kolo_allgather_async("busy", &x.t, slow, &out, id, nullptr, nullptr, &h) == KOLO_OK);
+    waitOk(h);
+    kolo_handle_release(h);
+    CHECK(out == std::vector<float>(8, 1.0f));
+  }
+  kolo_handle_t hb;  // rank 0 reaches it at once; it completes once the members are back
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &hb) == KOLO_OK);
+  waitOk(hb);
+  kolo_handle_release(hb);
+  REQUIRE(kolo_remove_process_set(id) == KOLO_OK);
+  REQUIRE(kolo_shutdown() == KOLO_OK);
+}
+
 TEST_CASE("shutdown, then init again, works; the stall inspector ends a stuck op") {
   REQUIRE(kolo_init() == KOLO_OK);
   REQUIRE(kolo_shutdown() == KOLO_OK);
