@@ -387,3 +387,10 @@ def test_process_sets(hvd):
     again = hvd.add_process_set(list(range(n)))
     assert again.size() == n
     hvd.remove_process_set(again)
+
+
+def test_a_name_with_a_lone_surrogate_works_on_every_rank(hvd):
+    # os.fsdecode gives such names for undecodable bytes; encoding them failed on the submitting
+    # rank only (UnicodeEncodeError), and the others waited for the op
+    out = hvd.allreduce(torch.ones(2), name="file\udc80name", op=hvd.Sum)
+    _exact(out, torch.full((2,), float(hvd.size())))

@@ -37,7 +37,10 @@ def _process_set(process_set):
 
 
 def _encode(name):
-    return name.encode("utf-8")
+    # A lone surrogate (a name made from undecodable bytes, os.fsdecode's) cannot be UTF-8:
+    # "surrogatepass" still gives every rank the same bytes, so the op is submitted (or refused)
+    # like any other instead of failing here, on this rank only, while the others wait for it.
+    return name.encode("utf-8", "surrogatepass")
 
 
 def _refuse(collective, full, ps_id, error, group_size=0):

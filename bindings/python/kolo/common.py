@@ -164,7 +164,7 @@ class _NameMaker:
         if "\0" in name:
             raise ValueError("name must not contain NUL characters: %r" % (name,))
         full = "%s.%s" % (op_type, name)
-        if len(full.encode("utf-8")) > MAX_NAME_BYTES:
+        if len(full.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:  # as _ops._encode
             raise ValueError("name %r is longer than %d bytes" % (name[:64] + "...",
                                                                     MAX_NAME_BYTES))
         return full
