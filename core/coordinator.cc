@@ -366,13 +366,29 @@ Status Coordinator::exchangeViewAfterBatches(std::vector<uint8_t>* view) {
   if (!skippedBatch_) return exchangeCacheView(view);
   skippedBatch_ = false;
   const auto usual = d_.global->timeout();
-  const double seconds = std::max(d_.config.timeoutSeconds, d_.config.stallShutdownSeconds > 0
-                                                                ? d_.config.stallShutdownSeconds
-                                                                : Config().stallShutdownSeconds);
-  d_.global->setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  d_.global->setTimeout(busyPeerWait());
   Status s = exchangeCacheView(view);
   d_.global->setTimeout(usual);
   return s;
+}
+
+std::chrono::milliseconds Coordinator::busyPeerWait() const {
+  const double seconds = std::max(d_.config.timeoutSeconds, d_.config.stallShutdownSeconds > 0
+                                                                ? d_.config.stallShutdownSeconds
+                                                                : Config().stallShutdownSeconds);
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+bool Coordinator::mayWaitForBusy(const ProcessSet& set,
+                                 const std::vector<std::vector<int32_t>>& earlier) {
+  for (const auto& ranks : earlier) {
+    bool shared = false, outside = false;
+    for (int32_t r : set.ranks) {
+      (std::binary_search(ranks.begin(), ranks.end(), r) ? shared : outside) = true;
+    }
+    if (shared && outside) return true;
+  }
+  return false;
 }
 
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
@@ -652,6 +668,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
   if (ready.empty()) return Status::ok();
   auto batches =
       planFusion(ready, d_.config.fusionThresholdBytes, d_.size, d_.config.fusionDirectBytes);
+  std::vector<std::vector<int32_t>> ran;  // the member lists of this round's batches so far
   for (const auto& batch : batches) {
     const Response& first = ready[batch.indices.front()];
     ProcessSet set;
@@ -694,9 +711,24 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       }
       continue;
     }
+    // A batch whose set shares some members with one of this round's earlier batches, not all:
+    // those members may still be busy there, longer than KOLO_TIMEOUT_SECONDS, while the
+    // others wait for them here (exchangeViewAfterBatches' case, in the data path). Its members
+    // first meet in a barrier that waits as long as that exchange would; every member decides
+    // alike (the round's batches and the sets are the same on every rank).
+    const bool meetFirst = mayWaitForBusy(set, ran);
+    ran.push_back(set.ranks);
     if (set.myIndex < 0) {  // not a member: the others run it without us
       skippedBatch_ = true;
       continue;
+    }
+    if (meetFirst) {
+      const auto usual = set.transport->timeout();
+      set.transport->setTimeout(busyPeerWait());
+      uint8_t one = 1;
+      Status met = ops::controlAllreduce(*set.transport, &one, 1, DataType::kUInt8, ReduceOp::kMin);
+      set.transport->setTimeout(usual);
+      if (!met.isOk()) return met;
     }
 
     std::vector<const Response*> rs;

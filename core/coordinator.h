@@ -128,6 +128,13 @@ class Coordinator {
   // the last round had a batch of a set without this rank (skippedBatch_): its members may
   // still be running it.
   Status exchangeViewAfterBatches(std::vector<uint8_t>* view);
+  // How long a rank waits for peers busy in a batch it is not in: the stall shutdown time (30
+  // minutes by default), never less than KOLO_TIMEOUT_SECONDS.
+  std::chrono::milliseconds busyPeerWait() const;
+  // Whether `set` shares some, not all, of its members with one of `earlier` (the member lists
+  // of this round's batches so far): a member may then wait for another still busy there.
+  static bool mayWaitForBusy(const ProcessSet& set,
+                             const std::vector<std::vector<int32_t>>& earlier);
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);

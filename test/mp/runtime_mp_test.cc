@@ -713,6 +713,46 @@ TEST_CASE("a batch of a set without this rank may outlast KOLO_TIMEOUT_SECONDS")
   REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &hb) == KOLO_OK);
   waitOk(hb);
   kolo_handle_release(hb);
+
+  // The same in the data path: rank 1's slow batch in {1, 2} and then {0, 1}'s allreduce in one
+  // round: rank 0 waits there for rank 1, busy in the first batch for 3 s (it aborted too).
+  int32_t other[2] = {0, 1};
+  int32_t id2 = -1;
+  REQUIRE(kolo_add_process_set(other, 2, &id2) == KOLO_OK);
+  {
+    Ones x(4), y(4);
+    std::vector<float> out(8, 0.0f);
+    kolo_alloc_fn slow = [](void* user, size_t bytes, int32_t, const int64_t*) -> void* {
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      auto* v = static_cast<std::vector<float>*>(user);
+      return bytes <= v->size() * sizeof(float) ? v->data() : nullptr;
+    };
+    kolo_handle_t hx = 0, hy = 0;
+    // Rank 1 comes last, submitting both back to back: they complete in the order it sent them,
+    // in one round (most often: the test holds in either case, it only checks less then).
+    if (R() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (R() == 1 || R() == 2) {
+      REQUIRE(kolo_allgather_async("busy2", &x.t, slow, &out, id, nullptr, nullptr, &hx) ==
+              KOLO_OK);
+    }
+    if (R() == 0 || R() == 1) {
+      REQUIRE(kolo_allreduce_async("after", &y.t, nullptr, KOLO_SUM, 1, 1, id2, nullptr, nullptr,
+                                   &hy) == KOLO_OK);
+    }
+    if (hx != 0) {
+      waitOk(hx);
+      kolo_handle_release(hx);
+    }
+    if (hy != 0) {
+      waitOk(hy);
+      kolo_handle_release(hy);
+      CHECK(y.data == std::vector<float>(4, 2.0f));
+    }
+  }
+  REQUIRE(kolo_barrier_async(0, nullptr, nullptr, &hb) == KOLO_OK);
+  waitOk(hb);
+  kolo_handle_release(hb);
+  REQUIRE(kolo_remove_process_set(id2) == KOLO_OK);
   REQUIRE(kolo_remove_process_set(id) == KOLO_OK);
   REQUIRE(kolo_shutdown() == KOLO_OK);
 }
