@@ -379,16 +379,21 @@ std::chrono::milliseconds Coordinator::busyPeerWait() const {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
-bool Coordinator::mayWaitForBusy(const ProcessSet& set,
-                                 const std::vector<std::vector<int32_t>>& earlier) {
-  for (const auto& ranks : earlier) {
+bool Coordinator::mayWaitForBusy(const ProcessSet& set, std::vector<ProcessSet>* earlier) {
+  bool busy = false, seen = false;
+  for (const ProcessSet& other : *earlier) {
+    if (other.id == set.id) {
+      seen = true;
+      continue;
+    }
     bool shared = false, outside = false;
     for (int32_t r : set.ranks) {
-      (std::binary_search(ranks.begin(), ranks.end(), r) ? shared : outside) = true;
+      (std::binary_search(other.ranks.begin(), other.ranks.end(), r) ? shared : outside) = true;
     }
-    if (shared && outside) return true;
+    busy = busy || (shared && outside);
   }
-  return false;
+  if (!seen) earlier->push_back(set);
+  return busy;
 }
 
 Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
@@ -668,7 +673,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
   if (ready.empty()) return Status::ok();
   auto batches =
       planFusion(ready, d_.config.fusionThresholdBytes, d_.size, d_.config.fusionDirectBytes);
-  std::vector<std::vector<int32_t>> ran;  // the member lists of this round's batches so far
+  std::vector<ProcessSet> ran;  // the sets of this round's batches so far, once each
   for (const auto& batch : batches) {
     const Response& first = ready[batch.indices.front()];
     ProcessSet set;
@@ -716,8 +721,7 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
     // others wait for them here (exchangeViewAfterBatches' case, in the data path). Its members
     // first meet in a barrier that waits as long as that exchange would; every member decides
     // alike (the round's batches and the sets are the same on every rank).
-    const bool meetFirst = mayWaitForBusy(set, ran);
-    ran.push_back(set.ranks);
+    const bool meetFirst = mayWaitForBusy(set, &ran);
     if (set.myIndex < 0) {  // not a member: the others run it without us
       skippedBatch_ = true;
       continue;

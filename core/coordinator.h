@@ -131,10 +131,10 @@ class Coordinator {
   // How long a rank waits for peers busy in a batch it is not in: the stall shutdown time (30
   // minutes by default), never less than KOLO_TIMEOUT_SECONDS.
   std::chrono::milliseconds busyPeerWait() const;
-  // Whether `set` shares some, not all, of its members with one of `earlier` (the member lists
-  // of this round's batches so far): a member may then wait for another still busy there.
-  static bool mayWaitForBusy(const ProcessSet& set,
-                             const std::vector<std::vector<int32_t>>& earlier);
+  // Whether `set` shares some, not all, of its members with one of `earlier` (the sets of this
+  // round's batches so far, each once; `set` is added): a member may then wait for another
+  // still busy there. One pass over the round's distinct sets (one set: nothing to compare).
+  static bool mayWaitForBusy(const ProcessSet& set, std::vector<ProcessSet>* earlier);
   Status exchangeCacheView(std::vector<uint8_t>* view);
   Status negotiateFull(const std::set<OpKey>& cacheReady, ResponseList* out);
   Status broadcastFromRoot(std::vector<uint8_t>* bytes);

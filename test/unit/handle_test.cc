@@ -35,6 +35,18 @@ struct FakeProgress : Progress {
   bool onRuntimeThread() const override { return runtimeThread; }
 };
 
+// The one callback `progress` took is pending: `h` is ready but not settled (a wait times out)
+// until another thread, the runtime's, runs it (the callback sets ranOn to its thread).
+void settlesWhenTakenRuns(FakeProgress& progress, HandleState& h, const std::thread::id& ranOn) {
+  REQUIRE(progress.taken.size() == 1);
+  CHECK_FALSE(h.done());
+  CHECK(h.wait(in(0.05)).code() == ErrorCode::kTimeout);
+  std::thread runtime([&] { progress.taken[0](); });
+  runtime.join();
+  CHECK(ranOn != std::this_thread::get_id());
+  CHECK(h.done());
+}
+
 }  // namespace
 
 TEST_CASE("a wait returns only after the callback returned") {
@@ -80,15 +92,9 @@ TEST_CASE("a callback deferred to the runtime's thread settles the handle when i
     ranOn = std::this_thread::get_id();
   });
   REQUIRE(h->complete(Status(ErrorCode::kMismatch, "x")));
-  REQUIRE(progress->taken.size() == 1);  // not run on the completing thread
   CHECK(h->ready());
   CHECK(h->status().code() == ErrorCode::kMismatch);
-  CHECK_FALSE(h->done());
-  CHECK(h->wait(in(0.05)).code() == ErrorCode::kTimeout);
-  std::thread runtime([&] { progress->taken[0](); });
-  runtime.join();
-  CHECK(ranOn != std::this_thread::get_id());
-  CHECK(h->done());
+  settlesWhenTakenRuns(*progress, *h, ranOn);  // not run on the completing thread
   CHECK(h->wait(in(0)).code() == ErrorCode::kMismatch);
 
   // Without a callback nothing is deferred: the handle settles at completion.
@@ -146,14 +152,8 @@ TEST_CASE("a callback attached after its op completed still runs on the runtime'
     CHECK(s.isOk());
     ranOn = std::this_thread::get_id();
   });
-  REQUIRE(progress->taken.size() == 1);  // handed over, not run here
   CHECK(ranOn == std::thread::id());
-  CHECK_FALSE(h->done());
-  CHECK(h->wait(in(0.05)).code() == ErrorCode::kTimeout);
-  std::thread runtime([&] { progress->taken[0](); });
-  runtime.join();
-  CHECK(ranOn != std::this_thread::get_id());
-  CHECK(h->done());
+  settlesWhenTakenRuns(*progress, *h, ranOn);  // handed over, not run here
 
   // No runtime thread left (Progress refuses): it runs at once, on this thread.
   progress->defers = false;
