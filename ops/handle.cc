@@ -19,16 +19,20 @@ bool HandleState::complete(const Status& status) {
     cv_.notify_all();
     return true;
   }
-  // A user's thread that completed the op in a wait's round hands the callback to the runtime's
-  // thread; the handle stays alive until it ran (a handle not owned by a shared_ptr, as in
-  // tests, runs it here).
+  // A round's completion (on the runtime's thread or a waiting user's) hands the callback to the
+  // runtime's thread, to run after the round.
+  handOffCallback(cb, final, &Progress::deferCallback);
+  return true;
+}
+
+void HandleState::handOffCallback(const Callback& cb, const Status& final,
+                                  bool (Progress::*handOff)(std::function<void()>)) {
+  // The handle stays alive until the callback ran (a handle not owned by a shared_ptr, as in
+  // tests, or one without a runtime thread left, runs it here).
   std::shared_ptr<HandleState> self = weak_from_this().lock();
   std::shared_ptr<Progress> p = progress_.lock();
-  if (self && p && p->deferCallback([self, cb, final] { self->runCallback(cb, final); })) {
-    return true;
-  }
+  if (self && p && ((*p).*handOff)([self, cb, final] { self->runCallback(cb, final); })) return;
   runCallback(cb, final);
-  return true;
 }
 
 void HandleState::runCallback(const Callback& cb, const Status& final) {
@@ -110,20 +114,12 @@ void HandleState::setCallback(Callback cb) {
       return;
     }
     final = status_;
+    settled_ = false;  // until the callback ran (runCallback): waits report the op done then
   }
   // A round completed the op between its submission and here (the C API attaches callbacks
   // right after the enqueue): the callback still goes to the runtime's thread, so a caller that
-  // holds locks while it submits never runs it. Unsettled until it ran: waits report it then.
-  std::shared_ptr<HandleState> self = weak_from_this().lock();
-  std::shared_ptr<Progress> p = progress_.lock();
-  if (self && p) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      settled_ = false;
-    }
-    if (p->postCallback([self, cb, final] { self->runCallback(cb, final); })) return;
-  }
-  runCallback(cb, final);
+  // holds locks while it submits never runs it.
+  handOffCallback(cb, final, &Progress::postCallback);
 }
 
 }  // namespace kolo

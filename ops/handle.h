@@ -98,6 +98,10 @@ class HandleState : public std::enable_shared_from_this<HandleState> {
   Status waitRefusal() const;
   // Runs the callback with the final status, then settles the handle.
   void runCallback(const Callback& cb, const Status& final);
+  // Gives runCallback to the runtime's thread through `handOff` (Progress::deferCallback or
+  // postCallback); runs it here when that declines or no runtime is attached.
+  void handOffCallback(const Callback& cb, const Status& final,
+                       bool (Progress::*handOff)(std::function<void()>));
   bool settledFor(std::thread::id self) const;  // (mu_) done, or this is the callback's thread
 
   mutable std::mutex mu_;
