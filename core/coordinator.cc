@@ -365,18 +365,18 @@ Status Coordinator::exchangeViewAfterBatches(std::vector<uint8_t>* view) {
   // rank may wait for others busy elsewhere; never less than the timeout).
   if (!skippedBatch_) return exchangeCacheView(view);
   skippedBatch_ = false;
-  const auto usual = d_.global->timeout();
-  d_.global->setTimeout(busyPeerWait());
-  Status s = exchangeCacheView(view);
-  d_.global->setTimeout(usual);
-  return s;
+  return waitingForBusyPeers(*d_.global, [&] { return exchangeCacheView(view); });
 }
 
-std::chrono::milliseconds Coordinator::busyPeerWait() const {
+Status Coordinator::waitingForBusyPeers(Transport& t, const std::function<Status()>& fn) const {
   const double seconds = std::max(d_.config.timeoutSeconds, d_.config.stallShutdownSeconds > 0
                                                                 ? d_.config.stallShutdownSeconds
                                                                 : Config().stallShutdownSeconds);
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const auto usual = t.timeout();
+  t.setTimeout(std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
+  Status s = fn();
+  t.setTimeout(usual);
+  return s;
 }
 
 bool Coordinator::mayWaitForBusy(const ProcessSet& set, std::vector<ProcessSet>* earlier) {
@@ -727,12 +727,10 @@ Status Coordinator::executeAll(const std::vector<Response>& ready) {
       continue;
     }
     if (meetFirst) {
-      const auto usual = set.transport->timeout();
-      set.transport->setTimeout(busyPeerWait());
       uint8_t one = 1;
-      Status met = ops::controlAllreduce(*set.transport, &one, 1, DataType::kUInt8, ReduceOp::kMin);
-      set.transport->setTimeout(usual);
-      if (!met.isOk()) return met;
+      KOLO_RETURN_IF_ERROR(waitingForBusyPeers(*set.transport, [&] {
+        return ops::controlAllreduce(*set.transport, &one, 1, DataType::kUInt8, ReduceOp::kMin);
+      }));
     }
 
     std::vector<const Response*> rs;

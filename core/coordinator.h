@@ -128,9 +128,10 @@ class Coordinator {
   // the last round had a batch of a set without this rank (skippedBatch_): its members may
   // still be running it.
   Status exchangeViewAfterBatches(std::vector<uint8_t>* view);
-  // How long a rank waits for peers busy in a batch it is not in: the stall shutdown time (30
-  // minutes by default), never less than KOLO_TIMEOUT_SECONDS.
-  std::chrono::milliseconds busyPeerWait() const;
+  // Runs fn (waits on t) with t's timeout raised, then restored, to how long a rank waits for
+  // peers busy in a batch it is not in: the stall shutdown time (30 minutes by default), never
+  // less than KOLO_TIMEOUT_SECONDS.
+  Status waitingForBusyPeers(Transport& t, const std::function<Status()>& fn) const;
   // Whether `set` shares some, not all, of its members with one of `earlier` (the sets of this
   // round's batches so far, each once; `set` is added): a member may then wait for another
   // still busy there. One pass over the round's distinct sets (one set: nothing to compare).
@@ -189,7 +190,7 @@ class Coordinator {
   std::atomic<bool> deferredPending_{false};     // deferred_ is not empty
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdownRequested_{false};
-  bool globalIdle_ = true;                          // (roundMu_) last round: every rank idle
+  bool globalIdle_ = true;     // (roundMu_) last round: every rank idle
   bool skippedBatch_ = false;  // (roundMu_) last round had a batch of a set without this rank
   std::map<OpKey, Clock::time_point> stallWarned_;  // rank 0: last warning per op
   Clock::time_point lastStallScan_{};               // rank 0: last warnStalled() scan
