@@ -145,12 +145,12 @@ def _members(c, n):
     return None if value is None else frozenset(json.loads(value.decode()))
 
 
-def newest_round_only_removes():
-    """Whether the newest round the driver published holds only members of the round this
-    worker runs in (workers were removed, none added): Horovod's skip_sync."""
+def round_only_removes(n):
+    """Whether round n (one the driver published) holds only members of the round this worker
+    runs in (workers were removed, none added): Horovod's skip_sync."""
     current = _state.get("members")
-    newest = _request(lambda c: _members(c, int(c.get("elastic/round") or -1)))
-    return current is not None and newest is not None and newest <= current
+    later = _request(lambda c: _members(c, n))
+    return current is not None and later is not None and later <= current
 
 
 def only_members_left():

@@ -79,8 +79,9 @@ class State:
             return
         # 0: no newer round; 1: one that only removes workers; 2: one that adds some
         newer = 0
-        if _worker.newest_round() > _worker.current_round():
-            newer = 1 if _worker.newest_round_only_removes() else 2
+        newest = _worker.newest_round()
+        if newest > _worker.current_round():
+            newer = 1 if _worker.round_only_removes(newest) else 2
         flag = numpy_ops.allreduce(np.array([newer], dtype=np.int32), op=common.Max,
                                    name="kolo.elastic.check_host_updates")
         if int(flag[0]):
