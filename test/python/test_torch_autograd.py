@@ -118,6 +118,13 @@ def test_alltoall_grad(hvd):
     expect = torch.cat([torch.full((q + 1,), float(q + 1), dtype=torch.float64)
                         for q in range(n)])
     torch.testing.assert_close(x.grad, expect)
+    # Splits summing to less than dim 0: the unsent trailing rows get a zero gradient.
+    x = torch.zeros(n + 2, 2, dtype=torch.float64, requires_grad=True)
+    y, _ = hvd.alltoall(x, splits=[1] * n)
+    (y * (r + 1)).sum().backward()
+    expect = torch.cat([torch.tensor([[q + 1.0] * 2 for q in range(n)], dtype=torch.float64),
+                        torch.zeros(2, 2, dtype=torch.float64)])
+    torch.testing.assert_close(x.grad, expect)
 
 
 def test_reducescatter_grad(hvd):

@@ -278,7 +278,7 @@ class KoloAlltoall(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
         out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
-        ctx.received, ctx.ps = received, process_set
+        ctx.received, ctx.ps, ctx.rows = received, process_set, tensor.shape[0]
         ctx.mark_non_differentiable(received)
         return out, received
 
@@ -286,6 +286,10 @@ class KoloAlltoall(torch.autograd.Function):
     def backward(ctx, grad_output, grad_received):
         grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received, None,
                                              ctx.ps))
+        if grad.shape[0] < ctx.rows:
+            # splits summing to less than dim 0 left the trailing rows unsent: zero gradient.
+            pad = grad.new_zeros((ctx.rows - grad.shape[0],) + tuple(grad.shape[1:]))
+            grad = torch.cat([grad, pad])
         return grad, None, None, None
 
 
