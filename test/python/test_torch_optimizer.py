@@ -237,6 +237,67 @@ def test_optimizer_on_process_set(hvd):
     hvd.remove_process_set(evens)
 
 
+@pytest.mark.parametrize("kind", ["sgd", "lbfgs"])
+def test_step_with_closure_averages_every_evaluation(hvd, kind):
+    """step(closure) as torch documents it (the closure zeroes, computes the loss, runs
+    backward): the step uses the averaged gradients of each evaluation, SGD's one and LBFGS's
+    several, and matches one process on the whole batch (Horovod stepped on the local ones)."""
+    n, r = hvd.size(), hvd.rank()
+    make = {"sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+            "lbfgs": lambda ps: torch.optim.LBFGS(ps, lr=0.5, max_iter=4)}[kind]
+    x, y = _data(n)
+    model, ref = _model(), _model()
+    opt = hvd.DistributedOptimizer(make(model.parameters()),
+                                   named_parameters=model.named_parameters())
+    ref_opt = make(ref.parameters())
+    for s in range(2):
+        xs, ys = x[s][r * BATCH:(r + 1) * BATCH], y[s][r * BATCH:(r + 1) * BATCH]
+
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(xs), ys)
+            loss.backward()
+            return loss
+
+        def ref_closure():
+            ref_opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ref(x[s]), y[s])
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        ref_opt.step(ref_closure)
+    _close(model.parameters(), [p.detach() for p in ref.parameters()], 1e-9)
+    _assert_same_on_all_ranks(hvd, list(model.parameters()))
+
+
+def test_parameter_unfrozen_after_wrapping_is_averaged(hvd):
+    """Fine-tuning: the first layer is frozen when DistributedOptimizer is built and unfrozen
+    later; from then on its gradient is averaged like the others (Horovod never hooks it, and
+    the ranks drift apart)."""
+    n, r = hvd.size(), hvd.rank()
+    model, ref = _model(), _model()
+    for m in (model, ref):
+        m[0].requires_grad_(False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    x, y = _data(n)
+    for s in range(STEPS):
+        if s == 2:
+            model[0].requires_grad_(True)
+            ref[0].requires_grad_(True)
+        opt.zero_grad()
+        xs, ys = x[s][r * BATCH:(r + 1) * BATCH], y[s][r * BATCH:(r + 1) * BATCH]
+        torch.nn.functional.mse_loss(model(xs), ys).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        torch.nn.functional.mse_loss(ref(x[s]), y[s]).backward()
+        ref_opt.step()
+    _close(model.parameters(), [p.detach() for p in ref.parameters()], 1e-10)
+    _assert_same_on_all_ranks(hvd, list(model.parameters()))
+
+
 def test_broadcast_parameters_forms(hvd):
     n, r = hvd.size(), hvd.rank()
     m = _model(seed=r)  # different on every rank
@@ -352,6 +413,37 @@ def test_broadcast_optimizer_state_skips_frozen_parameters(hvd, kind):
             m(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
             opt.step()
             assert torch.equal(m[0].bias.detach(), before)
+
+
+def test_broadcast_optimizer_state_follows_the_roots_layout(hvd):
+    """The root resumed from a checkpoint with momentum for the second layer only (the first
+    was frozen when it was saved); the others start fresh, so their initializing step gives
+    every parameter state. Afterwards every rank holds exactly the root's state (it hung on
+    broadcasts that only some ranks submitted). A rank whose optimizer has another shape makes
+    every rank raise."""
+    n, r = hvd.size(), hvd.rank()
+    m = _model()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    if r == 0:
+        m[0].requires_grad_(False)
+        m(torch.ones(2, 4, dtype=torch.float64)).sum().backward()
+        opt.step()
+        m[0].requires_grad_(True)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    held = [i for i, p in enumerate(m.parameters()) if "momentum_buffer" in opt.state.get(p, {})]
+    assert held == [2, 3]
+    for i in held:
+        buf = opt.state[list(m.parameters())[i]]["momentum_buffer"]
+        torch.testing.assert_close(buf, hvd.broadcast(buf, 0, name="layout_check.%d" % i))
+
+    m2 = _model()
+    params = list(m2.parameters())
+    if n > 1 and r == n - 1:
+        params = params[:-1]
+    opt2 = torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    if n > 1:
+        with pytest.raises(ValueError, match=r"rank\(s\) \[%d\] differs" % (n - 1)):
+            hvd.broadcast_optimizer_state(opt2, root_rank=0)
 
 
 def test_broadcast_optimizer_state_no_grad(hvd):

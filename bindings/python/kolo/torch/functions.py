@@ -149,43 +149,81 @@ def _initialize_state(optimizer):
             p.grad = grad
 
 
+def _state_layout(optimizer):
+    """Rank-independent description of an optimizer's state: per group its parameter count
+    and options, per state tensor (group, index, key, shape, dtype, whether it lives on the
+    parameter's device), and the non-tensor state values."""
+    counts, options, tensors, scalars = [], [], [], {}
+    for gi, group in enumerate(optimizer.param_groups):
+        counts.append(len(group["params"]))
+        options.append({k: v for k, v in group.items() if k != "params"})
+        for pi, p in enumerate(group["params"]):
+            for key in sorted((optimizer.state.get(p) or {}).keys(), key=str):
+                value = optimizer.state[p][key]
+                if torch.is_tensor(value):
+                    tensors.append((gi, pi, key, tuple(value.shape), str(value.dtype),
+                                    value.device == p.device))
+                else:
+                    scalars[(gi, pi, key)] = value
+    return counts, options, tensors, scalars
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state and hyper-parameters equal to rank root_rank's.
 
-    State tensors (momentum buffers, Adam moments, tensor `step`s) are broadcast in place;
-    everything else (param-group options like lr and betas, scalar steps) travels in one
-    broadcast_object. Every rank must hold an optimizer of the same structure."""
+    The root's layout (param-group options, non-tensor state such as scalar steps, and the
+    name, shape and dtype of every state tensor) travels first in one broadcast_object; then
+    each state tensor the root holds is broadcast in place, or into a new tensor where this
+    rank has none of that shape (a root resumed from a checkpoint with state for some
+    parameters only, a fresh optimizer elsewhere), and state the root does not hold is dropped.
+    Every rank must hold an optimizer with the same number of parameters per group: otherwise
+    every rank raises ValueError naming the ranks that differ."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state:
         _initialize_state(optimizer)
 
+    layout = _state_layout(optimizer) if rank() == root_rank else None
+    counts, options, tensors, scalars = broadcast_object(
+        layout, root_rank, name="optimizer_state.objects", process_set=process_set)
+    local = [len(g["params"]) for g in optimizer.param_groups]
+    mismatch = int(local != counts)
+    flags = allgather(torch.tensor([mismatch], dtype=torch.int32),
+                      "optimizer_state.check", process_set).tolist()
+    if any(flags):
+        ranks = (process_set or global_process_set).ranks or list(range(len(flags)))
+        bad = [ranks[i] for i, f in enumerate(flags) if f]
+        raise ValueError("broadcast_optimizer_state: the optimizer of rank(s) %s differs from "
+                         "root rank %d's (parameters per group: %s on the root, %s on rank %d)"
+                         % (bad, root_rank, counts, local, rank()))
+
+    groups = optimizer.param_groups
+    kept = {}  # param -> keys the root holds
     handles = []
-    scalars = {}  # (group, param index, key) -> value
-    options = []
-    for gi, group in enumerate(optimizer.param_groups):
-        options.append({k: v for k, v in group.items() if k != "params"})
-        for pi, p in enumerate(group["params"]):
-            state = optimizer.state.get(p)
-            if not state:
-                continue
-            for key in sorted(state.keys(), key=str):
-                value = state[key]
-                if torch.is_tensor(value):
-                    op_name = "optimizer_state.%d.%d.%s" % (gi, pi, key)
-                    handles.append(broadcast_async_(value, root_rank, op_name,
-                                                    process_set=process_set))
-                else:
-                    scalars[(gi, pi, key)] = value
+    for gi, pi, key, shape, dtype, on_param_device in tensors:
+        p = groups[gi]["params"][pi]
+        kept.setdefault(p, set()).add(key)
+        state = optimizer.state[p]
+        value = state.get(key)
+        if (not torch.is_tensor(value) or tuple(value.shape) != shape
+                or str(value.dtype) != dtype):
+            device = p.device if on_param_device else torch.device("cpu")
+            value = torch.empty(shape, dtype=getattr(torch, dtype.split(".")[-1]),
+                                device=device)
+            state[key] = value
+        handles.append(broadcast_async_(value, root_rank, "optimizer_state.%d.%d.%s"
+                                        % (gi, pi, key), process_set=process_set))
     for handle in handles:
         synchronize(handle)
 
-    options, scalars = broadcast_object((options, scalars), root_rank,
-                                        name="optimizer_state.objects",
-                                        process_set=process_set)
-    for gi, group in enumerate(optimizer.param_groups):
-        if gi < len(options):
-            group.update(options[gi])
     for (gi, pi, key), value in scalars.items():
-        p = optimizer.param_groups[gi]["params"][pi]
+        p = groups[gi]["params"][pi]
+        kept.setdefault(p, set()).add(key)
         optimizer.state[p][key] = value
+    for p in list(optimizer.state.keys()):
+        for key in [k for k in optimizer.state[p] if k not in kept.get(p, ())]:
+            del optimizer.state[p][key]
+        if not optimizer.state[p]:
+            del optimizer.state[p]
+    for gi, group in enumerate(groups):
+        group.update(options[gi])

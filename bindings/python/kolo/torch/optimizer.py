@@ -7,7 +7,9 @@ gradient (register_post_accumulate_grad_hook when torch has it, else a hook on t
 grad accumulator) counts backward passes and starts an in-place allreduce of the gradient as
 soon as it has been accumulated backward_passes_per_step times, so communication overlaps the
 rest of the backward pass. step() first waits for every allreduce (synchronize()) unless it
-runs inside `with optimizer.skip_synchronize():` after an explicit synchronize().
+runs inside `with optimizer.skip_synchronize():` after an explicit synchronize(); step(closure)
+averages the gradients of every evaluation of the closure instead. A parameter frozen when the
+optimizer was built gets its hook at the first synchronize() after it became trainable.
 """
 
 import os
@@ -110,6 +112,7 @@ class _DistributedOptimizer:
         self._requires_update = []  # params with hooks, in param_groups order
         self._synchronized = False
         self._should_synchronize = True
+        self._hooked = None  # the parameters with hooks; None: no hooks (one rank, not elastic)
         self._groups = self._make_groups(groups, all_params)
         self._group_index = {g: i for i, g in enumerate(self._groups)}
         self._p_to_group = {p: g for g in self._groups for p in g}
@@ -151,19 +154,34 @@ class _DistributedOptimizer:
     def _register_hooks(self):
         """Calls self._make_hook(p) once each trainable parameter's gradient is accumulated (the
         post-accumulate hook, or the gradient accumulator's hook on older torch)."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.append(p)
-                if hasattr(p, "register_post_accumulate_grad_hook"):
-                    self._hook_handles.append(
-                        p.register_post_accumulate_grad_hook(self._make_hook(p)))
-                else:
-                    p_tmp = p.expand_as(p)
-                    grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                    grad_acc.register_hook(self._make_hook(p))
-                    self._grad_accs.append(grad_acc)
+        self._hooked = set()
+        self._hook(p for group in self.param_groups for p in group["params"])
+
+    def _hook(self, params):
+        for p in params:
+            if not p.requires_grad or p in self._hooked:
+                continue
+            self._hooked.add(p)
+            self._requires_update.append(p)
+            self._allreduce_delay.setdefault(p, self.backward_passes_per_step)
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hook_handles.append(
+                    p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            else:
+                p_tmp = p.expand_as(p)
+                grad_acc = p_tmp.grad_fn.next_functions[0][0]
+                grad_acc.register_hook(self._make_hook(p))
+                self._grad_accs.append(grad_acc)
+
+    def _hook_unfrozen(self):
+        """A parameter that was frozen (requires_grad=False) when the optimizer was built and is
+        trainable now gets its hook here, and its gradient of this step is averaged with the
+        others: Horovod never averages it, and the ranks' weights drift apart silently."""
+        if self._hooked is None:
+            return
+        params = [p for group in self.param_groups for p in group["params"]]
+        if len(self._hooked) < len(params):
+            self._hook(params)
 
     # ---- communication ----------------------------------------------------------------------
     def _scales(self):
@@ -254,6 +272,7 @@ class _DistributedOptimizer:
         if not self.process_set.included():
             self._synchronized = True
             return
+        self._hook_unfrozen()
         needed = set(self._requires_update)
         started = set()
         for key in self._handles:
@@ -315,6 +334,8 @@ class _DistributedOptimizer:
             self._should_synchronize = True
 
     def step(self, closure=None):
+        if closure is not None:
+            return self._step_with_closure(closure)
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -324,7 +345,28 @@ class _DistributedOptimizer:
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        return super(self.__class__, self).step()
+
+    def _step_with_closure(self, closure):
+        """step(closure): every evaluation of the closure (SGD's one, LBFGS's several)
+        recomputes the gradients, so each is averaged before the wrapped optimizer reads them.
+        Horovod synchronizes before the closure runs, and the step used this rank's own
+        gradients. Allreduces still running from a backward pass outside the closure finish
+        first (the closure's zero_grad() would refuse to run with them in flight)."""
+        if self._handles:
+            self.synchronize()
+
+        def averaged():
+            self._synchronized = False
+            loss = closure()
+            if self._handles or not self._synchronized:  # the closure did not synchronize
+                self.synchronize()
+            return loss
+
+        try:
+            return super(self.__class__, self).step(averaged)
+        finally:
+            self._synchronized = False
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
