@@ -298,6 +298,32 @@ def test_parameter_unfrozen_after_wrapping_is_averaged(hvd):
     _assert_same_on_all_ranks(hvd, list(model.parameters()))
 
 
+def test_new_optimizer_on_the_same_model_takes_over_the_hooks(hvd):
+    """An optimizer switched mid-training (Adam, then SGD) while the first one stays alive (its
+    lr scheduler holds it): the new one averages the gradients; the first one's hooks are gone
+    (both started 'allreduce.<name>': DUPLICATE_NAME)."""
+    n, r = hvd.size(), hvd.rank()
+    model = torch.nn.Linear(2, 1)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x = torch.ones(4, 2) * (r + 1)
+    first = hvd.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+    first.zero_grad()
+    model(x).sum().backward()
+    first.step()
+    scheduler = torch.optim.lr_scheduler.StepLR(first, 1)
+    second = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                      named_parameters=model.named_parameters())
+    mean = 4.0 * (n + 1) / 2.0
+    for opt in (second, second):
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+        torch.testing.assert_close(model.weight.grad, torch.full((1, 2), mean))
+        _assert_same_on_all_ranks(hvd, list(model.parameters()))
+    assert scheduler.optimizer is first
+
+
 def test_broadcast_parameters_forms(hvd):
     n, r = hvd.size(), hvd.rank()
     m = _model(seed=r)  # different on every rank

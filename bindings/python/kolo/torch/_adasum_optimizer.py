@@ -60,6 +60,7 @@ class _DistributedAdasumOptimizer:
 
     # The same as the averaging optimizer's (they read only the attributes both set up).
     _register_hooks = _DistributedOptimizer._register_hooks
+    _hook = _DistributedOptimizer._hook
     zero_grad = _DistributedOptimizer.zero_grad
     set_backward_passes_per_step = _DistributedOptimizer.set_backward_passes_per_step
 

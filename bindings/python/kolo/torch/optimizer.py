@@ -14,6 +14,7 @@ optimizer was built gets its hook at the first synchronize() after it became tra
 
 import os
 import warnings
+import weakref
 from contextlib import contextmanager
 
 import torch
@@ -158,20 +159,28 @@ class _DistributedOptimizer:
         self._hook(p for group in self.param_groups for p in group["params"])
 
     def _hook(self, params):
+        """Hooks each trainable parameter of params not hooked yet. A parameter that an earlier
+        DistributedOptimizer still alive hooked (an optimizer switched mid-training, the old one
+        kept by its lr scheduler) moves to this one: both hooks would start an allreduce of the
+        same name (Horovod fails there)."""
         for p in params:
             if not p.requires_grad or p in self._hooked:
                 continue
+            earlier = getattr(p, "_kolo_hook", None)
+            if earlier is not None and earlier[0]() is not None:
+                earlier[1].remove()
             self._hooked.add(p)
             self._requires_update.append(p)
             self._allreduce_delay.setdefault(p, self.backward_passes_per_step)
             if hasattr(p, "register_post_accumulate_grad_hook"):
-                self._hook_handles.append(
-                    p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                handle = p.register_post_accumulate_grad_hook(self._make_hook(p))
             else:
                 p_tmp = p.expand_as(p)
                 grad_acc = p_tmp.grad_fn.next_functions[0][0]
-                grad_acc.register_hook(self._make_hook(p))
+                handle = grad_acc.register_hook(self._make_hook(p))
                 self._grad_accs.append(grad_acc)
+            self._hook_handles.append(handle)
+            p._kolo_hook = (weakref.ref(self), handle)
 
     def _hook_unfrozen(self):
         """A parameter that was frozen (requires_grad=False) when the optimizer was built and is
