@@ -344,8 +344,14 @@ Response Negotiator::buildResponse(const OpKey& key, const Entry& e) const {
     std::string who = excused.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < excused.size(); ++i) who += (i ? ", " : "") + std::to_string(excused[i]);
     who += excused.size() == 1 ? " has" : " have";
-    return errorResponse(ref, ErrorCode::kJoined,
-                         opLabel(ref.type, key) + " is not allowed while " + who + " joined");
+    // The hint is Horovod's: sparse gradients are allgathered unless made dense.
+    std::string hint = " (only allreduce and barrier run while ranks have joined";
+    if (ref.type == OpType::kAllgather) {
+      hint += "; sparse gradients: DistributedOptimizer(sparse_as_dense=True)";
+    }
+    return errorResponse(
+        ref, ErrorCode::kJoined,
+        opLabel(ref.type, key) + " is not allowed while " + who + " joined" + hint + ")");
   }
 
   Response r = errorResponse(ref, ErrorCode::kOk, "");
