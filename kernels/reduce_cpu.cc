@@ -453,7 +453,71 @@ void scale16(uint16_t* p, size_t n, float factor) {
   }
 }
 
+// ---- identities -----------------------------------------------------------------------------
+template <typename T>
+size_t identityOf(ReduceOp op, unsigned char* out) {
+  using L = std::numeric_limits<T>;
+  T v = 0;
+  if (op == ReduceOp::kMin) v = L::has_infinity ? L::infinity() : L::max();
+  if (op == ReduceOp::kMax) v = L::has_infinity ? -L::infinity() : L::lowest();
+  if (op == ReduceOp::kProduct) v = 1;
+  if (op == ReduceOp::kBitAnd) v = static_cast<T>(~static_cast<uint64_t>(0));
+  std::memcpy(out, &v, sizeof v);
+  return sizeof v;
+}
+
+// fp16/bf16 bit patterns of +inf, -inf and 1.
+size_t identityOf16(ReduceOp op, uint16_t posInf, uint16_t negInf, uint16_t one,
+                    unsigned char* out) {
+  uint16_t v = 0;
+  if (op == ReduceOp::kMin) v = posInf;
+  if (op == ReduceOp::kMax) v = negInf;
+  if (op == ReduceOp::kProduct) v = one;
+  if (op == ReduceOp::kBitAnd) v = 0xFFFF;
+  std::memcpy(out, &v, sizeof v);
+  return sizeof v;
+}
+
 }  // namespace
+
+size_t identityElement(DataType dtype, ReduceOp op, unsigned char out[8]) {
+  switch (dtype) {
+    case DataType::kUInt8:
+      return identityOf<uint8_t>(op, out);
+    case DataType::kInt8:
+      return identityOf<int8_t>(op, out);
+    case DataType::kUInt16:
+      return identityOf<uint16_t>(op, out);
+    case DataType::kInt16:
+      return identityOf<int16_t>(op, out);
+    case DataType::kInt32:
+      return identityOf<int32_t>(op, out);
+    case DataType::kInt64:
+      return identityOf<int64_t>(op, out);
+    case DataType::kFloat16:
+      return identityOf16(op, 0x7C00, 0xFC00, 0x3C00, out);
+    case DataType::kBFloat16:
+      return identityOf16(op, 0x7F80, 0xFF80, 0x3F80, out);
+    case DataType::kFloat32:
+      return identityOf<float>(op, out);
+    case DataType::kFloat64:
+      return identityOf<double>(op, out);
+    case DataType::kBool: {
+      const bool isAnd =
+          op == ReduceOp::kMin || op == ReduceOp::kProduct || op == ReduceOp::kBitAnd;
+      out[0] = isAnd ? 1 : 0;
+      return 1;
+    }
+  }
+  badEnum("identityElement", "DataType", static_cast<int>(dtype));
+}
+
+void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op) {
+  unsigned char one[8];
+  const size_t size = identityElement(dtype, op, one);
+  auto* p = static_cast<unsigned char*>(data);
+  for (size_t i = 0; i < count; ++i) std::memcpy(p + i * size, one, size);
+}
 
 void reduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op) {
   CombineFn fn = selectKernel(dtype, op);

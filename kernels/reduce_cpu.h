@@ -31,6 +31,15 @@ void reduce3(void* dst, const void* a, const void* b, size_t count, DataType dty
 // data[i] *= factor. No-op when factor == 1.0.
 void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
 
+// The identity of op for dtype: the element x with op(x, v) == v for every v. 0 for kSum,
+// kAverage and kAdasum (a zero vector has coefficient 1); for kMin the type's largest value
+// (+inf for floats), for kMax its lowest (-inf), 1 for kProduct, all bits set for kBitAnd; bool:
+// true for kMin/kProduct/kBitAnd (AND), false for kSum/kMax (OR). A joined rank contributes it.
+// identityElement writes the element's bytes to out (room for 8) and returns the element size.
+size_t identityElement(DataType dtype, ReduceOp op, unsigned char out[8]);
+// data[i] = identity of op for i in [0, count).
+void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op);
+
 // The factor applied after the reduction: postscale, divided by the set size for kAverage.
 // Divided, not multiplied by 1/n, as Horovod computes it (postscale_factor /= size): the two
 // differ in the last bit (7 * (1/3) < 7/3), which truncation can turn into a whole unit.

@@ -72,7 +72,9 @@ struct BatchPlan {
   bool fused = false;
   size_t bufferBytes = 0;
   std::vector<PlanCopy> copyIn;    // input + tensorOffset -> buffer + bufferOffset
-  std::vector<PlanCopy> zeroFill;  // a joined rank's slots: buffer + bufferOffset, bytes, zeros
+  // A joined rank's slots (buffer + bufferOffset, bytes): zeros, or for min, max and product the
+  // op's identity (kernels::identityElement), written after the prescale.
+  std::vector<PlanCopy> zeroFill;
   std::vector<PlanCopy> copyOut;   // buffer + bufferOffset -> output + tensorOffset
   // One per tensor when the op allocates its outputs (allgather, alltoall, reducescatter);
   // empty otherwise (allreduce writes its output or input, broadcast its input).

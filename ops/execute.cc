@@ -12,6 +12,8 @@
 //    would have to write the inputs) and Adasum keep the fusion buffer.
 //  - Scaling happens once on the packed buffer, so fused and unfused ops round identically.
 //  - AVERAGE divides by the set size after the postscale (joined ranks count: they sent zeros).
+//    For MIN, MAX and PRODUCT a joined rank sends the op's identity instead (+inf or the type's
+//    largest value, -inf or its lowest, 1), so it never changes the others' result.
 //  - ADASUM runs ops/adasum over the packed buffer with the tensors' element counts, so the
 //    dot products and norms are per tensor, not per buffer; pre/postscale apply as for a sum.
 //    A joined rank's zeros leave the others' vectors unchanged (a zero vector has coefficient 1).
@@ -84,6 +86,16 @@ void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) 
   for (const PlanCopy& c : p.zeroFill) std::memset(buf + c.bufferOffset, 0, c.bytes);
 }
 
+// A joined rank's slots hold zeros after packIn: the identity of sum, average and Adasum. For
+// min, max and product they get the op's identity, after the prescale so that scaling cannot
+// move it (a joined rank's zeros won every max of negative values).
+void fillJoinedSlots(const BatchPlan& p, char* buf) {
+  if (p.op != ReduceOp::kMin && p.op != ReduceOp::kMax && p.op != ReduceOp::kProduct) return;
+  for (const PlanCopy& c : p.zeroFill) {
+    kernels::fillIdentity(buf + c.bufferOffset, c.bytes / p.elemSize, p.dtype, p.op);
+  }
+}
+
 void unpackOut(const BatchPlan& p, const std::vector<void*>& outputs, const char* buf) {
   for (const PlanCopy& c : p.copyOut) {
     copyUnlessInPlace(static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, buf + c.bufferOffset,
@@ -146,6 +158,7 @@ Status runAllreduce(const ExecContext& ctx, const BatchPlan& p, const std::vecto
     packIn(p, es, buf);  // out of place: the input into the output, where the collective runs
   }
   kernels::scaleInPlace(buf, p.count, p.dtype, p.prescale);
+  fillJoinedSlots(p, buf);
   Status s;
   if (p.op == ReduceOp::kAdasum) {
     steps.begin("ADASUM_ALLREDUCE");

@@ -207,8 +207,10 @@ KOLO_API int kolo_barrier_async(int32_t process_set, kolo_callback_t cb, void* c
                                 kolo_handle_t* handle);
 
 /* This rank has no more data: until every rank joined, it takes part in others' allreduces
- * with zeros. Completes when all ranks joined; kolo_handle_join_result gives the last rank to
- * join (the same on every rank). */
+ * with zeros (sum, average, Adasum) or the op's identity (min: +inf or the type's largest value,
+ * max: -inf or its lowest, product: 1), so it never changes their result beyond counting in an
+ * average. Completes when all ranks joined; kolo_handle_join_result gives the last rank to join
+ * (the same on every rank). */
 KOLO_API int kolo_join_async(kolo_callback_t cb, void* cb_user, kolo_handle_t* handle);
 
 /* ---- refusing an op this rank cannot submit ------------------------------------------------ */

@@ -5,7 +5,8 @@
 //  - allreduce: slots start on 16-byte boundaries so the batched copy kernel moves 16-byte words
 //    (PlanOptions::slotAlignBytes). A single tensor runs in its output buffer; a fused batch
 //    goes through the device fusion buffer. prescale before, postscale (times 1/n for AVERAGE)
-//    after; a joined rank's slots are zeroed with cudaMemsetAsync.
+//    after; a joined rank's slots are zeroed with cudaMemsetAsync (min, max, product: the op's
+//    identity copied in after the prescale).
 //  - hierarchical allreduce on L local ranks: the plan pads the buffer to a multiple of L
 //    (PlanOptions::padParts); NCCL reduce-scatter in place leaves this rank's reduced shard at
 //    offset localIndex * shard; with several hosts the shard goes to pinned host memory, is
@@ -17,7 +18,10 @@
 //  - reducescatter: the input is read-only, so a staged copy is prescaled and reduced.
 // Every path ends in finish(): one completion event for the batch, handed to each handle and
 // waited for before returning (or, with asynchronous completion, watched by poll()).
+#include <vector>
+
 #include "kernels/cuda_kernels.h"
+#include "kernels/reduce_cpu.h"
 #include "ops/batch_plan.h"
 #include "ops/collectives.h"
 #include "ops/device/nccl_executor_impl.h"
@@ -49,6 +53,28 @@ std::vector<cuda::CopyDesc> copiesOut(const ops::BatchPlan& p, const std::vector
         {buf + c.bufferOffset, static_cast<char*>(outputs[c.tensor]) + c.tensorOffset, c.bytes});
   }
   return d;
+}
+
+// For min, max and product a joined rank's slots get the op's identity over the zeros, after
+// the prescale, as the host backend does (ops/execute.cc). From pageable host memory: the copy
+// has read the pattern when cudaMemcpyAsync returns, and joins are rare enough not to need
+// pinned memory.
+Status fillJoinedSlots(NcclTransport& t, const ops::BatchPlan& p, char* buf) {
+  if (p.op != ReduceOp::kMin && p.op != ReduceOp::kMax && p.op != ReduceOp::kProduct) {
+    return Status::ok();
+  }
+  for (const ops::PlanCopy& z : p.zeroFill) {
+    std::vector<unsigned char> identity(z.bytes);
+    kernels::fillIdentity(identity.data(), z.bytes / p.elemSize, p.dtype, p.op);
+    Status s = cuda::check(cudaMemcpyAsync(buf + z.bufferOffset, identity.data(), z.bytes,
+                                           cudaMemcpyHostToDevice, t.stream()),
+                           "cudaMemcpyAsync", t.device());
+    if (!s.isOk()) {
+      t.abort(s);
+      return s;
+    }
+  }
+  return Status::ok();
 }
 
 }  // namespace
@@ -89,6 +115,7 @@ Status NcclExecutor::runAllreduce(const ops::ExecContext& ctx, SetState& st, con
   }
   KOLO_RETURN_IF_ERROR(copies(t, copiesIn(p, es, buf)));
   KOLO_RETURN_IF_ERROR(scale(t, buf, p.count, p.dtype, p.prescale));
+  KOLO_RETURN_IF_ERROR(fillJoinedSlots(t, p, buf));
   if (hier) {
     KOLO_RETURN_IF_ERROR(runHierarchical(ctx, st, buf, p.paddedCount, p.dtype, p.op));
   } else {

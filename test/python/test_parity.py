@@ -203,6 +203,41 @@ def test_join_with_allreduce(hvd, dtype, caching):
             assert 0 <= last < n
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32, torch.float16, torch.bool])
+def test_join_min_max_product_ignore_the_joined_rank(hvd, dtype):
+    """A joined rank stands in with the op's identity for Min, Max and Product (with zeros, the
+    max of negative values was 0 and every product 0), also under a prescale; fused (two
+    tensors) and alone."""
+    n, r = hvd.size(), hvd.rank()
+    if n < 2:
+        return
+    for first in range(n):
+        others = [q for q in range(n) if q != first]
+        if r == first:
+            hvd.join()
+            continue
+        values = {q: torch.tensor([-9.0 + q, -3.0 - q, 1.0 + q, 2.0]) for q in others}
+        if dtype == torch.bool:
+            values = {q: torch.tensor([True, q % 2 == 0, False, True]) for q in others}
+        mine = values[r].to(dtype)
+        for op, fold in ((hvd.Min, torch.minimum), (hvd.Max, torch.maximum),
+                         (hvd.Product, torch.mul)):
+            if dtype == torch.bool and op == hvd.Product:
+                continue  # torch has no bool product to compare with; Min is the same AND
+            expect = values[others[0]].to(dtype)
+            for q in others[1:]:
+                expect = fold(expect, values[q].to(dtype))
+            pre = 2.0 if dtype != torch.bool else 1.0
+            hs = [hvd.allreduce_async(mine, name="join_op.%d.%d" % (op, i), op=op,
+                                      prescale_factor=pre) for i in range(2)]
+            hs.append(hvd.allreduce_async(mine, name="join_op_alone.%d" % op, op=op))
+            scale = pre ** (len(others) if op == hvd.Product else 1)
+            scaled = (expect.double() * scale).to(dtype) if dtype != torch.bool else expect
+            for h, want in zip(hs, (scaled, scaled, expect)):
+                _exact(hvd.synchronize(h), want)
+        hvd.join()
+
+
 @pytest.mark.parametrize("in_set", [False, True])
 def test_barrier_does_not_wait_for_pending_ops(hvd, in_set):
     n, r = hvd.size(), hvd.rank()

@@ -624,3 +624,54 @@ TEST_CASE("scaleInPlace: every dtype matches the reference at odd counts", "[red
   checkScaleRandom<double, Kind::kFloat>(DataType::kFloat64);
   checkScaleRandom<uint8_t, Kind::kBool>(DataType::kBool);
 }
+
+namespace {
+
+// op(v, identity) == v for every sample v (what a joined rank's slot must satisfy).
+template <typename T>
+void checkIdentity(DataType dtype, const std::vector<T>& samples) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+    std::vector<T> id(samples.size());
+    fillIdentity(id.data(), id.size(), dtype, op);
+    unsigned char one[8];
+    REQUIRE(identityElement(dtype, op, one) == sizeof(T));
+    CHECK(std::memcmp(one, id.data(), sizeof(T)) == 0);
+    std::vector<T> got = samples;
+    reduceInto(got.data(), id.data(), got.size(), dtype, op);
+    INFO("dtype " << static_cast<int>(dtype) << " op " << static_cast<int>(op));
+    CHECK(std::memcmp(got.data(), samples.data(), samples.size() * sizeof(T)) == 0);
+  }
+}
+
+template <typename T>
+std::vector<T> intSamples() {
+  using L = std::numeric_limits<T>;
+  return {L::lowest(),
+          static_cast<T>(L::lowest() + 1),
+          static_cast<T>(-1),
+          0,
+          1,
+          7,
+          static_cast<T>(L::max() - 1),
+          L::max()};
+}
+
+}  // namespace
+
+TEST_CASE("identityElement: op(v, identity) == v for every dtype x op", "[reduce][identity]") {
+  checkIdentity<uint8_t>(DataType::kUInt8, intSamples<uint8_t>());
+  checkIdentity<int8_t>(DataType::kInt8, intSamples<int8_t>());
+  checkIdentity<uint16_t>(DataType::kUInt16, intSamples<uint16_t>());
+  checkIdentity<int16_t>(DataType::kInt16, intSamples<int16_t>());
+  checkIdentity<int32_t>(DataType::kInt32, intSamples<int32_t>());
+  checkIdentity<int64_t>(DataType::kInt64, intSamples<int64_t>());
+  const double inf = std::numeric_limits<double>::infinity();
+  checkIdentity<float>(DataType::kFloat32, {-static_cast<float>(inf), -1e30f, -1.5f, 0.0f, 2.5f,
+                                            3e38f, static_cast<float>(inf)});
+  checkIdentity<double>(DataType::kFloat64, {-inf, -1e300, -1.5, 0.0, 2.5, 1e300, inf});
+  // -inf, -1, 0, 2.5, 65504 (largest finite), +inf.
+  checkIdentity<uint16_t>(DataType::kFloat16, {0xFC00, 0xBC00, 0x0000, 0x4100, 0x7BFF, 0x7C00});
+  checkIdentity<uint16_t>(DataType::kBFloat16, {0xFF80, 0xBF80, 0x0000, 0x4020, 0x7F7F, 0x7F80});
+  checkIdentity<uint8_t>(DataType::kBool, {0, 1});
+}

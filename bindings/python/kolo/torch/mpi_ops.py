@@ -401,7 +401,9 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 def join(device=-1):
     """Marks this rank as out of data; until all ranks joined it contributes zeros to the
-    others' allreduces. Blocks until every rank joined; returns the last rank to join."""
+    others' allreduces (Min, Max, Product: the op's identity, so it does not change their
+    result; Horovod sends zeros there too). Blocks until every rank joined; returns the last
+    rank to join."""
     if isinstance(device, bool) or not isinstance(device, int):
         raise ValueError("join(device=...) takes an int device ordinal (-1 = CPU)")
     if device >= 0 and torch.cuda.is_available():
