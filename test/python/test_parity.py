@@ -329,8 +329,8 @@ def test_input_refused_on_one_rank_fails_the_op_on_every_rank(hvd):
 
 def test_input_refused_by_the_bindings_on_one_rank_fails_the_op_on_every_rank(hvd):
     # Checks that kolo.torch makes before the C call (dtype, layout, an expanded in-place view,
-    # splits, a root outside the set, Adasum for reducescatter) and the C layer's own (a
-    # non-finite scale): the last rank gets its exception at once; the op still goes to
+    # splits, a root outside the set, Adasum for reducescatter, op= with average=, an empty
+    # group) and the C layer's own (a non-finite scale): the last rank gets its exception at once; the op still goes to
     # negotiation refused, so the others fail at once naming that rank (they waited for the
     # stall shutdown before), and the automatic names stay in step.
     n, r = hvd.size(), hvd.rank()
@@ -347,6 +347,8 @@ def test_input_refused_by_the_bindings_on_one_rank_fails_the_op_on_every_rank(hv
         lambda: hvd.broadcast(torch.ones(2, dtype=c64) if bad else torch.ones(2), 0),
         lambda: hvd.alltoall(torch.ones(n), splits=[-1] + [1] * (n - 1) if bad else None),
         lambda: hvd.reducescatter(torch.ones(n), op=hvd.Adasum if bad else hvd.Sum),
+        lambda: hvd.allreduce(torch.ones(2), average=True if bad else None, op=hvd.Sum),
+        lambda: hvd.grouped_allreduce([] if bad else [torch.ones(2), torch.ones(3)]),
     ]
     if others is not None:  # rank 0 is not in the set: only a bad rank names it as the root
         cases.append(lambda: hvd.broadcast(torch.ones(1), 0 if bad else 1, name="root",

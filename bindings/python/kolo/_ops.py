@@ -126,10 +126,14 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
 def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
                             process_set):
     tensors = list(tensors)
-    if not tensors:  # no group size to refuse the group by
-        raise ValueError("grouped_allreduce needs at least one tensor")
     _, ps_id = _process_set(process_set)
     full = common.names.make("grouped_allreduce", name, ps_id)
+    if not tensors:
+        # Refused as a group of one: the others' groups fail at once (the group sizes differ),
+        # and the name counters stay in step.
+        e = ValueError("grouped_allreduce needs at least one tensor")
+        _refuse(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, 1)
+        raise e
     label = "grouped_allreduce" if name is None else "grouped_allreduce %r" % name
     n = len(tensors)
     try:

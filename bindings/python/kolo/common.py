@@ -93,6 +93,8 @@ def op_name(op):
 def to_c_op(op):
     """Maps a Python reduction op to kolo_reduce_op_t; ValueError for anything else. Adasum is
     accepted here; the runtime allows it for allreduce of float host tensors only."""
+    if isinstance(op, _ConflictingOp):
+        raise ValueError(op.message)
     if isinstance(op, bool) or op not in _TO_C_OP:
         raise ValueError("op must be one of Average, Sum, Adasum, Min, Max, Product; got %r"
                          % (op,))
@@ -106,16 +108,35 @@ def reject_adasum(op, what):
                                 _lib.ERR_INVALID_ARGUMENT)
 
 
-def handle_average_backwards_compatibility(op, average):
+class _ConflictingOp:
+    """What resolve_op returns for op= together with average=: the op's own argument check
+    (to_c_op) raises Horovod's ValueError for it, inside the op's refusal path, so the other
+    ranks' copies of the op fail at once too instead of waiting for this rank until the stall
+    shutdown."""
+
+    message = "The op parameter supersedes average. Please provide only one of them."
+
+    def __repr__(self):
+        return "<op= together with average=>"
+
+
+def resolve_op(op, average):
+    """The collectives' reading of op= and the deprecated average=: Horovod's rule (op wins,
+    both is an error), with the error left to the op itself (see _ConflictingOp)."""
+    if op is not None and average is not None:
+        return _ConflictingOp()
+    return handle_average_backwards_compatibility(op, average, stacklevel=4)
+
+
+def handle_average_backwards_compatibility(op, average, stacklevel=3):
     """Horovod's rule for the deprecated `average=` argument: op wins, both is an error."""
     if op is not None:
         if average is not None:
-            raise ValueError("The op parameter supersedes average. Please provide only one of "
-                             "them.")
+            raise ValueError(_ConflictingOp.message)
         return op
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning, stacklevel=3)
+                      DeprecationWarning, stacklevel=stacklevel)
         return Average if average else Sum
     return Average
 

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from kolo import _lib, _ops, common
-from kolo.common import Average, handle_average_backwards_compatibility
+from kolo.common import Average
 from kolo.process_sets import global_process_set
 
 _DTYPES = {
@@ -107,7 +107,7 @@ _A = NumpyAdapter
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     return _ops.allreduce_async(_A, tensor, False, name, op, prescale_factor, postscale_factor,
                                 process_set)
 
@@ -121,7 +121,7 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     return _ops.allreduce_async(_A, tensor, True, name, op, prescale_factor, postscale_factor,
                                 process_set)
 
@@ -135,7 +135,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     return _ops.grouped_allreduce_async(_A, tensors, False, name, op, prescale_factor,
                                         postscale_factor, process_set)
 
@@ -148,7 +148,7 @@ def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     return _ops.grouped_allreduce_async(_A, tensors, True, name, op, prescale_factor,
                                         postscale_factor, process_set)
 

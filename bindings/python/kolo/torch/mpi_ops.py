@@ -50,7 +50,7 @@ _SAME_OP_BACKWARD = (Sum, Average, Adasum)
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     if _adasum_host.needs_host([tensor], op):
         return _adasum_host.allreduce([tensor], False, name, op, prescale_factor,
                                       postscale_factor, process_set, False)
@@ -61,7 +61,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts an in-place allreduce; synchronize(handle) returns `tensor`."""
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     if _adasum_host.needs_host([tensor], op):
         return _adasum_host.allreduce([tensor], True, name, op, prescale_factor,
                                       postscale_factor, process_set, False)
@@ -72,7 +72,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
     """One negotiated op for a list of tensors; synchronize() returns a list of new tensors."""
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     tensors = list(tensors)
     if _adasum_host.needs_host(tensors, op):
         return _adasum_host.allreduce(tensors, False, name, op, prescale_factor,
@@ -83,7 +83,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     tensors = list(tensors)
     if _adasum_host.needs_host(tensors, op):
         return _adasum_host.allreduce(tensors, True, name, op, prescale_factor,
@@ -324,7 +324,7 @@ class KoloReducescatter(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over the ranks of the set (default op Average) into a new tensor."""
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     reduced = KoloAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
                                   process_set)
@@ -340,7 +340,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    op = handle_average_backwards_compatibility(op, average)
+    op = common.resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
     outs = KoloGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
                                       *[p[0] for p in pairs])
