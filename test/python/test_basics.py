@@ -61,6 +61,24 @@ def test_init_twice_is_noop(kolo_world):
         k.init(process_sets="static")
 
 
+def test_init_whose_process_sets_disagree_fails_and_can_be_retried(kolo_world):
+    # The ranks pass different sets to init(process_sets=...): init raises on every rank and
+    # stops the runtime it started, so a retried init() starts a new one (it stayed running,
+    # and the retry returned at once without the sets).
+    k = kolo_world
+    n, r = k.size(), k.rank()
+    if n < 2:
+        return
+    k.shutdown()
+    try:
+        with pytest.raises((ValueError, RuntimeError), match="sent ranks"):
+            k.init(process_sets=[k.ProcessSet([0] if r == 0 else [n - 1])])
+        assert not k.is_initialized()
+    finally:
+        k.init()
+    assert k.allreduce(np.ones(1), op=k.Sum, name="after_failed_init")[0] == n
+
+
 def test_forked_child_exits_cleanly_and_leaves_the_runtime_to_its_parent(kolo_world):
     # A DataLoader worker or multiprocessing child forked after init: kolo's calls there fail
     # with a clear error, and its normal exit (atexit runs shutdown) neither crashes nor hangs

@@ -16,7 +16,9 @@ def init(comm=None, process_sets=None):
     `comm` is accepted for Horovod compatibility and must be None (kolo takes its world from
     kolorun / mpirun / the KOLO_* environment). `process_sets` is a list of ProcessSet objects
     to register at once (collective: same list on every rank), or "dynamic" (always allowed in
-    kolo). Calling init twice is a no-op; init after shutdown starts a new runtime. Under
+    kolo). Calling init twice is a no-op; init after shutdown starts a new runtime. When the
+    sets cannot be registered (the ranks passed different lists), init raises and the runtime
+    it started is shut down again, so init can be retried. Under
     kolorun's elastic mode, init joins the driver's newest rendezvous round (kolo.elastic).
     """
     global _atexit_registered
@@ -49,9 +51,20 @@ def init(comm=None, process_sets=None):
             atexit.register(shutdown)
             _atexit_registered = True
     if isinstance(process_sets, list):
-        for ps in process_sets:
-            if ps.process_set_id is None:
-                _ps.add_process_set(ps)
+        try:
+            for ps in process_sets:
+                if ps.process_set_id is None:
+                    _ps.add_process_set(ps)
+        except BaseException:
+            # A set the ranks disagree on fails init as a whole: the runtime this call started
+            # stops again, so that init() can be retried (it was left running, and a second
+            # init() returned at once without the sets).
+            if not was_initialized:
+                try:
+                    shutdown()
+                except Exception:  # noqa: BLE001 (the registration error is the one to raise)
+                    pass
+            raise
 
 
 def _c_init():
