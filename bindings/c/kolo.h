@@ -111,7 +111,8 @@ typedef int64_t kolo_handle_t; /* > 0 when valid */
  * kolo_handle_poll, _status, _output, _release and kolo_handle_wait on its own handle; a wait
  * for another op that is not done, kolo_add_process_set / kolo_remove_process_set and
  * kolo_shutdown return KOLO_ERR_INVALID_ARGUMENT there at once (kolo's thread would wait for
- * itself). */
+ * itself). kolo_shutdown waits for a callback that is running to return (it ends kolo's thread):
+ * do not call it while holding a lock that a callback of a pending op takes. */
 typedef void (*kolo_callback_t)(kolo_handle_t handle, kolo_status_t status, void* user);
 
 /* Output allocator for ops whose output size is known only after negotiation (allgather,
