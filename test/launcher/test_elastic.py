@@ -459,3 +459,24 @@ def test_reset_limit_counts_a_replacement_with_the_re_forming_it_was_started_for
     assert res[0]["sizes"][:3] == [3, 2, 3], res[0]["sizes"]
     assert "past --reset-limit" not in r.stderr
     assert "elastic round 2: 3 workers" in r.stderr, r.stderr[-3000:]
+
+
+def test_an_abort_stops_the_training_workers_at_their_next_commit(tmp_path):
+    # --reset-limit 0: the slot added while the job trains would re-form it, so kolorun aborts.
+    # The workers learn of it at their next commit (as horovodrun ends the job at once), not
+    # when --failure-grace runs out (10 s here) and kolorun stops them.
+    import time
+    hosts = Hosts(tmp_path, "localhost:2")
+    t0 = time.monotonic()
+    r = run_changing_hosts(["-np", "2", "--min-np", "1", "--max-np", "3", "--reset-limit", "0",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--epochs", "200", "--step-sleep", "0.02"], hosts, ["localhost:3"])
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    reason = "the workers would be re-formed a 1st time, past --reset-limit 0"
+    assert "job failed: " + reason in r.stderr, r.stderr[-3000:]
+    for w in ("0", "1"):
+        assert "[%s]<stderr>:kolo.elastic.ElasticJobError: elastic job aborted by kolorun: %s" % (
+            w, reason) in r.stderr, r.stderr[-3000:]
+    assert "SIGTERM" not in r.stderr, r.stderr[-3000:]
+    assert took < 40, took

@@ -79,7 +79,7 @@ def test_run_recovers_from_lost_peer_and_host_updates(monkeypatch, one_rank):
     calls = []
     monkeypatch.setattr(_worker, "enabled", lambda: True)
     monkeypatch.setattr(kolo.elastic, "_reset", lambda: calls.append("reset"))
-    monkeypatch.setattr(_worker, "newest_round", lambda: -1)  # no newer round at commit
+    monkeypatch.setattr(_worker, "driver_news", lambda: (None, -1))  # no news at commit
     state = kolo.elastic.ObjectState(step=0)
     state.register_reset_callbacks([lambda: calls.append("callback")])
     attempts = []

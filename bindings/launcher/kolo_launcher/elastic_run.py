@@ -14,7 +14,8 @@ The job is a set of workers, each a process with a fixed worker id (its output p
                                 runtime lost a peer, or its init failed)
   elastic/round<N>/removed/<id> the reason, for each worker removed from the job that has not
                                 left yet (graceful removal, below): it ends instead of joining
-  elastic/abort                 set when the job fails: the reason; waiting workers raise it
+  elastic/abort                 set when the job fails: the reason; waiting workers raise it,
+                                training ones at their next commit
 
 A worker is started with the place it will have in the next round (KOLO_RANK, HOROVOD_RANK,
 ..., computed as that round will be, _placement), as horovodrun starts each worker with its

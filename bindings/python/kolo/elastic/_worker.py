@@ -140,6 +140,21 @@ def newest_round():
     return int(value) if value else -1
 
 
+def driver_news():
+    """(abort, newest): kolorun's reason when it aborted the job (elastic/abort), else None; and
+    the newest round it published (-1: none yet). What a commit asks the driver."""
+    def look(c):
+        return c.get("elastic/abort"), c.get("elastic/round")
+    abort, value = _request(look)
+    return (None if abort is None else abort.decode("utf-8", "replace"),
+            int(value) if value else -1)
+
+
+def aborted_error(reason):
+    """The ElasticJobError a worker raises when kolorun aborted the job."""
+    return ElasticJobError("elastic job aborted by kolorun: %s" % reason)
+
+
 def _members(c, n):
     value = c.get("elastic/round%d/members" % n)
     return None if value is None else frozenset(json.loads(value.decode()))
@@ -201,8 +216,7 @@ def join(min_round):
             return None, n, place, removed
         abort, n, place, removed = _request(look)
         if abort is not None:
-            raise ElasticJobError("elastic job aborted by kolorun: %s"
-                                           % abort.decode("utf-8", "replace"))
+            raise aborted_error(abort.decode("utf-8", "replace"))
         if removed is not None:
             reason = ("worker %s was removed from the job by kolorun (%s); it ends here, "
                       "the others go on without it" % (worker_id(),

@@ -74,18 +74,27 @@ class State:
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when kolorun published a newer round than
-        the one this job runs in. Collective (one small allreduce): call it on every rank."""
+        the one this job runs in, and ElasticJobError (kolorun's reason) on every rank when
+        kolorun aborted the job (past --reset-limit, ...: as horovodrun stops its workers
+        then). Collective (one small allreduce): call it on every rank."""
         if not _worker.enabled() or not basics.is_initialized():
             return
-        # 0: no newer round; 1: one that only removes workers; 2: one that adds some
+        # 0: no newer round; 1: one that only removes workers; 2: one that adds some;
+        # 3: the job was aborted
         newer = 0
-        newest = _worker.newest_round()
-        if newest > _worker.current_round():
+        abort, newest = _worker.driver_news()
+        if abort is not None:
+            newer = 3
+        elif newest > _worker.current_round():
             newer = 1 if _worker.round_only_removes(newest) else 2
-        flag = numpy_ops.allreduce(np.array([newer], dtype=np.int32), op=common.Max,
-                                   name="kolo.elastic.check_host_updates")
-        if int(flag[0]):
-            raise HostsUpdatedInterrupt(skip_sync=int(flag[0]) == 1)
+        flag = int(numpy_ops.allreduce(np.array([newer], dtype=np.int32), op=common.Max,
+                                       name="kolo.elastic.check_host_updates")[0])
+        if flag == 3:
+            if abort is None:  # another rank saw it first: it is in the store
+                abort = _worker.driver_news()[0] or "(no reason given)"
+            raise _worker.aborted_error(abort)
+        if flag:
+            raise HostsUpdatedInterrupt(skip_sync=flag == 1)
 
     def save(self):
         raise NotImplementedError()
