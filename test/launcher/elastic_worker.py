@@ -8,6 +8,7 @@ Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun see
   --die-in-sync ROUND:RANK   the rank RANK of round ROUND dies inside State.sync (after the
                              model's broadcast, before the optimizer's)
   --die-new-in-sync R        every worker joining at round >= R as a new worker dies in sync
+--linger S waits S seconds after the training (past the last commit) before the RESULT line.
 And --hold-replacements N keeps the workers kolorun starts after the first round out of the job.
 """
 
@@ -39,6 +40,9 @@ p.add_argument("--until-sizes", default="",
 p.add_argument("--die-after-join", default="",
                help="ROUND:RANK: that rank of that round dies after joining it, before its "
                     "init: the others wait in the round's rendezvous for a rank that never comes")
+p.add_argument("--linger", type=float, default=0.0,
+               help="seconds to wait after training, before RESULT (as a rank 0 writing the "
+                    "final checkpoint): prints LINGER first")
 elastic_hold.add_argument(p)
 args = p.parse_args()
 
@@ -169,6 +173,9 @@ def train(state):
 
 
 loss = train(state)
+if args.linger:
+    print("LINGER round %d rank %d" % (hvd.elastic.current_round(), hvd.rank()), flush=True)
+    time.sleep(args.linger)
 params = [float(v) for prm in model.parameters() for v in prm.detach().flatten()]
 print("RESULT " + json.dumps({
     "rank": hvd.rank(), "size": hvd.size(), "round": hvd.elastic.current_round(),

@@ -72,12 +72,14 @@ def run(flags, worker_args, timeout=120):
     return r
 
 
-def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150, prefix=None, env=None):
+def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150, prefix=None, env=None,
+                       start_timeout=30, trigger=None):
     """Runs the job and rewrites the host list once per entry of `changes`, each time after
     rank 0 reported 4 more steps in a newer round than the previous change (its PROGRESS
-    lines), so the changes land while the job trains whatever the machine's speed."""
-    argv = ((prefix or [PY, KOLORUN]) + flags + ["--start-timeout", "30", TORCH_PY, WORKER]
-            + worker_args)
+    lines), so the changes land while the job trains whatever the machine's speed; with
+    `trigger` (a text), instead at the first output line containing it."""
+    argv = ((prefix or [PY, KOLORUN]) + flags + ["--start-timeout", str(start_timeout),
+                                                 TORCH_PY, WORKER] + worker_args)
     proc = subprocess.Popen(argv, env=env or elastic_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     err = []
@@ -91,7 +93,10 @@ def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150, prefix=N
     try:
         for line in proc.stdout:
             out.append(line)
-            if pending and "]<stdout>:PROGRESS " in line:
+            if pending and trigger is not None:
+                if trigger in line:
+                    hosts.set(pending.pop(0))
+            elif pending and "]<stdout>:PROGRESS " in line:
                 words = line.split("PROGRESS ", 1)[1].split()
                 rnd, step = int(words[1]), int(words[5])
                 if rnd > seen_round and step >= base_step + 4:
@@ -480,3 +485,24 @@ def test_an_abort_stops_the_training_workers_at_their_next_commit(tmp_path):
             w, reason) in r.stderr, r.stderr[-3000:]
     assert "SIGTERM" not in r.stderr, r.stderr[-3000:]
     assert took < 40, took
+
+
+def test_a_worker_added_after_the_last_commit_is_stopped_when_the_job_finishes(tmp_path):
+    # The slot is added once the workers are past their last commit (they "write the final
+    # checkpoint" for 6 s): round 1 can never form. Once they finish, the new worker must be
+    # stopped at once, not wait out --start-timeout (40 s) in a round nobody else joins.
+    import time
+    hosts = Hosts(tmp_path, "localhost:2")
+    t0 = time.monotonic()
+    r = run_changing_hosts(["-np", "2", "--min-np", "1", "--max-np", "3",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--epochs", "1", "--linger", "6"], hosts, ["localhost:3"],
+                           start_timeout=40, trigger="]<stdout>:LINGER round 0 rank 0")
+    took = time.monotonic() - t0
+    res = check_trained(r, 2)
+    assert res[0]["round"] == 0
+    if "elastic round 1: 3 workers" in r.stderr:  # (else worker 2 was stopped before it)
+        assert "worker 2 waits to join elastic round 1, which can no longer form" in r.stderr, \
+            r.stderr[-3000:]
+    assert "could not join round" not in r.stderr, r.stderr[-3000:]
+    assert took < 30, took

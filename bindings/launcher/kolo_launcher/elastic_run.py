@@ -10,6 +10,9 @@ The job is a set of workers, each a process with a fixed worker id (its output p
                                 them with its last round's: only removals, no state sync)
   elastic/round                 N, set after every assignment of the round
   elastic/ready/<id>            set by a new worker waiting for its first round
+  elastic/joining/<id>          set by a worker: the newest round it got its place in
+  elastic/inited/<id>           set by a worker: the newest round it initialized in (the round
+                                formed)
   elastic/want/<id>             set by a worker: the round it left and wants to leave (its
                                 runtime lost a peer, or its init failed)
   elastic/round<N>/removed/<id> the reason, for each worker removed from the job that has not
@@ -33,7 +36,8 @@ later rounds need only --min-np (horovodrun's resume).
 The driver's loop, every 50 ms:
   1. exits: a worker that exits 0 puts the job in "finishing", as horovodrun's "if any process
      succeeded, shutdown all other processes": no new workers and no new rounds (workers that
-     ask for one are stopped); the others finish by themselves (a rank 0 may still write the
+     ask for one, or wait to join one that a member ended without joining, are stopped); the
+     others finish by themselves (a rank 0 may still write the
      final checkpoint), or, with KOLO_ELASTIC_FINISH_GRACE_SECONDS set, are stopped that long
      after the success (SIGTERM, SIGKILL after the kill grace). kolorun exits 0,
      unless a member of the success's round failed before it or a worker failed by itself
@@ -470,6 +474,17 @@ class ElasticJob(GlooJob):
                     if wid not in self.ever:  # started for a round that will not come
                         w.request_stop(signal.SIGTERM)
                         del self.live[wid]
+                        continue
+                    gone = self._round_cannot_form(wid)
+                    if gone is not None:
+                        # e.g. a worker added after the others' last commit: the round it
+                        # waits for needs a member that finished without joining it
+                        self.console.message(
+                            "worker %d waits to join elastic round %d, which can no longer "
+                            "form (worker %d ended without joining it): stopping it" % (
+                                wid, self.round, gone))
+                        w.request_stop(signal.SIGTERM)
+                        del self.live[wid]
                 for wid in sorted(self.leaving):
                     if self._wants_round(wid):  # a removed worker waiting for a round
                         self._stop_leaving(wid)
@@ -657,6 +672,32 @@ class ElasticJob(GlooJob):
             elif not w.remote and now >= kill_at:
                 w.signal_group(signal.SIGKILL)
                 entry[1] = float("inf")
+
+    def _key_round(self, kind, wid):
+        """The round in elastic/<kind>/<wid> (joining: the newest round the worker got its place
+        in; inited: the newest it initialized in), or -1."""
+        value = self.server.get_nowait("elastic/%s/%d" % (kind, wid))
+        try:
+            return int(value) if value is not None else -1
+        except ValueError:
+            return -1
+
+    def _formed(self):
+        """Whether the current round formed: a member initialized in it."""
+        return any(self._key_round("inited", wid) >= self.round for wid in self.members)
+
+    def _round_cannot_form(self, wid):
+        """When live worker wid waits to join the current round (it got its place, it is not
+        in it yet) and a member of that round ended without joining it, so that the round will
+        never form: that member's id; else None."""
+        if (wid not in self.members or self._key_round("joining", wid) < self.round
+                or self._key_round("inited", wid) >= self.round):
+            return None
+        for other in sorted(self.members):
+            if (other != wid and other not in self.live and other not in self.leaving
+                    and self._key_round("inited", other) < self.round):
+                return other
+        return None
 
     def _round_wanted(self, live):
         return any(self._wants_round(wid) for wid in live)

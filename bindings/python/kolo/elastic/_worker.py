@@ -224,6 +224,9 @@ def join(min_round):
             print("kolo elastic: " + reason, file=sys.stderr, flush=True)
             raise WorkerRemoved(reason)
         if place is not None:
+            if not _state.get("joining") == n:
+                _request(lambda c: c.set("elastic/joining/%s" % worker_id(), str(n).encode()))
+                _state["joining"] = n
             place = json.loads(place.decode())
             _export(n, place)
             return n, place
@@ -257,9 +260,6 @@ def init_in_round(c_init, c_shutdown):
         try:
             members = _request(lambda c: _members(c, n))
             c_init()
-            _state["round"] = n
-            _state["members_before"], _state["members"] = before, members
-            return n
         except (common.KoloInternalError, ValueError) as e:
             # ValueError: the store refused a key of this round, which the driver abandoned
             # (its error reaches Python as INVALID_ARGUMENT); other ValueErrors are the user's.
@@ -281,3 +281,9 @@ def init_in_round(c_init, c_shutdown):
             print("kolo elastic: worker %s could not join round %d (%s); asking for a new round"
                   % (worker_id(), n, e), file=sys.stderr, flush=True)
             request_round()
+            continue
+        _state["round"] = _state["inited"] = n
+        _state["members_before"], _state["members"] = before, members
+        # tells the driver that round n formed with this worker in it
+        _request(lambda c: c.set("elastic/inited/%s" % worker_id(), str(n).encode()))
+        return n
