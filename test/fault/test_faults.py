@@ -273,3 +273,76 @@ def test_mpirun_rank_lost(mode, transport):
     assert not left, "processes left behind: %s" % left
     assert rc != 0, out
     assert wall < 25, out
+
+
+OUTSIDER_SCRIPT = r'''
+import json, os, signal, sys, threading, time
+sys.path.insert(0, os.environ["KOLO_PYTHON_PACKAGE"])
+import numpy as np
+import kolo
+kolo.init()
+r = kolo.rank()
+pair = kolo.add_process_set([0, 1])
+pidfile = os.path.join(os.environ["OUT_DIR"], "stopped.pid")
+result = {"rank": r}
+start = time.monotonic()
+try:
+    if r == 1:
+        with open(pidfile, "w") as f:
+            f.write(str(os.getpid()))
+        threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
+    if r == 2:
+        # Waits in rounds whose batches of {0, 1} it skips: each next exchange of the round
+        # waits for 0 and 1 up to the stall shutdown.
+        kolo.allreduce(np.ones(1, np.float32), name="only_rank_2")
+    for i in range(100000):
+        kolo.allreduce(np.ones(4000000, np.float32), name="pair", process_set=pair)
+except Exception as e:
+    result.update(error=str(e), after=time.monotonic() - start)
+if r == 0:
+    # Like a script that catches the error and goes on (writes a checkpoint): it stays alive,
+    # so nothing closes; then it wakes the stopped rank so that the job can end.
+    time.sleep(float(os.environ["LINGER"]))
+    with open(pidfile) as f:
+        os.kill(int(f.read()), signal.SIGCONT)
+with open(os.path.join(os.environ["OUT_DIR"], "rank%d.json" % r), "w") as f:
+    json.dump(result, f)
+kolo.shutdown()
+'''
+
+
+@pytest.mark.skipif(not fl.MPIEXEC, reason="no mpirun (KOLO_MPIEXEC unset)")
+def test_mpirun_rank_outside_a_set_hears_a_members_abort(tmp_path):
+    """Under MPI without shared memory, rank 1 of the set {0, 1} stops; rank 0 times out and
+    aborts its runtime but stays alive. Rank 2, outside the set, waits in the coordinator's
+    exchange after rounds with a batch of {0, 1}, whose deadline is the stall shutdown (a long
+    batch of a set is no failure): it hears of rank 0's abort on the MPI transport's abort
+    channel within seconds, with the cause naming rank 1. Before, nothing told it (MPI has no
+    closed connection) and it waited the stall shutdown (1800 s by default, 30 here)."""
+    tag = fl.new_tag()
+    script = tmp_path / "outsider.py"
+    script.write_text(OUTSIDER_SCRIPT)
+    env = fl.base_env(KOLO_CONTROLLER="mpi", KOLO_SHM="off", KOLO_STALL_SHUTDOWN_TIME_SECONDS=30,
+                      OUT_DIR=tmp_path, LINGER=8,
+                      KOLO_PYTHON_PACKAGE=os.environ.get("KOLO_PYTHON_PACKAGE")
+                      or os.path.join(fl.REPO, "bindings", "python"))
+    if os.environ.get("KOLO_LIBRARY"):
+        env["KOLO_LIBRARY"] = os.environ["KOLO_LIBRARY"]
+    argv = [fl.MPIEXEC, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+            "-np", "3", "-x", "KOLO_CONTROLLER", "-x", "KOLO_SHM", "-x", "KOLO_TIMEOUT_SECONDS",
+            "-x", "KOLO_STALL_SHUTDOWN_TIME_SECONDS", "-x", "OUT_DIR", "-x", "LINGER",
+            "-x", "KOLO_PYTHON_PACKAGE", "-x", "KOLO_LIBRARY", "-x", "KOLO_LOG_LEVEL",
+            fl.python(), str(script), "--tag", tag]
+    try:
+        rc, out, wall = fl.run_tool(argv, env, 45)
+    finally:
+        left = fl.reap_leftovers(tag)
+    assert not left, "processes left behind: %s" % left
+    import json
+    path = tmp_path / "rank2.json"
+    assert path.exists(), "rank 2 wrote no result:\n%s" % out
+    outsider = json.loads(path.read_text())
+    assert "error" in outsider, out
+    assert "global rank 0 aborted its runtime" in outsider["error"], outsider
+    assert "rank 1 (global 1)" in outsider["error"], outsider
+    assert outsider["after"] < 0.5 + fl.TIMEOUT_S + fl.SLACK_S + 2, outsider

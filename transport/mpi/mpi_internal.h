@@ -12,6 +12,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,41 @@
 #include "transport/transport.h"
 
 namespace kolo::mpi_detail {
+
+// How the ranks of an MPI job hear of each other's aborts (the design is in mpi_abort.cc): one
+// per world transport, shared with the transports split from it. create() is collective (an
+// MPI_Comm_idup of the world, bounded by startTimeout) and posts the receive. announce() sends
+// `cause` to every other rank, once, and not after this rank heard of another's abort. heard()
+// tests the receive: true with the cause ("mpi: global rank R aborted its runtime: ...") once a
+// peer's note arrived. Thread safety: every method may be called from any thread (a mutex
+// guards the requests; heard() skips the test while another thread holds it). Blocking: none
+// (the destructor cancels the posted receive, which completes locally). Errors: MPI failures
+// of announce() and heard() are ignored (best effort: waits still end at their deadlines).
+class AbortChannel {
+ public:
+  static Status create(MPI_Comm world, std::chrono::milliseconds startTimeout,
+                       std::shared_ptr<AbortChannel>* out);
+  ~AbortChannel();
+  AbortChannel(const AbortChannel&) = delete;
+  AbortChannel& operator=(const AbortChannel&) = delete;
+
+  void announce(const Status& cause);
+  bool heard(Status* cause);
+
+ private:
+  AbortChannel() = default;
+  std::mutex mu_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 0;
+  MPI_Request recv_ = MPI_REQUEST_NULL;
+  std::vector<char> note_;  // the posted receive's buffer
+  std::vector<char> sent_;  // this rank's note, alive while its sends are
+  std::vector<MPI_Request> sends_;
+  bool announced_ = false;
+  std::atomic<bool> heard_{false};
+  Status heardCause_;
+};
 
 // State shared by a transport and the batches it posted (which may outlive a failed call).
 struct MpiShared {
@@ -35,6 +71,11 @@ struct MpiShared {
   std::shared_ptr<const MpiReductions> reductions;
   AbortState abort;
   SplitChildren<MpiShared> children;  // transports split from this one
+  std::shared_ptr<AbortChannel> channel;  // the world's, shared by the transports split from it
+  bool world = false;                     // this is the world transport (it announces aborts)
+
+  // A peer's abort heard on the channel: records it as this transport's cause and returns true.
+  bool peerAborted(Status* cause);
 
   // Records the cause (first wins), here and in the transports split from this one.
   void abortWith(const Status& cause);

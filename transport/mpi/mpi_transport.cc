@@ -224,6 +224,8 @@ class MpiPending final : public PendingOps {
       bool done = false;
       KOLO_RETURN_IF_ERROR(test(&done));
       if (done) return Status::ok();
+      Status peer;
+      if (state_->peerAborted(&peer)) return peer;
       if (Clock::now() >= deadline) {
         lastTimeout_ = Status(ErrorCode::kTimeout, "mpi: timed out waiting for " + outstanding());
         return lastTimeout_;
@@ -264,6 +266,12 @@ void MpiShared::abortWith(const Status& cause) {
   for (auto& child : children.alive()) child->abortWith(cause);
 }
 
+bool MpiShared::peerAborted(Status* cause) {
+  if (channel == nullptr || !channel->heard(cause)) return false;
+  abort.set(*cause);
+  return true;
+}
+
 std::string MpiShared::describe(int groupRank) const {
   return describeGroupRank(groupRank, globalRanks);
 }
@@ -280,6 +288,8 @@ Status waitRequest(MpiShared& state, MPI_Request* req, const std::string& what, 
       return s;
     }
     if (flag) return Status::ok();
+    Status peer;
+    if (state.peerAborted(&peer)) return peer;
     if (Clock::now() >= deadline) {
       Status s(ErrorCode::kTimeout,
                "mpi: " + what + " did not complete in time: a rank of this group (size " +
@@ -374,6 +384,7 @@ Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
   if (!member) return Status::ok();
   KOLO_RETURN_IF_ERROR(describeComm(child.get()));
   child->reductions = state_->reductions;
+  child->channel = state_->channel;
   for (int r : ranks) child->globalRanks.push_back(state_->globalRanks[static_cast<size_t>(r)]);
   state_->children.add(child);
   auto t = std::make_unique<MpiTransport>(std::move(child));
@@ -383,7 +394,11 @@ Status MpiTransport::split(const std::vector<int>& ranks, int32_t setId,
 }
 
 void MpiTransport::abort(const Status& cause) {
-  state_->abortWith(cause.isOk() ? Status(ErrorCode::kAborted, "mpi: aborted") : cause);
+  const Status why = cause.isOk() ? Status(ErrorCode::kAborted, "mpi: aborted") : cause;
+  // The runtime aborts its world transport when it fails (never at shutdown): the other ranks
+  // hear of it at once instead of at their deadlines. A set's transport aborts alone.
+  if (state_->world && state_->channel != nullptr) state_->channel->announce(why);
+  state_->abortWith(why);
 }
 
 }  // namespace mpi_detail
@@ -407,6 +422,8 @@ Status createMpiTransport(std::unique_ptr<Transport>* out, std::chrono::millisec
   KOLO_RETURN_IF_ERROR(describeComm(state.get()));
   state->globalRanks.resize(static_cast<size_t>(state->size));
   for (int i = 0; i < state->size; ++i) state->globalRanks[static_cast<size_t>(i)] = i;
+  KOLO_RETURN_IF_ERROR(AbortChannel::create(MPI_COMM_WORLD, startTimeout, &state->channel));
+  state->world = true;
   *out = std::make_unique<MpiTransport>(std::move(state));
   return Status::ok();
 }
