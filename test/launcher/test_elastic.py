@@ -506,3 +506,21 @@ def test_a_worker_added_after_the_last_commit_is_stopped_when_the_job_finishes(t
             r.stderr[-3000:]
     assert "could not join round" not in r.stderr, r.stderr[-3000:]
     assert took < 30, took
+
+
+def test_a_slot_added_while_commits_are_far_apart_is_one_reset(tmp_path):
+    # The workers commit every ~4 s, longer than --start-timeout 2. The new worker waits for
+    # them to reach their commit before the round's rendezvous (horovodrun starts it only then),
+    # so its init does not time out, no round is formed again, and --reset-limit 1 is enough.
+    hosts = Hosts(tmp_path, "localhost:2")
+    r = run_changing_hosts(["-np", "2", "--min-np", "1", "--max-np", "3", "--reset-limit", "1",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--epochs", "2", "--until-sizes", "2,3", "--commit-every", "12",
+                            "--step-sleep", "0.35"], hosts, ["localhost:3"], start_timeout=2)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    res = results(r)
+    assert sorted(res) == [0, 1, 2], r.stdout[-3000:]
+    assert res[0]["sizes"] == [2, 3], res[0]
+    assert "elastic round 1: 3 workers (localhost: 0-2)" in r.stderr, r.stderr[-3000:]
+    assert "elastic round 2" not in r.stderr and "could not join round" not in r.stderr, \
+        r.stderr[-3000:]

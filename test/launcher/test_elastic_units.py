@@ -632,6 +632,8 @@ def test_a_replacement_joins_the_re_forming_it_was_started_for():
     job.live = {w: SimpleNamespace(host="a", started_at=t)
                 for w, t in ((0, 0.0), (1, 0.0), (3, 9.0), (4, 11.0))}
     job.round, job.members, job.published_at = 1, {0, 1}, 10.0
+    inited = {"elastic/inited/0": b"1", "elastic/inited/1": b"1"}  # round 1 formed
+    job.server = SimpleNamespace(get_nowait=inited.get)
     assert not job._is_reset({0, 1, 3})  # worker 3 was starting when round 1 formed
     assert job._is_reset({0, 1, 4})  # worker 4 came after: a new re-forming
     assert job._is_reset({0, 3})  # a member is gone
@@ -640,6 +642,23 @@ def test_a_replacement_joins_the_re_forming_it_was_started_for():
     assert job._is_reset({0, 1, 3})  # the first round took every worker started before it
     job.round = -1
     assert not job._is_reset({0, 1})  # the first round is no re-forming
+
+
+def test_workers_added_again_before_the_round_formed_are_the_same_reset():
+    # horovodrun resets once its workers reach the interrupt, with whatever hosts were added
+    # meanwhile: a round that only adds workers to a round that never formed (its members had
+    # not reached their commit) is the same re-forming.
+    from types import SimpleNamespace
+    job = _job("--min-np", "1", "-H", "a:4")
+    job.live = {w: SimpleNamespace(host="a", started_at=t)
+                for w, t in ((0, 0.0), (1, 0.0), (2, 11.0), (3, 12.0))}
+    job.round, job.members, job.published_at = 1, {0, 1, 2}, 11.5
+    inited = {"elastic/inited/0": b"0", "elastic/inited/1": b"0"}  # still in round 0
+    job.server = SimpleNamespace(get_nowait=inited.get)
+    assert not job._is_reset({0, 1, 2, 3})
+    assert job._is_reset({0, 1, 3})  # a member is gone
+    inited["elastic/inited/1"] = b"1"  # round 1 formed
+    assert job._is_reset({0, 1, 2, 3})
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ ELASTIC_OPTIONS = [
     (("--reset-limit",), "reset_limit", "value", "N",
      "elastic: fail the job when the workers would be re-formed more than N times (a round "
      "after the first; one that only admits a failed worker's replacement belongs to the "
-     "re-forming it was started for, as horovodrun's resets; default: no limit)"),
+     "re-forming it was started for, and one that adds workers again before the workers "
+     "reached their commit to that re-forming, as horovodrun's resets; default: no limit)"),
     (("--blacklist-cooldown-range",), "cooldown", "pair", ("MIN", "MAX"),
      "elastic: MIN MAX: a host whose worker failed gets no new workers for MIN seconds, doubled "
      "at each further failure up to MAX; without it, never again (its other workers go on)"),

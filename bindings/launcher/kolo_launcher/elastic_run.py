@@ -10,7 +10,9 @@ The job is a set of workers, each a process with a fixed worker id (its output p
                                 them with its last round's: only removals, no state sync)
   elastic/round                 N, set after every assignment of the round
   elastic/ready/<id>            set by a new worker waiting for its first round
-  elastic/joining/<id>          set by a worker: the newest round it got its place in
+  elastic/joining/<id>          set by a worker: the newest round it got its place in (a new
+                                worker waits for the round's other members to get there before
+                                its init: they reach it at their next commit, however far off)
   elastic/inited/<id>           set by a worker: the newest round it initialized in (the round
                                 formed)
   elastic/want/<id>             set by a worker: the round it left and wants to leave (its
@@ -715,14 +717,22 @@ class ElasticJob(GlooJob):
         per re-forming of the workers, and the workers it starts for it (a failed worker's
         replacement) join that same re-forming; here the others do not wait for their start-up,
         so a round that only adds workers already starting when the current round formed
-        completes the current round's re-forming and is no new one."""
+        completes the current round's re-forming and is no new one; nor is one that only adds
+        workers to a round that never formed (horovodrun resets once, when the workers reach
+        the interrupt, with every host added until then)."""
         if self.round < 0:
             return False
         ids = set(ids)
         added = ids - self.members
-        if self.members - ids or not added or self.round == 0:
+        if self.members - ids or not added:
             return True
-        return not all(self.live[wid].started_at < self.published_at for wid in added)
+        if self.round > 0 and all(self.live[wid].started_at < self.published_at
+                                  for wid in added):
+            return False
+        # Workers added again before the current round formed (its members had not reached
+        # their commit yet): the same re-forming, as horovodrun's one reset when its workers
+        # reach the interrupt, whatever the hosts added meanwhile.
+        return self._formed()
 
     def _placement(self, host_of):
         """{worker id: Slot} for a round of the workers host_of maps to their hosts: ranks host

@@ -12,10 +12,17 @@ elastic/want/<id>, and the driver forms a new round. A worker the driver removed
 elastic/round<N>/removed/<id> instead of a place in the round it would join: it ends there
 (WorkerRemoved, exit status 0), as Horovod's removed worker ends at its next init.
 
+A worker records the newest round it got its place in (elastic/joining/<id>) and initialized in
+(elastic/inited/<id>); a new worker waits, before its init, until the round's other members got
+their place in it (they leave their last round at a commit, which may be far off: that wait is
+not bounded by the runtime's start timeout, the driver replaces the round if a member fails).
+A commit reads elastic/abort too: the driver's abort ends the training workers there.
+
 Module state (the worker's id, its round, one store connection) is per process: a worker is
 one process. Not thread-safe: the training thread calls it (init, commit, reset). Every wait is
 bounded: joining a round by KOLO_ELASTIC_TIMEOUT (the driver aborts sooner, with a reason in
-elastic/abort that the worker raises), each store request by a socket timeout.
+elastic/abort that the worker raises), a new worker's wait for the others' commit by the
+driver (a new round or an abort), each store request by a socket timeout.
 """
 
 import json
@@ -227,6 +234,15 @@ def join(min_round):
             if not _state.get("joining") == n:
                 _request(lambda c: c.set("elastic/joining/%s" % worker_id(), str(n).encode()))
                 _state["joining"] = n
+            if _state.get("inited") is None and not _request(lambda c: _arrived(c, n)):
+                # A new worker waits for the round's other members to leave their last round
+                # (at their next commit, which may be far off: not bounded by the runtime's
+                # --start-timeout, nor by KOLO_ELASTIC_TIMEOUT: the driver replaces the round
+                # when a member fails, or aborts the job), as horovodrun starts new workers
+                # only once the others reached the interrupt.
+                deadline = time.monotonic() + _timeout()
+                time.sleep(POLL_SECONDS)
+                continue
             place = json.loads(place.decode())
             _export(n, place)
             return n, place
@@ -235,6 +251,19 @@ def join(min_round):
                 "elastic worker %s: no rendezvous round after round %d within %g s "
                 "(KOLO_ELASTIC_TIMEOUT)" % (worker_id(), min_round - 1, _timeout()))
         time.sleep(POLL_SECONDS)
+
+
+def _arrived(c, n):
+    """Whether every other member of round n got its place in it (elastic/joining/<id> >= n):
+    it left the round it trained in, so the round's rendezvous will not wait for its commit."""
+    members = _members(c, n) or ()
+    for wid in members:
+        if str(wid) == worker_id():
+            continue
+        value = c.get("elastic/joining/%s" % wid)
+        if value is None or int(value) < n:
+            return False
+    return True
 
 
 def _export(n, place):
@@ -252,11 +281,13 @@ def init_in_round(c_init, c_shutdown):
     init that fails (a member died during the rendezvous, the round went stale) asks for a new
     round and tries again, at most MAX_INIT_ATTEMPTS times in a row and until
     KOLO_ELASTIC_TIMEOUT."""
-    deadline = time.monotonic() + _timeout()
+    deadline = None
     failures = 0
     before = _state.get("members")
     while True:
         n, _place = join(_state["round"] + 1)
+        if deadline is None:  # from the first round joined (a new worker may wait long in join)
+            deadline = time.monotonic() + _timeout()
         try:
             members = _request(lambda c: _members(c, n))
             c_init()
