@@ -870,3 +870,42 @@ def test_driver_a_failure_before_the_success_in_the_same_round_fails_the_job(tmp
     assert took < 20, took
 
 
+def test_a_discovery_script_named_bare_is_run_from_the_current_folder(tmp_path, monkeypatch):
+    # The shell looks a bare name up on PATH: "d.sh" in the current folder would fail at its
+    # first run. kolorun takes it as ./d.sh, and refuses a name that is neither there nor on
+    # PATH, or not executable, at once.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.sh").write_text("#!/bin/sh\necho localhost:2\n")
+    (tmp_path / "d.sh").chmod(0o755)
+    (tmp_path / "noexec.sh").write_text("echo localhost:2\n")
+    assert opts("--min-np", "1", "--host-discovery-script", "d.sh").elastic.discovery_script \
+        == "./d.sh"
+    assert opts("--min-np", "1", "--host-discovery-script", "d.sh --all") \
+        .elastic.discovery_script == "./d.sh --all"
+    for script in ("echo localhost:2", "X=1 ./d.sh", "./d.sh"):
+        assert opts("--min-np", "1", "--host-discovery-script", script) \
+            .elastic.discovery_script == script
+    for script, text in (("noexec.sh", "noexec.sh is not an executable file"),
+                         ("./noexec.sh", "./noexec.sh is not an executable file"),
+                         ("missing.sh", "missing.sh is neither an executable file nor a command "
+                                        "on PATH (give a path, e.g. ./missing.sh)")):
+        with pytest.raises(UsageError) as e:
+            opts("--min-np", "1", "--host-discovery-script", script)
+        assert text in str(e.value)
+    r = kolorun(["--min-np", "1", "--host-discovery-script", "d.sh", PY, "-c", "print('ran')"],
+                cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "[0]<stdout>:ran" in r.stdout
+
+
+def test_no_waiting_for_hosts_message_while_a_replacement_starts(tmp_path):
+    # Worker 1 fails; localhost, the only host, is forgiven and a replacement starts at once:
+    # worker 0 alone is below --min-np 2 only until it is ready, so kolorun does not say it waits
+    # for hosts. (The replacement never gets ready; worker 0 finishes, and the job ends with
+    # worker 1's status: a member of the round failed before the success.)
+    r, took = _timed_kolorun(["-np", "2", "--min-np", "2", "-H", "localhost:2"]
+                             + actor(tmp_path, "0=0@2", "1=3", "new=hang"))
+    assert r.returncode == 3, r.stderr
+    assert "worker 1 (host localhost) exited with status 3" in r.stderr, r.stderr
+    assert "fewer than --min-np" not in r.stderr, r.stderr
+    assert took < 20, took

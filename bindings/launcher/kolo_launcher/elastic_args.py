@@ -17,6 +17,8 @@ that writes the final checkpoint after the others left must not be killed).
 
 import math
 import os
+import re
+import shutil
 from typing import NamedTuple, Optional, Tuple
 
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # horovodrun's default
@@ -112,6 +114,26 @@ def static_notes(ns, error):
             "static, with -np ranks (or one per slot), as under horovodrun",)
 
 
+def _script_command(script, error):
+    """The shell command that runs --host-discovery-script: its first word checked as the
+    shell will run it. A bare name the shell would not find on PATH but that names an
+    executable file here is taken as ./NAME (the user's evident meaning; horovodrun would
+    fail on its first run); one that is neither is refused now, not on the first run."""
+    first = script.split()[0]
+    if os.sep in first:
+        if not (os.path.isfile(first) and os.access(first, os.X_OK)):
+            raise error("--host-discovery-script: %s is not an executable file" % first)
+        return script
+    if shutil.which(first) is not None or not re.match(r"^[\w.+-]+$", first):
+        return script  # on PATH, or shell syntax (VAR=value ..., a subshell): the shell's
+    if os.path.isfile(first):
+        if not os.access(first, os.X_OK):
+            raise error("--host-discovery-script: %s is not an executable file" % first)
+        return "." + os.sep + script.lstrip()
+    raise error("--host-discovery-script: %s is neither an executable file nor a command on "
+                "PATH (give a path, e.g. ./%s)" % (first, first))
+
+
 def elastic_options(ns, hosts, environ, error):
     """ElasticOptions when the command line asks for an elastic job (is_elastic), else None.
     Raises `error` (args.UsageError) for a bad or contradictory value."""
@@ -127,9 +149,7 @@ def elastic_options(ns, hosts, environ, error):
                         "not both")
         if not script.strip():
             raise error("--host-discovery-script: empty")
-        first = script.split()[0]
-        if os.sep in first and not os.access(first, os.X_OK):
-            raise error("--host-discovery-script: %s is not an executable file" % first)
+        script = _script_command(script, error)
     elif hosts is None:
         raise error("an elastic job needs its hosts: --host-discovery-script, -H or --hostfile")
     np = _int(ns.np, "-np", 1, error) if ns.np is not None else None

@@ -387,6 +387,7 @@ class ElasticJob(GlooJob):
         late_failure = None
         changed_at = None
         short_since = None
+        said_short = False
         next_discovery = time.monotonic() + e.discovery_interval
         while True:
             if self._signals:
@@ -547,6 +548,9 @@ class ElasticJob(GlooJob):
                             last.exit_status if last else 1)
                     if short_since is None:
                         short_since = now
+                    if not said_short and len(live) + len(starting) < e.min_np:
+                        # (not while enough workers are starting: a replacement, new hosts)
+                        said_short = True
                         self.console.message(
                             "%d worker%s left, fewer than --min-np %d: waiting up to %s s "
                             "(--elastic-timeout) for hosts" % (
@@ -560,6 +564,7 @@ class ElasticJob(GlooJob):
                                 _seconds(e.elastic_timeout)))
                 elif self.round < 0 or now - changed_at >= SETTLE_SECONDS:
                     short_since = None
+                    said_short = False
                     if self.round >= 0 and not live & self.members:
                         # horovodrun's driver: "No hosts from previous set remaining, unable
                         # to broadcast state." New workers alone would start from scratch.
@@ -580,6 +585,7 @@ class ElasticJob(GlooJob):
             else:
                 changed_at = None
                 short_since = None
+                said_short = False
             time.sleep(POLL_SECONDS)
 
     def _round_failed(self):
