@@ -140,9 +140,9 @@ Status Runtime::shutdown() {
     // round, on any thread): the shutdown would wait for that thread or round to end (a
     // self-join, or a detach that never returns).
     return Status(ErrorCode::kInvalidArgument,
-                  "shutdown was called inside a completion callback, which runs on kolo's own "
-                  "thread that the shutdown would wait for; call it once the callback has "
-                  "returned (from another thread)");
+                  "shutdown was called inside a completion callback or an output allocator, "
+                  "which runs on kolo's own thread or round that the shutdown would wait for; "
+                  "call it once the callback has returned (from another thread)");
   }
   {
     std::lock_guard<std::mutex> lock(countersMu_);
