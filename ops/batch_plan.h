@@ -71,11 +71,11 @@ struct BatchPlan {
   // read-only, so a staged copy is scaled and reduced. Broadcast and alltoall use no buffer.
   bool fused = false;
   size_t bufferBytes = 0;
-  std::vector<PlanCopy> copyIn;    // input + tensorOffset -> buffer + bufferOffset
+  std::vector<PlanCopy> copyIn;  // input + tensorOffset -> buffer + bufferOffset
   // A joined rank's slots (buffer + bufferOffset, bytes): zeros, or for min, max and product the
   // op's identity (kernels::identityElement), written after the prescale.
   std::vector<PlanCopy> zeroFill;
-  std::vector<PlanCopy> copyOut;   // buffer + bufferOffset -> output + tensorOffset
+  std::vector<PlanCopy> copyOut;  // buffer + bufferOffset -> output + tensorOffset
   // One per tensor when the op allocates its outputs (allgather, alltoall, reducescatter);
   // empty otherwise (allreduce writes its output or input, broadcast its input).
   std::vector<PlannedOutput> outputs;

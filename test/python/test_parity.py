@@ -330,9 +330,9 @@ def test_input_refused_on_one_rank_fails_the_op_on_every_rank(hvd):
 def test_input_refused_by_the_bindings_on_one_rank_fails_the_op_on_every_rank(hvd):
     # Checks that kolo.torch makes before the C call (dtype, layout, an expanded in-place view,
     # splits, a root outside the set, Adasum for reducescatter, op= with average=, an empty
-    # group) and the C layer's own (a non-finite scale): the last rank gets its exception at once; the op still goes to
-    # negotiation refused, so the others fail at once naming that rank (they waited for the
-    # stall shutdown before), and the automatic names stay in step.
+    # group) and the C layer's own (a non-finite scale): the last rank gets its exception at
+    # once; the op still goes to negotiation refused, so the others fail at once naming that
+    # rank (they waited for the stall shutdown before), and the automatic names stay in step.
     n, r = hvd.size(), hvd.rank()
     bad = r == n - 1
     c64 = torch.complex64

@@ -70,7 +70,7 @@ struct MpiShared {
   std::vector<int> globalRanks;  // group rank -> MPI_COMM_WORLD rank
   std::shared_ptr<const MpiReductions> reductions;
   AbortState abort;
-  SplitChildren<MpiShared> children;  // transports split from this one
+  SplitChildren<MpiShared> children;      // transports split from this one
   std::shared_ptr<AbortChannel> channel;  // the world's, shared by the transports split from it
   bool world = false;                     // this is the world transport (it announces aborts)
 
