@@ -83,6 +83,28 @@ class _Group(tuple):
         return self is not other
 
 
+# The DistributedOptimizer whose hook each parameter carries: id(p) -> (weakref to p, weakref to
+# the optimizer, its hook handle). Kept here, not as an attribute of the parameter: torch 2.x
+# pickles a Parameter's __dict__ (torch.save(model)), and neither weakrefs nor handles pickle.
+_HOOK_OWNERS = {}
+
+
+def _take_hook_over(p, optimizer, handle):
+    """Records that `optimizer` hooked p, removing the hook of an earlier optimizer still alive."""
+    key = id(p)
+    earlier = _HOOK_OWNERS.get(key)
+    if earlier is not None and earlier[0]() is p:
+        owner = earlier[1]()
+        if owner is not None and owner is not optimizer:
+            earlier[2].remove()
+
+    def forget(ref, key=key):
+        if _HOOK_OWNERS.get(key, (None,))[0] is ref:
+            del _HOOK_OWNERS[key]
+
+    _HOOK_OWNERS[key] = (weakref.ref(p, forget), weakref.ref(optimizer), handle)
+
+
 class _DistributedOptimizer:
     """Methods copied into the dynamically created subclass of the user's optimizer class.
     They use super(self.__class__, self) because that class is made at run time."""
@@ -166,9 +188,6 @@ class _DistributedOptimizer:
         for p in params:
             if not p.requires_grad or p in self._hooked:
                 continue
-            earlier = getattr(p, "_kolo_hook", None)
-            if earlier is not None and earlier[0]() is not None:
-                earlier[1].remove()
             self._hooked.add(p)
             self._requires_update.append(p)
             self._allreduce_delay.setdefault(p, self.backward_passes_per_step)
@@ -180,7 +199,7 @@ class _DistributedOptimizer:
                 handle = grad_acc.register_hook(self._make_hook(p))
                 self._grad_accs.append(grad_acc)
             self._hook_handles.append(handle)
-            p._kolo_hook = (weakref.ref(self), handle)
+            _take_hook_over(p, self, handle)
 
     def _hook_unfrozen(self):
         """A parameter that was frozen (requires_grad=False) when the optimizer was built and is
