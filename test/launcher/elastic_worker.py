@@ -8,6 +8,8 @@ Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun see
   --die-in-sync ROUND:RANK   the rank RANK of round ROUND dies inside State.sync (after the
                              model's broadcast, before the optimizer's)
   --die-new-in-sync R        every worker joining at round >= R as a new worker dies in sync
+  --stop ROUND:RANK:STEP     the rank RANK of round ROUND freezes (SIGSTOP to itself) before
+                             global step STEP, after writing its pid to --pid-file
 --linger S waits S seconds after the training (past the last commit) before the RESULT line.
 And --hold-replacements N keeps the workers kolorun starts after the first round out of the job.
 """
@@ -33,6 +35,8 @@ p.add_argument("--commit-every", type=int, default=2)
 p.add_argument("--step-sleep", type=float, default=0.0)
 p.add_argument("--die", action="append", default=[])
 p.add_argument("--die-in-sync", action="append", default=[])
+p.add_argument("--stop", action="append", default=[])
+p.add_argument("--pid-file", default="")
 p.add_argument("--die-new-in-sync", type=int, default=-1)
 p.add_argument("--until-sizes", default="",
                help="train past --epochs (at most 40 more) until the sizes seen begin with "
@@ -143,6 +147,15 @@ def train(state):
                 if (hvd.elastic.current_round() == rnd and hvd.rank() == rank
                         and state.step == step):
                     die_now("round %d rank %d step %d" % (rnd, rank, step))
+            for rnd, rank, step in faults("stop"):
+                if (hvd.elastic.current_round() == rnd and hvd.rank() == rank
+                        and state.step == step):
+                    if args.pid_file:
+                        with open(args.pid_file, "w") as f:
+                            f.write("%d\n" % os.getpid())
+                    print("worker %s stops itself (SIGSTOP, pid %d): round %d rank %d step %d"
+                          % (WID, os.getpid(), rnd, rank, step), flush=True)
+                    os.kill(os.getpid(), signal.SIGSTOP)
             idx = state.sampler.get_indices(b, args.batch)
             xb, yb = X[idx], Y[idx]
             opt.zero_grad()

@@ -524,3 +524,44 @@ def test_a_slot_added_while_commits_are_far_apart_is_one_reset(tmp_path):
     assert "elastic round 1: 3 workers (localhost: 0-2)" in r.stderr, r.stderr[-3000:]
     assert "elastic round 2" not in r.stderr and "could not join round" not in r.stderr, \
         r.stderr[-3000:]
+
+
+def test_a_stopped_worker_is_dropped_and_the_others_go_on(tmp_path):
+    # Worker 2 freezes (SIGSTOP) mid-training. The others' runtime names it ("is stopped") and
+    # they ask for a new round, which it cannot take its place in: their init there times out.
+    # kolorun then SIGKILLs it as a failed worker and forms the next round without it, so the
+    # job finishes on 2 (>= --min-np). It used to put the frozen worker in every new round
+    # until the others gave up ("init failed in 10 rounds in a row").
+    import signal
+    import time
+    from conftest import assert_all_gone
+    hosts = Hosts(tmp_path, "localhost:3")
+    pid_file = tmp_path / "stopped.pid"
+    t0 = time.monotonic()
+    try:
+        r = run_changing_hosts(["-np", "3", "--min-np", "2", "--elastic-timeout", "20",
+                                "-x", "KOLO_TIMEOUT_SECONDS=4",
+                                "--host-discovery-script", str(hosts.script)],
+                               ["--stop", "0:2:5", "--pid-file", str(pid_file),
+                                "--hold-replacements", "3"], hosts, [], start_timeout=4,
+                               timeout=90)
+        took = time.monotonic() - t0
+        assert pid_file.exists(), r.stdout[-3000:] + r.stderr[-3000:]
+        stopped = int(pid_file.read_text())
+        assert_all_gone([(stopped,)], timeout=2)
+        assert ("worker 2 (host localhost) did not take its place in elastic round 1, which "
+                "the others could not form without it") in r.stderr, r.stderr[-3000:]
+        assert "worker 2 (host localhost) was killed by signal 9" in r.stderr, r.stderr[-3000:]
+        res = check_trained(r, 2)
+        assert res[0]["sizes"] == [3, 2], res[0]["sizes"]
+        assert "2" not in {res[k]["wid"] for k in res}
+        assert "init failed" not in r.stderr, r.stderr[-3000:]
+        assert took < 60, took
+    finally:
+        if pid_file.exists():
+            pid = int(pid_file.read_text())
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass

@@ -909,3 +909,68 @@ def test_no_waiting_for_hosts_message_while_a_replacement_starts(tmp_path):
     assert "worker 1 (host localhost) exited with status 3" in r.stderr, r.stderr
     assert "fewer than --min-np" not in r.stderr, r.stderr
     assert took < 20, took
+
+
+def test_a_member_absent_from_a_round_the_others_could_not_form_is_stopped():
+    # Round 1 = {0, 1, 2}. Worker 2 never took its place in it (elastic/joining/2 is 0).
+    import signal
+    import subprocess
+    import time
+    from types import SimpleNamespace
+    from kolo_launcher.store_server import StoreServer
+    job = _job("--min-np", "1", "-H", "localhost:3", "--start-timeout", "5")
+    job.server = StoreServer("127.0.0.1", 0).start()
+    stops = {}
+
+    def worker(wid, remote=True, pid=None):
+        return SimpleNamespace(host="localhost", remote=remote, pid=pid,
+                               request_stop=lambda sig: stops.setdefault(wid, sig))
+
+    def key(kind, wid, n):
+        job.server.set("elastic/%s/%d" % (kind, wid), str(n).encode())
+
+    sleeper = None
+    try:
+        job.live = {w: worker(w) for w in (0, 1, 2)}
+        job.round, job.members = 1, {0, 1, 2}
+        for w in (0, 1):
+            key("joining", w, 1)
+            key("inited", w, 0)
+        key("joining", 2, 0)
+        # The others wait in the rendezvous, or for worker 2's next commit: no init failed,
+        # however long it takes (a busy worker is not stopped).
+        job._stop_absent_members(100.0)
+        assert not job.absent and not stops
+        # Their init in round 1 failed (they ask for a new round): worker 2 gets --start-timeout
+        # more to take a place in some round, then it is stopped with SIGKILL.
+        key("want", 0, 1)
+        job._stop_absent_members(100.0)
+        assert sorted(job.absent) == [2] and not stops
+        job._stop_absent_members(104.9)
+        assert not stops
+        job._stop_absent_members(105.0)
+        assert stops == {2: signal.SIGKILL}, stops
+        assert "worker 2 (host localhost) did not take its place in elastic round 1, which " \
+            "the others could not form without it" in job.console.lines[-1], job.console.lines
+        assert job.absent[2].stopped
+        # One that gets a place in time (slow, not stuck) is not stopped.
+        stops.clear()
+        job.absent.clear()
+        job._stop_absent_members(200.0)
+        key("joining", 2, 2)
+        job._stop_absent_members(300.0)
+        assert not job.absent and not stops
+        # A stopped local process (SIGSTOP) is stopped at once.
+        sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        sleeper.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)
+        key("joining", 2, 0)
+        job.live[2] = worker(2, remote=False, pid=sleeper.pid)
+        job._stop_absent_members(400.0)
+        assert stops == {2: signal.SIGKILL}, stops
+        assert "it is a stopped process (state T)" in job.console.lines[-1]
+    finally:
+        job.server.stop()
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait()

@@ -46,7 +46,8 @@ The driver's loop, every 50 ms:
      after it (not one the driver stopped): then with the first such failure's status (as
      horovodrun's result, the first non-zero exit of the last round). One that fails
      blacklists its host (discovery.HostHealth); one the
-     driver stopped, or that left after its removal, is just gone. As horovodrun: when every
+     driver stopped (unless as a member absent from a round, below), or that left after its
+     removal, is just gone. As horovodrun: when every
      member of the current round failed (none finished, none was stopped by the driver), the
      job fails at once, with the first failure's exit status;
   2. discovery, every second (KOLO_ELASTIC_DISCOVERY_INTERVAL): the script runs beside the
@@ -58,6 +59,11 @@ The driver's loop, every 50 ms:
      rollback and the removed one ends; stopped after --elastic-timeout if it never gets
      there), one in no round yet at once (SIGTERM); new slots on usable hosts get new
      workers, up to --max-np (worker 0, when it runs here, reads kolorun's stdin: workers.py);
+     a member that did not take its place in the current round (elastic/joining older) while
+     another member's init in it failed (the round could not form: a frozen or hung worker) is
+     stopped with SIGKILL and counts as a failed worker: at once when it is a stopped local
+     process, else after --start-timeout more without a place in any round
+     (_stop_absent_members);
   3. rounds: when the live workers (a new one once it is ready) differ from the current
      round's members, or a member asks for a new round, and things were quiet for
      SETTLE_SECONDS, publish round N+1 with every live worker: ranks host by host, hosts
@@ -149,6 +155,10 @@ class ElasticJob(GlooJob):
         self._reach = {}
         self._discovery_error = None
         self.guard = None  # the OrphanGuard of the local workers, while the job runs
+        # id -> _Absent: live members that did not take their place in a round that the others
+        # could not form (their init in it failed): stopped as failed workers unless they take
+        # a place in a round within the grace (_stop_absent_members)
+        self.absent = {}
 
     # ---- hosts -----------------------------------------------------------------------------
     def _is_local(self, host):
@@ -414,11 +424,12 @@ class ElasticJob(GlooJob):
                         self.console.message("worker %d (host %s) left the job at its commit "
                                              "(%s)" % (wid, w.host, leaving.reason))
                     continue
-                if w.stop_requested:
+                dropped = self.absent.pop(wid, None)
+                if w.stop_requested and not (dropped and dropped.stopped):
                     if member:
                         self.member_exits[wid] = "stopped"
                     continue
-                if status.ok:
+                if status.ok and not (dropped and dropped.stopped):
                     if not finishing:
                         # A member of this round that failed before it fails the job.
                         late_failure = next((f for f in self.member_exits.values()
@@ -438,6 +449,9 @@ class ElasticJob(GlooJob):
                                     for h, s in hosts)
                 period = self.health.record_failure(w.host, only_host)
                 text = "worker %d (host %s) %s" % (wid, w.host, status.describe(w.remote))
+                if dropped and dropped.stopped:
+                    text += (" (stopped by kolorun: it did not take its place in elastic round "
+                             "%d)" % dropped.round)
                 if period == 0:
                     self.console.message("%s; host %s is the only host this job can use, so "
                                          "one failure does not blacklist it (a second one "
@@ -468,6 +482,8 @@ class ElasticJob(GlooJob):
                 next_discovery = now + e.discovery_interval
             self._reap_retiring()
             self._stop_overdue_leaving()
+            if not finishing:
+                self._stop_absent_members(now)
             if not finishing:
                 failure = self._start_workers(hosts, cap)
                 if failure is not None:
@@ -681,6 +697,53 @@ class ElasticJob(GlooJob):
                 w.signal_group(signal.SIGKILL)
                 entry[1] = float("inf")
 
+    def _stop_absent_members(self, now):
+        """A member of the current round that never took its place in it (elastic/joining older
+        than the round) while another member's init in it failed (that member got its place,
+        did not initialize and asks for a new round: the round could not form) is held
+        responsible: unless it takes its place in some round within --start-timeout more (a
+        worker busy between collectives gets there), or at once when it is a local process
+        that is stopped (SIGSTOP: it never will), it is stopped with SIGKILL and counts as a
+        failed worker (blacklisting, as one that died), so the next round forms without it.
+        Without this a frozen worker was put in every new round, each failing after
+        --start-timeout, until the others gave up. A round the others are still forming, or
+        that waits for a member's next commit (a new worker waits for it without a bound),
+        has no failed init: nobody is stopped then."""
+        r = self.round
+        if r >= 0 and any(self._init_failed_in(wid, r) for wid in self.members & set(self.live)):
+            for wid in sorted(self.members):
+                if (wid in self.live and wid not in self.absent
+                        and self._key_round("joining", wid) < r):
+                    self.absent[wid] = _Absent(r, now)
+        for wid, a in sorted(self.absent.items()):
+            w = self.live.get(wid)
+            if w is None:  # gone (its exit was seen) or removed from the job
+                del self.absent[wid]
+                continue
+            if a.stopped:
+                continue
+            if self._key_round("joining", wid) >= a.round:
+                del self.absent[wid]  # it got there (slow, not stuck)
+                continue
+            frozen = not w.remote and _process_stopped(w.pid)
+            if not frozen and now - a.since < self.opts.start_timeout:
+                continue
+            self.console.message(
+                "worker %d (host %s) did not take its place in elastic round %d, which the "
+                "others could not form without it (their init timed out)%s: stopping it "
+                "(SIGKILL; it counts as a failed worker, the next round forms without it)" % (
+                    wid, w.host, a.round,
+                    "; it is a stopped process (state T)" if frozen else
+                    " nor within --start-timeout %s s more" % _seconds(self.opts.start_timeout)))
+            a.stopped = True
+            w.request_stop(signal.SIGKILL)
+
+    def _init_failed_in(self, wid, r):
+        """Whether worker wid got its place in round r, did not initialize in it and asks for a
+        new round: its init in round r failed."""
+        return (self._key_round("joining", wid) >= r and self._key_round("inited", wid) < r
+                and self._wants_round(wid))
+
     def _key_round(self, kind, wid):
         """The round in elastic/<kind>/<wid> (joining: the newest round the worker got its place
         in; inited: the newest it initialized in), or -1."""
@@ -788,6 +851,37 @@ class ElasticJob(GlooJob):
             ", ".join("%s: %s" % (h, _span([wid for wid, slot in placed.items()
                                              if slot.host == h])) for h in order),
             next(iter(placed))))
+
+
+class _Absent:
+    """A live member that did not take its place in elastic round `round`, which the others
+    could not form; `since`: when that was seen; `stopped`: kolorun stopped it (SIGKILL)."""
+
+    def __init__(self, rnd, since):
+        self.round = rnd
+        self.since = since
+        self.stopped = False
+
+
+def _process_stopped(pid):
+    """Whether a process of the process group `pid` (a local worker's) is stopped (state T:
+    SIGSTOP, SIGTSTP), so it cannot take part in a round."""
+    if pid is None:
+        return False
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return False
+    for name in names:
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] == b"T" and fields[2] == str(pid).encode():
+            return True
+    return False
 
 
 class _Leaving:
