@@ -273,11 +273,15 @@ def test_config_file_missing_file_or_pyyaml(tmp_path, monkeypatch):
     assert parse("-np", "2", "c").knob_env  # only --config-file needs it
 
 
-def test_elastic_flags_are_accepted():
-    # horovodrun's elastic flags start an elastic job (test_elastic*.py)
+def test_elastic_flags_are_accepted(tmp_path):
+    # horovodrun's elastic flags start an elastic job (test_elastic*.py); the discovery script
+    # must exist (kolorun checks it at once, not on its first run)
+    script = tmp_path / "d.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
     o = parse("-np", "2", "--min-np", "1", "--max-np", "4", "--slots-per-host", "2",
               "--elastic-timeout", "60", "--reset-limit", "3", "--blacklist-cooldown-range", "1",
-              "2", "--host-discovery-script", "d.sh", "c")
+              "2", "--host-discovery-script", str(script), "c")
     assert o.elastic.min_np == 1 and o.elastic.cooldown == (1.0, 2.0) and o.command == ["c"]
 
 
