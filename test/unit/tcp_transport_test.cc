@@ -292,12 +292,14 @@ TEST_CASE("tcp: a peer that went away while nobody waited fails the next operati
   Group g = makeGroup(3);
   g[2].reset();
   std::this_thread::sleep_for(50ms);
-  int x = 7, y = 0;
+  int x = 7, y[2] = {0, 0};  // a receive buffer per rank thread (one shared was a data race)
   // Other peers still work.
   requireAllOk(onRanks(2, [&](int r) {
-    return g[r]->exchange({sendOp(1 - r, 1, &x, 4), recvOp(1 - r, 1, &y, 4)});
+    return g[r]->exchange({sendOp(1 - r, 1, &x, 4), recvOp(1 - r, 1, &y[r], 4)});
   }));
-  Status s = g[0]->exchange({sendOp(2, 1, &x, 4), recvOp(2, 1, &y, 4)});
+  CHECK(y[0] == 7);
+  CHECK(y[1] == 7);
+  Status s = g[0]->exchange({sendOp(2, 1, &x, 4), recvOp(2, 1, &y[0], 4)});
   CHECK(s.code() == ErrorCode::kPeerLost);
   CHECK_THAT(s.message(), Catch::Contains("rank 2 (global 2)"));
 }
