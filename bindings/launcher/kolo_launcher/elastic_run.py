@@ -104,7 +104,7 @@ from .hosts import HostSlots
 from .output import OutputPump
 from .store_server import StoreServer
 from .topology import Slot, assign
-from .workers import launcher_stdin_usable
+from .workers import launcher_stdin_usable, process_group_stopped
 
 SETTLE_SECONDS = 0.3  # deaths of one host's workers, seen a few polls apart, form one round
 
@@ -725,7 +725,7 @@ class ElasticJob(GlooJob):
             if self._key_round("joining", wid) >= a.round:
                 del self.absent[wid]  # it got there (slow, not stuck)
                 continue
-            frozen = not w.remote and _process_stopped(w.pid)
+            frozen = not w.remote and process_group_stopped(w.pid)
             if not frozen and now - a.since < self.opts.start_timeout:
                 continue
             self.console.message(
@@ -861,27 +861,6 @@ class _Absent:
         self.round = rnd
         self.since = since
         self.stopped = False
-
-
-def _process_stopped(pid):
-    """Whether a process of the process group `pid` (a local worker's) is stopped (state T:
-    SIGSTOP, SIGTSTP), so it cannot take part in a round."""
-    if pid is None:
-        return False
-    try:
-        names = [n for n in os.listdir("/proc") if n.isdigit()]
-    except OSError:
-        return False
-    for name in names:
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] == b"T" and fields[2] == str(pid).encode():
-            return True
-    return False
 
 
 class _Leaving:

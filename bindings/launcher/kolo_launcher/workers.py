@@ -199,15 +199,14 @@ def launcher_stdin_usable(fd=0):
         return False
 
 
-def live_process_groups():
-    """The process groups that have a member other than a zombie, from one scan of /proc
-    (Linux): a Counter of live members by group id (`pgid in groups` asks whether one is
-    alive), or None where /proc is not available."""
+def _process_states():
+    """(state, process group id) of every process, from one scan of /proc (Linux), or None
+    where /proc is not available."""
     try:
         entries = os.listdir("/proc")
     except OSError:
         return None
-    groups = collections.Counter()
+    out = []
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -218,6 +217,24 @@ def live_process_groups():
             continue
         # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 3 and fields[0] != b"Z":
-            groups[int(fields[2])] += 1
-    return groups
+        if len(fields) >= 3:
+            out.append((fields[0], int(fields[2])))
+    return out
+
+
+def live_process_groups():
+    """The process groups that have a member other than a zombie, from one scan of /proc
+    (Linux): a Counter of live members by group id (`pgid in groups` asks whether one is
+    alive), or None where /proc is not available."""
+    states = _process_states()
+    if states is None:
+        return None
+    return collections.Counter(pgid for state, pgid in states if state != b"Z")
+
+
+def process_group_stopped(pgid):
+    """Whether a process of the process group `pgid` (a local worker's) is stopped (state T:
+    SIGSTOP, SIGTSTP), so it cannot take part in a round."""
+    if pgid is None:
+        return False
+    return any(state == b"T" and group == pgid for state, group in _process_states() or ())
