@@ -26,47 +26,24 @@ namespace {
 // The note: a 4-byte error code, then the text (truncated to fit).
 constexpr int kNoteBytes = 1024;
 
-bool finalized() {
-  int done = 0;
-  MPI_Finalized(&done);
-  return done != 0;
-}
-
 }  // namespace
 
-Status AbortChannel::create(MPI_Comm world, std::chrono::milliseconds startTimeout,
-                            std::shared_ptr<AbortChannel>* out) {
+Status AbortChannel::create(MPI_Comm comm, std::shared_ptr<AbortChannel>* out) {
   auto channel = std::shared_ptr<AbortChannel>(new AbortChannel());
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Request req = MPI_REQUEST_NULL;
-  int rc = MPI_Comm_idup(world, &comm, &req);
-  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_idup (abort channel)");
-  const Clock::time_point deadline = Clock::now() + startTimeout;
-  Backoff backoff;
-  for (int done = 0; !done;) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_idup (abort channel)");
-    if (!done && Clock::now() >= deadline) {
-      return Status(ErrorCode::kTimeout,
-                    "mpi: MPI_Comm_idup of the abort channel did not complete in time: a rank "
-                    "did not take part");
-    }
-    if (!done) backoff.pause();
-  }
   channel->comm_ = comm;
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm, &channel->rank_);
   MPI_Comm_size(comm, &channel->size_);
   channel->note_.assign(kNoteBytes, '\0');
-  rc = MPI_Irecv(channel->note_.data(), kNoteBytes, MPI_BYTE, MPI_ANY_SOURCE, 0, comm,
-                 &channel->recv_);
+  const int rc = MPI_Irecv(channel->note_.data(), kNoteBytes, MPI_BYTE, MPI_ANY_SOURCE, 0, comm,
+                           &channel->recv_);
   if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Irecv (abort channel)");
   *out = std::move(channel);
   return Status::ok();
 }
 
 AbortChannel::~AbortChannel() {
-  if (comm_ == MPI_COMM_NULL || finalized()) return;
+  if (comm_ == MPI_COMM_NULL || mpiFinalized()) return;
   if (recv_ != MPI_REQUEST_NULL) {
     MPI_Cancel(&recv_);
     MPI_Wait(&recv_, MPI_STATUS_IGNORE);  // a cancelled receive completes locally
@@ -79,7 +56,7 @@ AbortChannel::~AbortChannel() {
 
 void AbortChannel::announce(const Status& cause) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (announced_ || heard_.load() || comm_ == MPI_COMM_NULL || finalized()) return;
+  if (announced_ || heard_.load() || comm_ == MPI_COMM_NULL || mpiFinalized()) return;
   announced_ = true;
   const std::string text = cause.message();
   sent_.assign(kNoteBytes, '\0');
@@ -105,7 +82,7 @@ bool AbortChannel::heard(Status* cause) {
   }
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is testing or announcing
-  if (recv_ == MPI_REQUEST_NULL || finalized()) return false;
+  if (recv_ == MPI_REQUEST_NULL || mpiFinalized()) return false;
   int done = 0;
   MPI_Status st;
   if (MPI_Test(&recv_, &done, &st) != MPI_SUCCESS || !done) return false;

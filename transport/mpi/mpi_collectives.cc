@@ -19,12 +19,6 @@ namespace {
 constexpr size_t kMaxUnit = 4096;
 constexpr size_t kBroadcastChunkBytes = size_t{1} << 30;
 
-bool mpiFinalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
 // A derived byte type freed at scope exit (MPI lets a type be freed while operations that use
 // it are pending).
 class ByteUnit {

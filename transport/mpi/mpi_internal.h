@@ -12,7 +12,6 @@
 #include <mpi.h>
 
 #include <atomic>
-#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,18 +24,17 @@
 namespace kolo::mpi_detail {
 
 // How the ranks of an MPI job hear of each other's aborts (the design is in mpi_abort.cc): one
-// per world transport, shared with the transports split from it. create() is collective (an
-// MPI_Comm_idup of the world, bounded by startTimeout) and posts the receive. announce() sends
-// `cause` to every other rank, once, and not after this rank heard of another's abort. heard()
-// tests the receive: true with the cause ("mpi: global rank R aborted its runtime: ...") once a
-// peer's note arrived. Thread safety: every method may be called from any thread (a mutex
-// guards the requests; heard() skips the test while another thread holds it). Blocking: none
+// per world transport, shared with the transports split from it. create() takes over `comm`, a
+// duplicate of the world of the channel's own (freed by the destructor), and posts the receive.
+// announce() sends `cause` to every other rank, once, and not after this rank heard of another's
+// abort. heard() tests the receive: true with the cause ("mpi: global rank R aborted its runtime:
+// ...") once a peer's note arrived. Thread safety: every method may be called from any thread (a
+// mutex guards the requests; heard() skips the test while another thread holds it). Blocking: none
 // (the destructor cancels the posted receive, which completes locally). Errors: MPI failures
 // of announce() and heard() are ignored (best effort: waits still end at their deadlines).
 class AbortChannel {
  public:
-  static Status create(MPI_Comm world, std::chrono::milliseconds startTimeout,
-                       std::shared_ptr<AbortChannel>* out);
+  static Status create(MPI_Comm comm, std::shared_ptr<AbortChannel>* out);
   ~AbortChannel();
   AbortChannel(const AbortChannel&) = delete;
   AbortChannel& operator=(const AbortChannel&) = delete;

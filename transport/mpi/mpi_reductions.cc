@@ -16,12 +16,6 @@ namespace {
 constexpr const char* kHalfName = "kolo_float16";
 constexpr const char* kBfloatName = "kolo_bfloat16";
 
-bool mpiFinalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
 // Returns false for a type these ops were never registered with (cannot happen: kolo only
 // passes the types map() returned).
 bool dtypeOf(MPI_Datatype type, DataType* out) {

@@ -29,6 +29,13 @@ namespace kolo::mpi_detail {
 // "MPI_Iallreduce failed: <MPI's error string>" with the given code.
 Status mpiError(int rc, const std::string& what, ErrorCode code = ErrorCode::kIo);
 
+// Whether MPI_Finalize ran (MPI objects may no longer be freed or used then).
+inline bool mpiFinalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
 class MpiReductions {
  public:
   // Creates the derived types and ops (a local call; MPI must be initialized).

@@ -27,12 +27,6 @@ namespace {
 // Point-to-point messages above this are split into several MPI messages (MPI counts are int).
 constexpr size_t kMaxChunkBytes = size_t{1} << 30;
 
-bool mpiFinalized() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  return finalized != 0;
-}
-
 // Set once any MPI transport of this process aborted (a peer timed out, a batch was abandoned).
 // Process-wide like MPI itself: it decides what the atexit hook below may do.
 std::atomic<bool>& anyTransportAborted() {
@@ -422,7 +416,12 @@ Status createMpiTransport(std::unique_ptr<Transport>* out, std::chrono::millisec
   KOLO_RETURN_IF_ERROR(describeComm(state.get()));
   state->globalRanks.resize(static_cast<size_t>(state->size));
   for (int i = 0; i < state->size; ++i) state->globalRanks[static_cast<size_t>(i)] = i;
-  KOLO_RETURN_IF_ERROR(AbortChannel::create(MPI_COMM_WORLD, startTimeout, &state->channel));
+  MPI_Comm channel = MPI_COMM_NULL;
+  rc = MPI_Comm_idup(MPI_COMM_WORLD, &channel, &req);
+  if (rc != MPI_SUCCESS) return mpiError(rc, "MPI_Comm_idup (abort channel)");
+  KOLO_RETURN_IF_ERROR(
+      waitRequest(*state, &req, "MPI_Comm_idup of the abort channel", Clock::now() + startTimeout));
+  KOLO_RETURN_IF_ERROR(AbortChannel::create(channel, &state->channel));
   state->world = true;
   *out = std::make_unique<MpiTransport>(std::move(state));
   return Status::ok();
