@@ -39,6 +39,11 @@ void scaleInPlace(void* data, size_t count, DataType dtype, double factor);
 size_t identityElement(DataType dtype, ReduceOp op, unsigned char out[8]);
 // data[i] = identity of op for i in [0, count).
 void fillIdentity(void* data, size_t count, DataType dtype, ReduceOp op);
+// Whether zeros are op's identity (sum, average, Adasum): no fillIdentity needed over zeros.
+inline bool zeroIsIdentity(ReduceOp op) {
+  return op != ReduceOp::kMin && op != ReduceOp::kMax && op != ReduceOp::kProduct &&
+         op != ReduceOp::kBitAnd;
+}
 
 // The factor applied after the reduction: postscale, divided by the set size for kAverage.
 // Divided, not multiplied by 1/n, as Horovod computes it (postscale_factor /= size): the two

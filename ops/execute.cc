@@ -90,7 +90,7 @@ void packIn(const BatchPlan& p, const std::vector<TensorEntry*>& es, char* buf) 
 // min, max and product they get the op's identity, after the prescale so that scaling cannot
 // move it (a joined rank's zeros won every max of negative values).
 void fillJoinedSlots(const BatchPlan& p, char* buf) {
-  if (p.op != ReduceOp::kMin && p.op != ReduceOp::kMax && p.op != ReduceOp::kProduct) return;
+  if (kernels::zeroIsIdentity(p.op)) return;
   for (const PlanCopy& c : p.zeroFill) {
     kernels::fillIdentity(buf + c.bufferOffset, c.bytes / p.elemSize, p.dtype, p.op);
   }

@@ -60,9 +60,7 @@ std::vector<cuda::CopyDesc> copiesOut(const ops::BatchPlan& p, const std::vector
 // has read the pattern when cudaMemcpyAsync returns, and joins are rare enough not to need
 // pinned memory.
 Status fillJoinedSlots(NcclTransport& t, const ops::BatchPlan& p, char* buf) {
-  if (p.op != ReduceOp::kMin && p.op != ReduceOp::kMax && p.op != ReduceOp::kProduct) {
-    return Status::ok();
-  }
+  if (kernels::zeroIsIdentity(p.op)) return Status::ok();
   for (const ops::PlanCopy& z : p.zeroFill) {
     std::vector<unsigned char> identity(z.bytes);
     kernels::fillIdentity(identity.data(), z.bytes / p.elemSize, p.dtype, p.op);
