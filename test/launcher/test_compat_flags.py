@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -153,7 +154,15 @@ def test_config_file_sets_what_the_flags_set(tmp_path):
                   "INFO", "--log-hide-timestamp", "c")
     assert o.knob_env == flags.knob_env and o.knob_env["KOLO_FUSION_THRESHOLD"] == str(32 << 20)
     assert (o.controller, o.start_timeout) == ("gloo", 60)
-    assert o.notes[:-1] == flags.notes and "ccl_bgt_affinity has no effect" in o.notes[-1]
+    assert "ccl_bgt_affinity has no effect" in o.notes[-1]
+    # the same notes as the flags', each naming the file's key that asked for it
+    why = [n.split(" has no effect in kolo ")[1] for n in o.notes[:-1]]
+    assert why == [n.split(" has no effect in kolo ")[1] for n in flags.notes]
+    path = config(tmp_path, HOROVOD_CONFIG)
+    subjects = [n.split(" has no effect in kolo ")[0] for n in o.notes[:-1]]
+    assert subjects == ["--config-file %s: %s" % (path, key) for key in (
+        "params.hierarchical_allgather", "library_options.mpi_threads_disable",
+        "library_options.num_nccl_streams", "logging.hide_timestamp")]
     o = parse("-np", "2", "--config-file", config(tmp_path, "controller: MPI\n"), "c")
     assert o.controller == "mpi"
     assert parse("-np", "2", "--config-file", config(tmp_path, ""), "c").knob_env == \
@@ -289,7 +298,7 @@ def test_elastic_flags_are_accepted(tmp_path):
     ["--hierarchical-allgather"],
     ["--no-hierarchical-allgather"], ["--mpi-threads-disable"], ["--num-nccl-streams", "2"],
     ["--thread-affinity", "1"], ["--log-hide-timestamp"], ["--log-without-timestamp"],
-    ["--log-with-timestamp"], ["--prefix-output-with-timestamp"],
+    ["--log-with-timestamp"],
 ])
 def test_flags_without_effect_are_accepted_with_a_note(argv):
     o = parse(*(["-np", "2"] + argv + ["python", "t.py"]))
@@ -468,7 +477,8 @@ def test_horovodrun_negations_and_aliases(tmp_path):
     assert o.knob_env["KOLO_TIMELINE_MARK_CYCLES"] == "0"
     assert o.knob_env["KOLO_STALL_CHECK_DISABLE"] == "0"
     assert args.horovod_knob_environment(o.knob_env)["HOROVOD_STALL_CHECK_DISABLE"] == "0"
-    assert len(o.notes) == 3 and all("has no effect in kolo" in n for n in o.notes)
+    assert len(o.notes) == 2 and all("has no effect in kolo" in n for n in o.notes)
+    assert o.prefix_timestamp  # -prefix-timestamp has its effect (test_prefix_timestamp_*)
     assert o.command == ["c"]
     for flag, negation in (("--autotune", "--no-autotune"), ("--no-stall-check", "--stall-check"),
                            ("--timeline-mark-cycles", "--no-timeline-mark-cycles")):
@@ -493,3 +503,96 @@ def test_long_options_take_unambiguous_prefixes_as_in_horovodrun():
         parse("-np", "1", "--js", "c")
     r = kolorun(["--num-proc", "1", "--verb", "true"])
     assert r.returncode == 0 and "kolorun: 1 ranks on 1 hosts" in r.stderr, r.stderr
+
+
+# ---- -prefix-timestamp ------------------------------------------------------------------------
+# horovodrun's prefix_stream: time.asctime() of the line, then "[rank]<stdout>:" and the line
+_ASCTIME = r"(?P<t>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})"
+
+
+def _stamped(text, rank, stream, line, end):
+    m = re.fullmatch(_ASCTIME + re.escape("[%d]<%s>:%s" % (rank, stream, line)) + end, text)
+    assert m, "not a stamped line of rank %d: %r" % (rank, text)
+    return time.mktime(time.strptime(m.group("t")))
+
+
+@pytest.mark.parametrize("flag", ["-prefix-timestamp", "--prefix-output-with-timestamp"])
+def test_prefix_timestamp_stamps_terminal_and_file_lines_as_horovodrun(tmp_path, flag):
+    d = tmp_path / "logs"
+    before = time.time()
+    r = kolorun(["-np", "2", flag, "--output-filename", str(d), PY, "-c",
+                 "import os, sys; r = os.environ['HOROVOD_RANK']; print('out', r); "
+                 "sys.stderr.write('partial ' + r)"])
+    after = time.time()
+    assert r.returncode == 0, r.stderr
+    assert "has no effect" not in r.stderr
+    out = sorted(r.stdout.splitlines(), key=lambda l: l.split("]<")[0][-1])
+    err = sorted(l for l in r.stderr.splitlines() if "<stderr>" in l)
+    assert len(out) == 2 and len(err) == 2, (r.stdout, r.stderr)
+    for rank in (0, 1):
+        stamps = [
+            _stamped(out[rank], rank, "stdout", "out %d" % rank, ""),
+            _stamped(err[rank], rank, "stderr", "partial %d" % rank, ""),
+            # the files get the same text (a last line without "\n" as it is)
+            _stamped((d / ("rank.%d" % rank) / "stdout").read_text(), rank, "stdout",
+                     "out %d" % rank, "\n"),
+            _stamped((d / ("rank.%d" % rank) / "stderr").read_text(), rank, "stderr",
+                     "partial %d" % rank, ""),
+        ]
+        for t in stamps:  # local time, to the second
+            assert int(before) - 1 <= t <= after + 1, (before, t, after)
+
+
+def test_without_prefix_timestamp_lines_start_with_the_rank():
+    r = kolorun(["-np", "1", "echo", "x"])
+    assert r.returncode == 0 and r.stdout == "[0]<stdout>:x\n", r.stdout
+
+
+def test_prefix_timestamp_in_elastic_mode(tmp_path):
+    script = tmp_path / "d.sh"
+    script.write_text("#!/bin/sh\necho localhost:2\n")
+    script.chmod(0o755)
+    r = kolorun(["-np", "2", "--min-np", "1", "--host-discovery-script", str(script),
+                 "-prefix-timestamp", "sh", "-c", "echo w"])
+    assert r.returncode == 0, r.stderr
+    lines = sorted(r.stdout.splitlines(), key=lambda l: l.split("]<")[0][-1])
+    assert len(lines) == 2, r.stdout
+    for wid, line in enumerate(lines):
+        _stamped(line, wid, "stdout", "w", "")
+
+
+def test_prefix_timestamp_in_mpi_mode_is_mpiruns_timestamp_output():
+    # horovodrun's mpi_run appends --timestamp-output (Open MPI: the same asctime format)
+    o = parse("--mpi", "-np", "2", "-prefix-timestamp", "c")
+    assert o.notes == ()
+    assert "--timestamp-output" in mpi_run.build_command(o, ENV, is_root=False)
+    assert "--timestamp-output" not in mpi_run.build_command(parse("--mpi", "-np", "2", "c"),
+                                                             ENV, is_root=False)
+
+
+# ---- notes for what has no effect ----------------------------------------------------------
+def test_mpi_args_without_mpi_get_a_note(tmp_path):
+    # horovodrun hands --mpi-args to mpirun only: in Gloo mode they change nothing, say so
+    note = [n for n in parse("-np", "2", "--mpi-args=--map-by core", "c").notes
+            if n.startswith("--mpi-args")]
+    assert len(note) == 1 and "no effect in Gloo mode" in note[0] and "--mpi" in note[0]
+    assert parse("-np", "2", "--mpi", "--mpi-args=--map-by core", "c").notes == ()
+    pytest.importorskip("yaml")
+    path = config(tmp_path, "controller: mpi\n")
+    assert parse("-np", "2", "--config-file", path, "--mpi-args=-v", "c").notes == ()
+    r = kolorun(["-np", "1", "--mpi-args", "--map-by core", "true"])
+    assert r.returncode == 0 and "kolorun: --mpi-args has no effect in Gloo mode" in r.stderr
+
+
+def test_elastic_timeout_from_horovods_documented_variable():
+    # elastic.rst names HOROVOD_ELASTIC_START_TIMEOUT; horovodrun --help HOROVOD_ELASTIC_TIMEOUT
+    argv = ("-np", "2", "--min-np", "1", "-H", "localhost:2", "c")
+    env = dict(ENV, HOROVOD_ELASTIC_START_TIMEOUT="42")
+    assert parse(*argv, env=env).elastic.elastic_timeout == 42
+    env["HOROVOD_ELASTIC_TIMEOUT"] = "43"
+    assert parse(*argv, env=env).elastic.elastic_timeout == 43
+    assert parse(*(("--elastic-timeout", "44") + argv), env=env).elastic.elastic_timeout == 44
+    env["HOROVOD_ELASTIC_START_TIMEOUT"] = "soon"
+    del env["HOROVOD_ELASTIC_TIMEOUT"]
+    with pytest.raises(args.UsageError, match="HOROVOD_ELASTIC_START_TIMEOUT: expected"):
+        parse(*argv, env=env)

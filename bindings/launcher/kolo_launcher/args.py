@@ -237,6 +237,11 @@ OPTIONS = [
         "also write each rank's output to DIR/rank.N/stdout and DIR/rank.N/stderr: the lines "
         "the terminal shows, with their [rank] prefix, as horovodrun writes them to both (MPI "
         "mode: mpirun --output-filename DIR)"),
+    Opt(("-prefix-timestamp", "--prefix-output-with-timestamp"), "prefix_timestamp", "flag",
+        None, G_OUT,
+        "put the local time before each forwarded output line, as horovodrun does: "
+        "\"Mon Jan  6 10:00:00 2025[0]<stdout>:text\" (Python's time.asctime()), also in the "
+        "--output-filename files; MPI mode passes mpirun --timestamp-output (the same format)"),
     Opt(("--verbose",), "verbose", "flag", None, G_OUT,
         "print what kolorun does: the host assignment, the store address, each remote command, "
         "the mpirun command line"),
@@ -355,8 +360,6 @@ OPTIONS += [
              "kolo's log lines always carry a timestamp"),
     _ignored(("--no-log-hide-timestamp", "--log-with-timestamp"), "flag", None,
              "kolo's log lines always carry a timestamp (what this asks for)"),
-    _ignored(("-prefix-timestamp", "--prefix-output-with-timestamp"), "flag", None,
-             "output lines are prefixed with the rank only"),
 ]
 
 # horovodrun flags with no kolo equivalent: refused with the reason (exit status 2).
@@ -393,6 +396,7 @@ class LaunchOptions(NamedTuple):
     failure_grace: float = DEFAULT_FAILURE_GRACE  # seconds survivors get after a rank failed
     binding: BindSpec = BindSpec()  # Gloo mode's binding request (binding.py)
     binding_args: Optional[List[str]] = None  # MPI mode: replaces the placement when set
+    prefix_timestamp: bool = False  # -prefix-timestamp: the time before each output line
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -719,7 +723,8 @@ def parse(argv, environ=None):
         knob_env=knob_environment(ns, start_timeout),
         extra_env=_extra_environment(ns.env, environ), command=command,
         notes=_ignored_notes(ns) + config_notes, failure_grace=failure_grace, binding=binding,
-        binding_args=binding_args, elastic=elastic)
+        binding_args=binding_args, elastic=elastic,
+        prefix_timestamp=bool(ns.prefix_timestamp))
 
 
 def _flag_or_env(text, flag, environ, names, default, low):
@@ -739,10 +744,18 @@ def _binding(ns):
 
 
 def _ignored_notes(ns):
+    """One note per flag kolo accepts without effect, naming the --config-file key instead of
+    the flag when the file set it; and for --mpi-args in Gloo mode (horovodrun passes them to
+    mpirun only, so they change nothing there either, but a user who gave them expects an
+    effect)."""
     notes = []
     for opt in OPTIONS:
         if opt.group == G_COMPAT and getattr(ns, opt.dest) not in (None, False):
-            notes.append("%s has no effect in kolo (%s)" % ("/".join(opt.names), opt.help))
+            notes.append("%s has no effect in kolo (%s)"
+                         % (_source(ns, opt.dest, "/".join(opt.names)), opt.help))
+    if ns.mpi_args and not ns.mpi:
+        notes.append("--mpi-args has no effect in Gloo mode (they are arguments for mpirun, "
+                     "which only --mpi runs)")
     return tuple(notes)
 
 

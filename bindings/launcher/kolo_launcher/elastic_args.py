@@ -46,7 +46,7 @@ ELASTIC_OPTIONS = [
      "elastic: how long to wait for slots before the job fails: -np of them before the first "
      "round, --min-np after failures; also how long a removed worker may take to reach its "
      "next commit before it is stopped (default: $KOLO_ELASTIC_TIMEOUT, "
-     "$HOROVOD_ELASTIC_TIMEOUT, else 600)"),
+     "$HOROVOD_ELASTIC_TIMEOUT, $HOROVOD_ELASTIC_START_TIMEOUT, else 600)"),
     (("--reset-limit",), "reset_limit", "value", "N",
      "elastic: fail the job when the workers would be re-formed more than N times (a round "
      "after the first; one that only admits a failed worker's replacement belongs to the "
@@ -176,7 +176,10 @@ def elastic_options(ns, hosts, environ, error):
     slots = _int(ns.slots_per_host, "--slots-per-host", 1, error) \
         if ns.slots_per_host is not None else 1
     timeout_text, flag = ns.elastic_timeout, "--elastic-timeout"
-    for name in ("KOLO_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"):
+    # HOROVOD_ELASTIC_START_TIMEOUT: the name Horovod's elastic.rst documents (and its
+    # earlier drivers read); HOROVOD_ELASTIC_TIMEOUT: the one horovodrun --help names
+    for name in ("KOLO_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT",
+                 "HOROVOD_ELASTIC_START_TIMEOUT"):
         if timeout_text is None and name in environ:
             timeout_text, flag = environ[name], name
     timeout = (_seconds(timeout_text, flag, 0, error) if timeout_text is not None

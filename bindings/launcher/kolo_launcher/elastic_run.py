@@ -354,7 +354,7 @@ class ElasticJob(GlooJob):
                 hosts = self._discover()
 
     def _run_started(self, hosts):
-        self.pump = OutputPump(self.console)
+        self.pump = OutputPump(self.console, timestamp=self.opts.prefix_timestamp)
         self.pump.start()
         if self.opts.verbose:
             self.console.message("elastic job: rendezvous store on %s:%d; hosts %s; workers "

@@ -336,7 +336,7 @@ class GlooJob:
                 for r, c in sorted(self.cpus.items())))
         elif self.binding_note and not self.cpus and opts.binding.bind != "none":
             self.console.message(self.binding_note)  # binding wanted but not possible
-        self.pump = OutputPump(self.console)
+        self.pump = OutputPump(self.console, timestamp=self.opts.prefix_timestamp)
         failure = self._start_all(reach)
         self.pump.start()
         if failure is None:

@@ -5,7 +5,7 @@ under MPI from KOLO_CONTROLLER=mpi and takes rank/size from MPI itself, so no ra
 are set. The line follows horovodrun's:
 
   mpirun [--allow-run-as-root] -np N -H h1:s1,h2:s2 PLACEMENT --tag-output
-         -mca pml ob1 -mca btl ^openib [-mca plm_rsh_args "-p PORT [-i KEY]"]
+         -mca pml ob1 -mca btl ^openib [--timestamp-output] [-mca plm_rsh_args "-p PORT [-i KEY]"]
          [-mca btl_tcp_if_include IF -mca oob_tcp_if_include IF] [--output-filename DIR]
          -x KOLO_CONTROLLER=mpi -x KOLO_...=... -x VAR ... [--mpi-args] COMMAND ARGS
 
@@ -95,6 +95,8 @@ def build_command(opts, environ, is_root, mpirun="mpirun", placement=None):
         placement = ["-map-by", "slot", "-bind-to", "core"]
     cmd += ["-np", str(opts.np), "-H", hosts] + list(placement)
     cmd += ["--tag-output", "-mca", "pml", "ob1", "-mca", "btl", "^openib"]
+    if opts.prefix_timestamp:
+        cmd.append("--timestamp-output")  # horovodrun's mpi_run does the same
     rsh = []
     if opts.ssh_port:
         rsh += ["-p", str(opts.ssh_port)]

@@ -9,6 +9,10 @@ whole up to 16 MiB (_MAX_LINE: a longer one is cut there, each piece on a line o
 rank that never prints a newline cannot make kolorun hold unbounded memory), and a last line
 without a newline gets one at EOF. kolorun's own messages go through the same Console lock.
 
+-prefix-timestamp (OutputPump(timestamp=True)): each line gets the local time in front of its
+prefix, "Mon Jan  6 10:00:00 2025[3]<stdout>:text", horovodrun's format (time.asctime() of when
+the line is forwarded, as its prefix_stream adds it), on the terminal and in the files alike.
+
 --output-filename (a pipe's `copy`): as horovodrun's gloo_run, which writes each rank's output
 to MultiFile([sys.stdout, file]), every line goes to the terminal and to the rank's file, the
 same prefixed text in both (horovodrun's forward_stream adds the prefix before either write); a
@@ -70,9 +74,15 @@ def split_lines(buf):
     return lines, rest
 
 
+def stamp():
+    """horovodrun's -prefix-timestamp text: the local time as time.asctime() writes it."""
+    return time.asctime(time.localtime()).encode()
+
+
 class OutputPump:
-    def __init__(self, console):
+    def __init__(self, console, timestamp=False):
         self._console = console
+        self._timestamp = timestamp
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -167,6 +177,8 @@ class OutputPump:
             prefix, to_err = state[1], state[2]
             self._writing = True  # a write that a slow reader holds up is progress too
             try:
+                if self._timestamp:
+                    prefix = stamp() + prefix
                 text = b"".join(prefix + line for line in lines)
                 self._console.write(text, to_err)
                 self._write_copy(state, text)
@@ -176,8 +188,9 @@ class OutputPump:
 
     def _flush_rest(self, state):
         if state[3]:
-            self._console.write(state[1] + state[3] + b"\n", state[2])
-            self._write_copy(state, state[1] + state[3])
+            prefix = (stamp() if self._timestamp else b"") + state[1]
+            self._console.write(prefix + state[3] + b"\n", state[2])
+            self._write_copy(state, prefix + state[3])
             state[3] = b""
 
     def _write_copy(self, state, data):
