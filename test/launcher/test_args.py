@@ -321,3 +321,13 @@ def test_remote_argv_ssh_and_template():
     assert "python 'a b.py'" in script
     t = ssh.remote_argv("ns1", {}, ["true"], 1, template="ip netns exec {host} sh -c")
     assert t[:5] == ["ip", "netns", "exec", "ns1", "sh"] and t[5] == "-c"
+
+
+def test_exit_status_255_of_a_remote_rank_points_at_ssh():
+    # horovodrun checks ssh to every host before it starts ("could not connect to some hosts
+    # via ssh"); kolorun starts the ranks at once, so a remote rank's 255 says what it means
+    from kolo_launcher.workers import ExitStatus
+    remote = ExitStatus(code=255, signal=None).describe(remote=True)
+    assert remote.startswith("exited with status 255 (255 is ssh's status") and "log in" in remote
+    assert ExitStatus(code=255, signal=None).describe(remote=False) == "exited with status 255"
+    assert "ssh" not in ExitStatus(code=3, signal=None).describe(remote=True)

@@ -50,6 +50,11 @@ class ExitStatus(NamedTuple):
         if remote and 128 < self.code < 128 + 65:
             text += " (128+%d: it probably died on %s)" % (self.code - 128,
                                                            _signame(self.code - 128))
+        if remote and self.code == 255:
+            # horovodrun checks ssh to every host first ("could not connect to some hosts via
+            # ssh"); kolorun starts the rank at once, so it says what 255 usually means
+            text += (" (255 is ssh's status when it cannot reach the host or log in without a "
+                     "prompt: see ssh's message above)")
         return text
 
     def shell_code(self):
