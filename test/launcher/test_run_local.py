@@ -213,3 +213,34 @@ def test_both_ways_of_starting_ranks_set_the_same_variables(tmp_path):
         assert "KOLO_ELASTIC_WORKER_ID" not in local
         assert got["MAX"][rank]["KOLO_RANK"] == str(rank) and "KOLO_RUN_PORT" not in \
             got["MAX"][rank]  # kolo.run's own local ranks: not an elastic job under kolorun
+
+
+def test_network_interface_as_a_string_or_a_list_of_names(tmp_path):
+    """horovod.run documents network_interface as 'eth0,eth1' and keeps it as its set of NICs
+    (Ray's HorovodConfig passes a set): kolo.run takes a list or set too; anything else is a
+    ValueError before anything starts."""
+    env = _env(tmp_path)
+    script = tmp_path / "nic.py"
+    script.write_text(textwrap.dedent("""\
+        import kolo
+
+        def iface():
+            import os
+            return os.environ.get("KOLO_GLOO_IFACE")
+
+        print("STR", kolo.run(iface, np=1, network_interface="lo"))
+        print("LIST", kolo.run(iface, np=1, network_interface=["lo"]))
+        print("SET", kolo.run(iface, np=1, network_interface={"lo"}))
+        for bad in ([], [3], 7):
+            try:
+                kolo.run(iface, np=1, network_interface=bad)
+            except ValueError as e:
+                print("BAD", e)
+    """))
+    r = subprocess.run([PY, str(script)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:3] == ["STR ['lo']", "LIST ['lo']", "SET ['lo']"], r.stdout + r.stderr
+    assert len(lines) == 6 and all(l.startswith("BAD kolo.run: network_interface must be")
+                                   for l in lines[3:]), r.stdout

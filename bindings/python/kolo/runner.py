@@ -163,6 +163,21 @@ def _with_slots(hosts, slots):
     return ",".join(entries)
 
 
+def _interfaces(value):
+    """network_interface as kolorun's --network-interface text: horovod.run documents a
+    comma-separated string ("eth0,eth1") and keeps it as its set of NICs, so a list, tuple or
+    set of names (Ray's HorovodConfig.nics) is taken too: a list in its order, a set sorted."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (set, frozenset)):
+        value = sorted(value, key=str)
+    if not isinstance(value, (list, tuple)) or not value or \
+            not all(isinstance(v, str) and v for v in value):
+        raise ValueError("kolo.run: network_interface must be interface names, as 'eth0,eth1' "
+                         "or a list of names; got %r" % (value,))
+    return ",".join(value)
+
+
 class _NotGiven:
     """The default of num_proc / np: 1 rank (with hosts too); None takes every slot."""
 
@@ -263,9 +278,10 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
       own; a failing rank, one that lags the first rank's init by start_timeout, and the
       runtime's timeouts still end a broken job, but a function that never returns runs on).
     network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
-      kolorun's options of the same names (output_filename also writes each rank's output,
-      with its "[rank]<stdout>:" prefix, to DIR/rank.N/, as horovod.run); any of them but
-      verbose makes even a local job run under kolorun.
+      kolorun's options of the same names (network_interface: "eth0,eth1" or a list of
+      names; output_filename also writes each rank's output, with its "[rank]<stdout>:"
+      prefix, to DIR/rank.N/, as horovod.run); any of them but verbose makes even a local job
+      run under kolorun.
     slots: the slot count of every `hosts` entry written without one ("a,b" with slots=2 is
       "a:2,b:2"), horovod.run's slots per host; no effect on entries with a count, on a
       hostfile's lines (each gives its slots=) or without hosts (np ranks on this machine).
@@ -305,6 +321,7 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
         raise ValueError("np=None (every slot) needs hosts or a hostfile")
     if elastic is None:
         _check_slots(hosts, np)
+    network_interface = _interfaces(network_interface)
     kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
                        output_filename)
     if not remote and any(o is not None for o in kolorun_options):
