@@ -18,6 +18,14 @@
 //   kill-mid      every rank submits a large allreduce (--mb MiB of float32, 256); a thread of
 //                 the victim SIGKILLs the process once --kill-at (8) of 64 sampled elements of
 //                 its tensor hold sums, i.e. mid-transfer (or after --delay-ms)
+//   kill-mid-bcast, kill-mid-alltoall, kill-mid-allgather
+//                 every rank runs a large broadcast (root: the rank after the victim) /
+//                 alltoall / allgather of --mb MiB twice; the first run is timed, and in the
+//                 second a thread of the victim SIGKILLs it after half of that time
+//   kill-negotiate every rank submits bursts of 64 new names (each round negotiates them at
+//                 rank 0) and waits for them; the victim SIGKILLs itself after --delay-ms
+//   kill-set      every rank completes "t0", then calls kolo_add_process_set({0..N-2}); a thread
+//                 of the victim SIGKILLs it --delay-ms after its call started
 //   stop          every rank completes "t0"; then the victim SIGSTOPs itself (the harness
 //                 sends SIGCONT later: it must then fail on its own, not hang)
 //   exit          every rank completes "t0"; then the victim _exit(0)s (sockets close, no
@@ -222,6 +230,148 @@ Outcome allreduceLarge(const char* name, int64_t mb, double bound, const Options
   return o;
 }
 
+// SIGKILLs this process from a detached thread after `ms` milliseconds, printing the victim's
+// line (with `what`) first.
+void killLater(double ms, const std::string& what) {
+  std::thread([ms, what] {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+    std::printf("FAULT_VICTIM rank=%d action=SIGKILL %s wall=%.3f\n", kolo_rank(), what.c_str(),
+                wallNow());
+    std::fflush(stdout);
+    raise(SIGKILL);
+  }).detach();
+}
+
+// One large broadcast / alltoall / allgather of `mb` MiB of int32 (rank-dependent values),
+// waited for; the outcome checked at a few places when it succeeds. killMs >= 0: this rank
+// SIGKILLs itself that long after the submission.
+Outcome largeCollective(const std::string& kind, const char* name, int64_t mb, double bound,
+                        int victim, double killMs) {
+  Outcome o;
+  const int rank = kolo_rank(), size = kolo_size();
+  int64_t n = mb * (1 << 20) / 4;
+  n -= n % size;  // alltoall divides dimension 0 evenly
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(rank * 1000 + i % 1000);
+  int64_t shape[1] = {n};
+  kolo_tensor_t t = {v.data(), KOLO_INT32, 1, shape, KOLO_CPU_DEVICE, nullptr};
+  kolo_handle_t h = 0;
+  const int root = (victim + 1) % size;
+  auto start = Clock::now();
+  int rc;
+  if (kind == "bcast") {
+    rc = kolo_broadcast_async(name, &t, root, KOLO_GLOBAL_PROCESS_SET, nullptr, nullptr, &h);
+  } else if (kind == "alltoall") {
+    rc = kolo_alltoall_async(name, &t, nullptr, 0, nullptr, nullptr, KOLO_GLOBAL_PROCESS_SET,
+                             nullptr, nullptr, &h);
+  } else {
+    rc = kolo_allgather_async(name, &t, nullptr, nullptr, KOLO_GLOBAL_PROCESS_SET, nullptr, nullptr,
+                              &h);
+  }
+  if (rc == KOLO_OK && killMs >= 0) {
+    char what[64];
+    std::snprintf(what, sizeof what, "during=%s after_ms=%.0f", kind.c_str(), killMs);
+    killLater(killMs, what);
+  }
+  if (rc == KOLO_OK) {
+    rc = kolo_handle_wait(h, bound);
+    int st = 0;
+    const char* text = nullptr;
+    if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
+      o.code = "HANG";
+      o.msg = "still running after " + std::to_string(bound) + " s";
+      o.elapsed = since(start);
+      return o;
+    }
+    if (rc != KOLO_OK) o.msg = kolo_last_error();
+  } else {
+    o.msg = kolo_last_error();
+  }
+  o.elapsed = since(start);
+  o.wall = wallNow();
+  o.code = kolo_status_string(rc);
+  if (rc == KOLO_OK) {
+    // Element i of rank r's input is r * 1000 + i % 1000.
+    const int32_t* out = v.data();
+    int64_t blockIn = n / size, total = n;
+    void* data = nullptr;
+    int32_t nd = 0;
+    int64_t os[KOLO_MAX_DIMS] = {};
+    if (kind != "bcast") {
+      kolo_handle_output(h, &data, &nd, os);
+      out = static_cast<const int32_t*>(data);
+      total = kind == "alltoall" ? n : n * size;
+    }
+    auto want = [&](int64_t i) -> int64_t {
+      if (kind == "bcast") return root * 1000 + i % 1000;
+      if (kind == "alltoall") return (i / blockIn) * 1000 + (rank * blockIn + i % blockIn) % 1000;
+      return (i / n) * 1000 + (i % n) % 1000;
+    };
+    if (out == nullptr || (kind != "bcast" && os[0] != total)) {
+      o.code = "WRONG";
+      o.msg = kind + ": no output or a wrong output shape";
+    } else {
+      for (int64_t i : {int64_t{0}, total / 3, total / 2 + 7, total - 1}) {
+        if (out[i] != want(i)) {
+          o.code = "WRONG";
+          o.msg = kind + ": element " + std::to_string(i) + " is " + std::to_string(out[i]) +
+                  ", expected " + std::to_string(want(i));
+          break;
+        }
+      }
+    }
+  }
+  kolo_handle_release(h);
+  return o;
+}
+
+// Bursts of 64 small allreduces under new names, waited for, until one fails (or `bound`).
+Outcome negotiateBursts(double bound) {
+  Outcome o;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(bound);
+  std::vector<std::vector<int32_t>> data(64, std::vector<int32_t>(16, kolo_rank()));
+  int64_t shape[1] = {16};
+  for (int burst = 0; o.code == "OK" && Clock::now() < deadline; ++burst) {
+    std::vector<kolo_handle_t> hs;
+    for (int k = 0; k < 64; ++k) {
+      kolo_tensor_t t = {data[k].data(), KOLO_INT32, 1, shape, KOLO_CPU_DEVICE, nullptr};
+      std::string name = "neg." + std::to_string(burst) + "." + std::to_string(k);
+      kolo_handle_t h = 0;
+      int rc =
+          kolo_allreduce_async(name.c_str(), &t, nullptr, KOLO_SUM, 1, 1, 0, nullptr, nullptr, &h);
+      if (rc != KOLO_OK) {
+        if (o.code == "OK") {
+          o.code = kolo_status_string(rc);
+          o.msg = kolo_last_error();
+          o.wall = wallNow();
+        }
+        break;
+      }
+      hs.push_back(h);
+    }
+    for (kolo_handle_t h : hs) {
+      int rc = kolo_handle_wait(h, bound);
+      int st = 0;
+      const char* text = nullptr;
+      if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
+        o.code = "HANG";
+        o.msg = "still running after " + std::to_string(bound) + " s";
+        o.elapsed = since(start);
+        return o;
+      }
+      if (rc != KOLO_OK && o.code == "OK") {
+        o.code = kolo_status_string(rc);
+        o.msg = kolo_last_error();
+        o.wall = wallNow();
+      }
+      kolo_handle_release(h);
+    }
+  }
+  o.elapsed = since(start);
+  return o;
+}
+
 // Every socket of this process is shut down (both directions); the descriptors stay open.
 int shutdownAllSockets() {
   int count = 0;
@@ -388,6 +538,24 @@ int run(const Options& opt) {
     Outcome o = allreduceLarge("big", opt.mb, opt.bound, opt);
     return observeFault(opt, "survivor", o);
   }
+  if (opt.mode.rfind("kill-mid-", 0) == 0) {
+    const std::string kind = opt.mode.substr(9);
+    if (kind != "bcast" && kind != "alltoall" && kind != "allgather") {
+      return usage(("unknown mode " + opt.mode).c_str());
+    }
+    Outcome warm = largeCollective(kind, "warm", opt.mb, opt.bound, opt.victim, -1);
+    if (warm.code != "OK") {
+      printResult("survivor", warm, Outcome(), 0, opt.victim);
+      return kNoFault;
+    }
+    Outcome o = largeCollective(kind, "big", opt.mb, opt.bound, opt.victim,
+                                victim ? warm.elapsed * 1000 / 2 : -1);
+    return observeFault(opt, "survivor", o);
+  }
+  if (opt.mode == "kill-negotiate") {
+    if (victim) killLater(opt.delayMs, "during=negotiation");
+    return observeFault(opt, "survivor", negotiateBursts(opt.bound));
+  }
 
   // The remaining modes start from a completed, verified op.
   Outcome first = allreduceInts("t0", 1024, opt.bound);
@@ -400,6 +568,19 @@ int run(const Options& opt) {
       announce("SIGKILL");
       raise(SIGKILL);
     }
+  } else if (opt.mode == "kill-set") {
+    std::vector<int32_t> members;
+    for (int r = 0; r + 1 < kolo_size(); ++r) members.push_back(r);
+    if (victim) killLater(opt.delayMs, "during=add_process_set");
+    Outcome o;
+    auto t = Clock::now();
+    int32_t id = -1;
+    int src = kolo_add_process_set(members.data(), static_cast<int32_t>(members.size()), &id);
+    o.elapsed = since(t);
+    o.wall = wallNow();
+    o.code = kolo_status_string(src);
+    if (src != KOLO_OK) o.msg = kolo_last_error();
+    return observeFault(opt, "survivor", o);
   } else if (opt.mode == "stop") {
     if (victim) {
       announce("SIGSTOP");
@@ -479,7 +660,7 @@ int main(int argc, char** argv) {
     }
   }
   if (opt.mode.empty()) return usage("--mode is required");
-  if (opt.mb < 0) opt.mb = opt.mode == "kill-mid" ? 256 : 0;
+  if (opt.mb < 0) opt.mb = opt.mode.rfind("kill-mid", 0) == 0 ? 256 : 0;
   if (opt.delayMs < 0) opt.delayMs = opt.mode == "kill-mid" ? 20000 : 300;
   return run(opt);
 }

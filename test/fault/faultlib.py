@@ -19,6 +19,8 @@ REPO = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
 BUILD = os.environ.get("KOLO_FAULT_BUILD_DIR") or os.path.join(REPO, "build-fault")
 WORKER = os.environ.get("KOLO_FAULT_WORKER") or os.path.join(
     BUILD, "test", "fault", "kolo_fault_worker")
+PROBE = os.environ.get("KOLO_FAULT_PROBE") or os.path.join(
+    BUILD, "test", "fault", "kolo_fault_probe")
 STORE_SERVER = os.environ.get("KOLO_STORE_SERVER") or os.path.join(
     BUILD, "test", "support", "kolo-store-server")
 KOLORUN = os.environ.get("KOLO_KOLORUN") or os.path.join(REPO, "bindings", "launcher", "kolorun")
@@ -158,7 +160,8 @@ class StoreServer:
 class Job:
     """N fault_worker ranks over Gloo (KOLO_SHM as given) with a store server of their own."""
 
-    def __init__(self, tmp_path, np, args, shm="auto", ranks=None, port=None, env=None):
+    def __init__(self, tmp_path, np, args, shm="auto", ranks=None, port=None, env=None,
+                 program=None):
         self.tmp = str(tmp_path)
         self.tag = new_tag()
         self.server = None if port is not None else StoreServer(tmp_path)
@@ -170,11 +173,11 @@ class Job:
             rank_env = base_env(KOLO_RANK=r, KOLO_SIZE=np, KOLO_LOCAL_RANK=r, KOLO_LOCAL_SIZE=np,
                                 KOLO_CONTROLLER="gloo", KOLO_RENDEZVOUS_ADDR="127.0.0.1",
                                 KOLO_RENDEZVOUS_PORT=self.port, KOLO_SHM=shm)
-            rank_env.update(env or {})
+            rank_env.update({k: str(v) for k, v in (env or {}).items()})
             out = open(os.path.join(self.tmp, "rank%d.log" % r), "wb")
             self.outputs[r] = out.name
             self.procs[r] = subprocess.Popen(
-                [WORKER] + [str(a) for a in args] + ["--tag", self.tag], env=rank_env,
+                [program or WORKER] + [str(a) for a in args] + ["--tag", self.tag], env=rank_env,
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             out.close()
 
