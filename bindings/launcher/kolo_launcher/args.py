@@ -240,7 +240,7 @@ OPTIONS = [
     Opt(("-prefix-timestamp", "--prefix-output-with-timestamp"), "prefix_timestamp", "flag",
         None, G_OUT,
         "put the local time before each forwarded output line, as horovodrun does: "
-        "\"Mon Jan  6 10:00:00 2025[0]<stdout>:text\" (Python's time.asctime()), also in the "
+        "\"Mon Jan 13 10:00:00 2025[0]<stdout>:text\" (Python's time.asctime()), also in the "
         "--output-filename files; MPI mode passes mpirun --timestamp-output (the same format)"),
     Opt(("--verbose",), "verbose", "flag", None, G_OUT,
         "print what kolorun does: the host assignment, the store address, each remote command, "
