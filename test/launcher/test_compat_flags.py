@@ -596,3 +596,22 @@ def test_elastic_timeout_from_horovods_documented_variable():
     del env["HOROVOD_ELASTIC_TIMEOUT"]
     with pytest.raises(args.UsageError, match="HOROVOD_ELASTIC_START_TIMEOUT: expected"):
         parse(*argv, env=env)
+
+
+def test_gloo_timeout_seconds_is_start_timeout_and_not_given_twice(tmp_path):
+    # horovodrun's --gloo-timeout-seconds (Gloo's rendezvous and op timeout) is kolorun's
+    # --start-timeout; both at once would silently keep the last: an error naming both
+    assert parse("-np", "1", "--gloo-timeout-seconds", "45", "c").start_timeout == 45
+    with pytest.raises(args.UsageError, match="--start-timeout and --gloo-timeout-seconds "
+                       "are one setting"):
+        parse("-np", "1", "--start-timeout", "5", "--gloo-timeout-seconds", "60", "c")
+    with pytest.raises(args.UsageError, match="^--gloo-timeout-seconds: expected a number"):
+        parse("-np", "1", "--gloo-timeout-seconds", "x", "c")
+    pytest.importorskip("yaml")
+    path = config(tmp_path, "library_options:\n  gloo_timeout_seconds: 60\n")
+    assert parse("-np", "1", "--config-file", path, "c").start_timeout == 60
+    # a flag on the command line, either name, wins over the file's key
+    assert parse("-np", "1", "--config-file", path, "--gloo-timeout-seconds", "9",
+                 "c").start_timeout == 9
+    assert parse("-np", "1", "--config-file", path, "--start-timeout", "8", "c").start_timeout \
+        == 8

@@ -225,11 +225,14 @@ OPTIONS = [
         "first (Gloo uses one); NCCL_SOCKET_IFNAME and, in MPI mode, btl_tcp_if_include / "
         "oob_tcp_if_include get them all; default: the store listens on every address and "
         "ranks choose their own"),
-    Opt(("--start-timeout", "--gloo-timeout-seconds"), "start_timeout", "value", "SECONDS",
-        G_NET,
+    Opt(("--start-timeout",), "start_timeout", "value", "SECONDS", G_NET,
         "fail the job when a rank has not connected to the store SECONDS after the first "
         "rank did (the ranks' init waits as long for each other; default: "
         "$KOLO_START_TIMEOUT, else 120); sets KOLO_START_TIMEOUT"),
+    Opt(("--gloo-timeout-seconds",), "gloo_timeout", "value", "SECONDS", G_NET,
+        "horovodrun's timeout of Gloo's rendezvous and operations: in kolorun another name "
+        "of --start-timeout (a silent peer fails kolo's operations after KOLO_TIMEOUT_SECONDS, "
+        "default 30, as Gloo's); giving both is an error"),
     Opt(("-x",), "env", "append", "VAR[=VAL]", G_ENV,
         "set VAR=VAL in every rank, or pass the launcher's own VAR (repeatable); in MPI mode "
         "exported with mpirun -x"),
@@ -652,6 +655,13 @@ def parse(argv, environ=None):
     if ns.check_build:
         print_report(verbose=bool(ns.verbose), environ=environ)
         return None
+    start_flag = "--start-timeout"
+    if ns.gloo_timeout is not None:  # before the file, whose gloo_timeout_seconds it overrides
+        if ns.start_timeout is not None:
+            raise UsageError("--start-timeout and --gloo-timeout-seconds are one setting in "
+                             "kolorun (how long ranks may take to connect); give one of them "
+                             "(kolo's operations time out after KOLO_TIMEOUT_SECONDS)")
+        ns.start_timeout, start_flag = ns.gloo_timeout, "--gloo-timeout-seconds"
     config_notes = ()
     if ns.config_file is not None:
         config_notes, ns.config_origin = apply_config(ns, ns.config_file, UsageError)
@@ -696,7 +706,7 @@ def parse(argv, environ=None):
                     names.append(name)
         ns.network_interface = ",".join(names)
     start_timeout = _flag_or_env(ns.start_timeout,
-                                 _source(ns, "start_timeout", "--start-timeout"), environ,
+                                 _source(ns, "start_timeout", start_flag), environ,
                                  ("KOLO_START_TIMEOUT", "HOROVOD_START_TIMEOUT"),
                                  DEFAULT_START_TIMEOUT, 1)
     ssh_port = _integer(ns.ssh_port, "--ssh-port", 1, 65535) if ns.ssh_port is not None else None
