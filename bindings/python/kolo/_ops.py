@@ -52,6 +52,68 @@ def _refuse(collective, full, ps_id, error, group_size=0):
                          str(error).encode("utf-8", "replace"))
 
 
+class Where:
+    """Names an op in this rank's errors: "<op> '<full name>' on rank <r>", with " (tensor <i>)"
+    for a member of a group. The text (and the rank) is built only when an error is raised, so
+    the hot path pays for one small object."""
+
+    __slots__ = ("op", "full", "member")
+
+    def __init__(self, op, full, member=None):
+        self.op, self.full, self.member = op, full, member
+
+    def at(self, member):
+        return Where(self.op, self.full, member)
+
+    def __str__(self):
+        what = "%s %r" % (self.op, self.full)
+        if self.member is not None:
+            what += " (tensor %d)" % self.member
+        rank = _lib.lib.kolo_rank()
+        return what if rank < 0 else "%s on rank %d" % (what, rank)
+
+
+def name_error(error, where):
+    """Makes `error` (raised by this rank's own checks) start with `where`, so that it names
+    the op, its tensor and this rank whichever check raised it. Returns the reason without
+    that prefix (what the other ranks are told, after their own "rank R could not submit
+    it")."""
+    text = str(error)
+    prefix = "%s: " % (where,)
+    if text.startswith(prefix):
+        return text[len(prefix):]
+    if text.startswith("%s %r " % (where.op, where.full)):
+        return text  # a group member's check: it names the member and the rank itself
+    if len(error.args) == 1 and isinstance(error.args[0], str):
+        error.args = (prefix + text,)
+    return text
+
+
+def fail(collective, full, ps_id, error, where, group_size=0):
+    """This rank's check of the op's arguments raised `error` (the caller re-raises it): the
+    op is refused (_refuse) and the error names the op and this rank (name_error)."""
+    _refuse(collective, full, ps_id, name_error(error, where), group_size)
+
+
+def refuse_rest(op_type, collective, names, process_set, reason):
+    """Refuses the ops of one call that this rank will not submit because an earlier op of the
+    same call failed here (the members of a grouped allgather or reducescatter after a bad
+    tensor, the two allgathers of a sparse allreduce): `names` are their user names, or None
+    for automatic names, drawn in order as the other ranks draw them. The other ranks' copies
+    fail at once naming this rank instead of waiting for it until the stall shutdown (and a
+    retry under the same names works), and the automatic name counters stay in step."""
+    try:
+        _, ps_id = _process_set(process_set)
+    except Exception:  # noqa: BLE001 (a bad set: the caller's error says so, nothing to send)
+        return
+    for name in names:
+        try:
+            full = common.names.make(op_type, name, ps_id)
+        except ValueError:
+            continue  # a name no rank can submit
+        _refuse(collective, full, ps_id, reason)
+
+
 def owned_output(h):
     """(data pointer, shape tuple) of a completed handle's owned output."""
     data = ctypes.c_void_p()
@@ -97,7 +159,7 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
                     process_set):
     _, ps_id = _process_set(process_set)
     full = common.names.make("allreduce", name, ps_id)
-    label = "allreduce" if name is None else "allreduce %r" % name
+    label = Where("allreduce", full)
     try:
         c_op = common.to_c_op(op)
         pre = common.check_scale(prescale_factor, "prescale_factor")
@@ -107,7 +169,7 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
         output = None if inplace else A.empty_like(work)
         d_out = A.describe(output, label) if output is not None else None
     except Exception as e:
-        _refuse(_lib.COLL_ALLREDUCE, full, ps_id, e)
+        fail(_lib.COLL_ALLREDUCE, full, ps_id, e, label)
         raise
 
     out_ref = ctypes.byref(d_out) if d_out is not None else None
@@ -120,7 +182,7 @@ def allreduce_async(A, tensor, inplace, name, op, prescale_factor, postscale_fac
         finish = lambda hs: _copy_back(A, tensor, work)  # noqa: E731
     else:
         finish = lambda hs: output  # noqa: E731
-    return _start(A, "allreduce %r" % full, submit, finish, (tensor, work, output, d_in, d_out))
+    return _start(A, label, submit, finish, (tensor, work, output, d_in, d_out))
 
 
 def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, postscale_factor,
@@ -132,27 +194,27 @@ def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, post
         # Refused as a group of one: the others' groups fail at once (the group sizes differ),
         # and the name counters stay in step.
         e = ValueError("grouped_allreduce needs at least one tensor")
-        _refuse(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, 1)
+        fail(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, Where("grouped_allreduce", full), 1)
         raise e
-    label = "grouped_allreduce" if name is None else "grouped_allreduce %r" % name
+    label = Where("grouped_allreduce", full)
     n = len(tensors)
     try:
         c_op = common.to_c_op(op)
         pre = common.check_scale(prescale_factor, "prescale_factor")
         post = common.check_scale(postscale_factor, "postscale_factor")
         if inplace:
-            works = [_inplace_work(A, t, "%s[%d]" % (label, i)) for i, t in enumerate(tensors)]
+            works = [_inplace_work(A, t, label.at(i)) for i, t in enumerate(tensors)]
         else:
             works = [A.contiguous(t) for t in tensors]
-        d_in = [A.describe(w, "%s[%d]" % (label, i)) for i, w in enumerate(works)]
+        d_in = [A.describe(w, label.at(i)) for i, w in enumerate(works)]
         c_in = (_lib.KoloTensor * n)(*d_in)
         outputs, d_out, c_out = None, None, None
         if not inplace:
             outputs = [A.empty_like(w) for w in works]
-            d_out = [A.describe(o, "%s[%d]" % (label, i)) for i, o in enumerate(outputs)]
+            d_out = [A.describe(o, label.at(i)) for i, o in enumerate(outputs)]
             c_out = (_lib.KoloTensor * n)(*d_out)
     except Exception as e:
-        _refuse(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, n)
+        fail(_lib.COLL_GROUPED_ALLREDUCE, full, ps_id, e, label, n)
         raise
 
     def submit(hp):
@@ -165,18 +227,18 @@ def grouped_allreduce_async(A, tensors, inplace, name, op, prescale_factor, post
         return [_copy_back(A, t, w) for t, w in zip(tensors, works)]
 
     keep = (tensors, works, outputs, d_in, d_out, c_in, c_out)
-    return _start(A, "grouped_allreduce %r" % full, submit, finish, keep)
+    return _start(A, label, submit, finish, keep)
 
 
 def allgather_async(A, tensor, name, process_set):
     _, ps_id = _process_set(process_set)
     full = common.names.make("allgather", name, ps_id)
-    label = "allgather" if name is None else "allgather %r" % name
+    label = Where("allgather", full)
     try:
         work = A.contiguous(tensor)
         d_in = A.describe(work, label)
     except Exception as e:
-        _refuse(_lib.COLL_ALLGATHER, full, ps_id, e)
+        fail(_lib.COLL_ALLGATHER, full, ps_id, e, label)
         raise
 
     def submit(hp):
@@ -187,13 +249,13 @@ def allgather_async(A, tensor, name, process_set):
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return _start(A, "allgather %r" % full, submit, finish, (tensor, work, d_in))
+    return _start(A, label, submit, finish, (tensor, work, d_in))
 
 
 def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
     ps, ps_id = _process_set(process_set)
     full = common.names.make("broadcast", name, ps_id)
-    label = "broadcast" if name is None else "broadcast %r" % name
+    label = Where("broadcast", full)
     try:
         root = ps.root_index(root_rank)
         if inplace:
@@ -206,7 +268,7 @@ def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
             result = work
         d = A.describe(work, label)
     except Exception as e:
-        _refuse(_lib.COLL_BROADCAST, full, ps_id, e)
+        fail(_lib.COLL_BROADCAST, full, ps_id, e, label)
         raise
 
     def submit(hp):
@@ -216,14 +278,14 @@ def broadcast_async(A, tensor, root_rank, inplace, name, process_set):
     def finish(hs):
         return _copy_back(A, tensor, work) if inplace else result
 
-    return _start(A, "broadcast %r" % full, submit, finish, (tensor, work, d))
+    return _start(A, label, submit, finish, (tensor, work, d))
 
 
 def alltoall_async(A, tensor, splits, name, process_set):
     """synchronize() of the returned handle gives (output, received_splits)."""
     _, ps_id = _process_set(process_set)
     full = common.names.make("alltoall", name, ps_id)
-    label = "alltoall" if name is None else "alltoall %r" % name
+    label = Where("alltoall", full)
     try:
         split_list = None
         if splits is not None:
@@ -243,7 +305,7 @@ def alltoall_async(A, tensor, splits, name, process_set):
         # down (as allgather's and allreduce's)
         n_set = _set_size(ps_id)
     except Exception as e:
-        _refuse(_lib.COLL_ALLTOALL, full, ps_id, e)
+        fail(_lib.COLL_ALLTOALL, full, ps_id, e, label)
         raise
 
     def submit(hp):
@@ -258,13 +320,13 @@ def alltoall_async(A, tensor, splits, name, process_set):
         common.raise_for_call(rc, "alltoall received splits")
         return out, A.int32_vector([received[i] for i in range(n_set)])
 
-    return _start(A, "alltoall %r" % full, submit, finish, (tensor, work, d_in, c_splits))
+    return _start(A, label, submit, finish, (tensor, work, d_in, c_splits))
 
 
 def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, process_set):
     _, ps_id = _process_set(process_set)
     full = common.names.make("reducescatter", name, ps_id)
-    label = "reducescatter" if name is None else "reducescatter %r" % name
+    label = Where("reducescatter", full)
     try:
         common.reject_adasum(op, "reducescatter")
         c_op = common.to_c_op(op)
@@ -273,7 +335,7 @@ def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, 
         work = A.contiguous(tensor)
         d_in = A.describe(work, label)
     except Exception as e:
-        _refuse(_lib.COLL_REDUCESCATTER, full, ps_id, e)
+        fail(_lib.COLL_REDUCESCATTER, full, ps_id, e, label)
         raise
 
     def submit(hp):
@@ -284,7 +346,7 @@ def reducescatter_async(A, tensor, name, op, prescale_factor, postscale_factor, 
         ptr, shape = owned_output(hs[0])
         return A.from_output(ptr, shape, work)
 
-    return _start(A, "reducescatter %r" % full, submit, finish, (tensor, work, d_in))
+    return _start(A, label, submit, finish, (tensor, work, d_in))
 
 
 def barrier(process_set=None):

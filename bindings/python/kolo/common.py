@@ -81,9 +81,12 @@ def raise_for_call(rc, what):
     msg = _lib.last_error() or _lib.status_string(rc)
     if rc == _lib.ERR_NOT_INITIALIZED:
         raise NotInitializedError("%s (%s: %s)" % (NOT_INITIALIZED_MESSAGE, what, msg))
+    # `what` may name the op and this rank (_ops.Where); the runtime's message often does too.
+    where = str(what)
+    text = msg if where in msg else "%s: %s" % (where, msg)
     if rc in _VALUE_ERRORS:
-        raise ValueError("%s: %s" % (what, msg))
-    raise KoloInternalError("%s: %s" % (what, msg), rc)
+        raise ValueError(text)
+    raise KoloInternalError(text, rc)
 
 
 def op_name(op):
@@ -146,7 +149,9 @@ def check_scale(value, what):
         raise ValueError("%s must be a number; got %r" % (what, value))
     try:
         return float(value)  # ints, floats, numpy scalars, 0-d tensors
-    except (TypeError, ValueError):
+    except OverflowError:  # an int beyond float's range
+        raise ValueError("%s is too large for a float: %.40r..." % (what, value)) from None
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a tensor of several elements
         raise ValueError("%s must be a number; got %r" % (what, value)) from None
 
 
@@ -179,16 +184,22 @@ class _NameMaker:
                 return "%s.noname.ps%d.%d" % (op_type, process_set_id, n)
             return "%s.noname.%d" % (op_type, n)
         if not isinstance(name, str):
-            raise ValueError("name must be a str or None; got %r" % (name,))
+            raise ValueError("%s: name must be a str or None; got %r" % (_where(op_type), name))
         if not name:
-            raise ValueError("name must not be empty (use None for an automatic name)")
+            raise ValueError("%s: name must not be empty (use None for an automatic name)"
+                             % _where(op_type))
         if "\0" in name:
-            raise ValueError("name must not contain NUL characters: %r" % (name,))
+            raise ValueError("%s: name must not contain NUL characters: %r"
+                             % (_where(op_type), name))
         full = "%s.%s" % (op_type, name)
         if len(full.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:  # as _ops._encode
-            raise ValueError("name %r is longer than %d bytes" % (name[:64] + "...",
-                                                                    MAX_NAME_BYTES))
+            raise ValueError("%s: name %r is longer than %d bytes"
+                             % (_where(op_type), name[:64] + "...", MAX_NAME_BYTES))
         return full
+
+
+def _where(op_type):
+    return "%s on rank %d" % (op_type, _lib.lib.kolo_rank())
 
 
 names = _NameMaker()
@@ -225,6 +236,8 @@ def start(label, submit, finish=None, keep=None):
 
 def register(c_handles, finish, keep, label):
     entry = _Entry(list(c_handles), finish, keep, label)
+    if _abandoned:
+        _sweep_abandoned()
     with _table_lock:
         handle = next(_next_handle)
         _table[handle] = entry
@@ -298,6 +311,43 @@ def synchronize(handle):
                 _lib.lib.kolo_handle_release(h)
         else:
             _orphans.append(entry)
+
+
+# Entries of ops that no caller will synchronize (the members a grouped call had already started
+# when a later member failed on this rank): their memory stays alive until the runtime is done
+# with them, then register() releases them.
+_abandoned = []
+
+
+def abandon(handles):
+    """Forgets started ops whose results nobody will read. Their C handles are released, and
+    the objects they keep alive dropped, once they completed (at a later op's start)."""
+    with _table_lock:
+        for h in handles:
+            entry = _table.pop(h, None)
+            if entry is not None:
+                _abandoned.append(entry)
+
+
+def _sweep_abandoned():
+    with _table_lock:
+        entries = list(_abandoned)
+    done = ctypes.c_int(0)
+    finished = []
+    for entry in entries:
+        for h in entry.c_handles:
+            rc = _lib.lib.kolo_handle_poll(h, ctypes.byref(done))
+            if rc == _lib.OK and not done.value:
+                break  # still running (an unknown handle, after a shutdown, counts as done)
+        else:
+            finished.append(entry)
+    if not finished:
+        return
+    for entry in finished:
+        for h in entry.c_handles:
+            _lib.lib.kolo_handle_release(h)
+    with _table_lock:
+        _abandoned[:] = [e for e in _abandoned if all(e is not f for f in finished)]
 
 
 def combine(handles, finish, label):

@@ -10,6 +10,7 @@ global rank; kolo.torch takes a global rank, as Horovod does, and converts with 
 """
 
 import ctypes
+import operator
 import threading
 
 from kolo import _lib
@@ -61,11 +62,16 @@ class ProcessSet:
     def root_index(self, root_rank):
         """The index in this set of global rank `root_rank` (ValueError if not a member)."""
         if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+            # An integer (numpy's, a 0-d integer tensor), never a float: int(1.7) would
+            # broadcast from rank 1 without a word.
             try:
-                root_rank = int(root_rank)
-            except (TypeError, ValueError):
+                root_rank = operator.index(root_rank)
+            except (TypeError, ValueError, RuntimeError):
                 raise ValueError("root_rank must be an int; got %r" % (root_rank,)) from None
         if self.process_set_id == _lib.GLOBAL_PROCESS_SET:
+            if not -2**31 <= root_rank < 2**31:  # the C API's int32 would wrap it to a rank
+                raise ValueError("root_rank %d is outside [0, %d)"
+                                 % (root_rank, len(self.ranks)))
             return root_rank  # the runtime reports an out-of-range root itself
         try:
             return self.ranks.index(root_rank)

@@ -33,6 +33,8 @@ class FP16Compressor(Compressor):
 
     @staticmethod
     def compress(tensor):
+        if not isinstance(tensor, torch.Tensor):
+            return tensor, None  # the op refuses it, on every rank, naming this one
         if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
             return tensor.type(torch.float16), tensor.dtype
         return tensor, tensor.dtype

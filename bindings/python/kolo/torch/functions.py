@@ -6,6 +6,7 @@ import pickle
 import torch
 
 from kolo import _lib, common
+from kolo import process_sets as _ps
 from kolo.basics import rank
 from kolo.process_sets import global_process_set
 from kolo.torch.mpi_ops import (allgather, broadcast_, broadcast_async_, synchronize)
@@ -62,7 +63,9 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     serialize raises there, and a count of -1 makes the other ranks raise too (Horovod's
     would wait for the bytes)."""
     if name is None:
-        ps_id = (process_set or global_process_set).process_set_id or 0
+        # The set is checked before a name is drawn: a set that is not registered (removed,
+        # or never added) raises here without moving this rank's name counter.
+        ps_id = _ps.resolve(process_set or global_process_set)
         name = common.names.make("broadcast_object", None, ps_id)
     if rank() == root_rank:
         data, error = _dumps_or_none(obj)
@@ -89,7 +92,9 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order of the set. An object that a rank
     cannot serialize raises there, and on the others naming that rank (a count of -1)."""
     if name is None:
-        ps_id = (process_set or global_process_set).process_set_id or 0
+        # The set is checked before a name is drawn: a set that is not registered (removed,
+        # or never added) raises here without moving this rank's name counter.
+        ps_id = _ps.resolve(process_set or global_process_set)
         name = common.names.make("allgather_object", None, ps_id)
     data, error = _dumps_or_none(obj)
     sizes = allgather(torch.tensor([-1 if error is not None else len(data)], dtype=torch.int64),

@@ -21,7 +21,7 @@ Semantics kept from Horovod 0.28:
 
 import torch
 
-from kolo import _ops, common
+from kolo import _lib, _ops, common
 # horovod.torch.mpi_ops also carries the lifecycle, topology and build calls, the reduction ops,
 # the process sets and HorovodInternalError; scripts import them from there, so they are here.
 from kolo.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401
@@ -96,12 +96,31 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _ops.allgather_async(_A, tensor, name, process_set)
 
 
+def _start_members(tensors, name, process_set, op_type, collective, what, start_one):
+    """Starts one op per tensor (named "<name>.<i>") and combines them into one handle whose
+    synchronize() gives the list of results. When member i fails on this rank, the members
+    after it are refused (their copies on the other ranks fail at once instead of waiting for
+    this rank until the stall shutdown) and the members already started are abandoned."""
+    tensors = list(tensors)
+    member = lambda i: None if name is None else "%s.%d" % (name, i)  # noqa: E731
+    handles = []
+    for i, t in enumerate(tensors):
+        try:
+            handles.append(start_one(t, member(i)))
+        except Exception as e:
+            reason = "tensor %d of the same %s failed on this rank: %s" % (i, what, e)
+            _ops.refuse_rest(op_type, collective, [member(j) for j in range(i + 1, len(tensors))],
+                             process_set, reason)
+            common.abandon(handles)
+            raise
+    return common.combine(handles, list, what)
+
+
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """One handle for several allgathers (named "<name>.<i>"); synchronize() gives a list."""
-    tensors = list(tensors)
-    handles = [allgather_async(t, None if name is None else "%s.%d" % (name, i), process_set)
-               for i, t in enumerate(tensors)]
-    return common.combine(handles, list, "grouped_allgather")
+    return _start_members(tensors, name, process_set, "allgather", _lib.COLL_ALLGATHER,
+                          "grouped_allgather",
+                          lambda t, member: allgather_async(t, member, process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -125,25 +144,40 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    tensors = list(tensors)
-    handles = [reducescatter_async(t, None if name is None else "%s.%d" % (name, i), op,
-                                   process_set, prescale_factor, postscale_factor)
-               for i, t in enumerate(tensors)]
-    return common.combine(handles, list, "grouped_reducescatter")
+    return _start_members(tensors, name, process_set, "reducescatter", _lib.COLL_REDUCESCATTER,
+                          "grouped_reducescatter",
+                          lambda t, member: reducescatter_async(t, member, op, process_set,
+                                                                prescale_factor,
+                                                                postscale_factor))
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Allreduce of a sparse COO tensor through two allgathers (indices and values), as
     Horovod does for sparse gradients; synchronize() returns the summed (or averaged) sparse
     tensor, with duplicate indices left uncoalesced."""
-    if op not in (Average, Sum):
-        raise ValueError("sparse allreduce supports op=Average or Sum; got %s"
-                         % common.op_name(op))
-    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
-    indices = t._indices().transpose(0, 1).contiguous()
-    values = t._values().contiguous()
-    h_idx = allgather_async(indices, None if name is None else name + ".indices", process_set)
-    h_val = allgather_async(values, None if name is None else name + ".values", process_set)
+    parts = [None, None] if name is None else [name + ".indices", name + ".values"]
+    try:
+        if op not in (Average, Sum):
+            raise ValueError("sparse allreduce supports op=Average or Sum; got %s"
+                             % common.op_name(op))
+        if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+            raise ValueError("sparse allreduce needs a sparse COO tensor; got %s"
+                             % (tensor.layout if isinstance(tensor, torch.Tensor)
+                                else type(tensor).__name__))
+        t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+        indices = t._indices().transpose(0, 1).contiguous()
+        values = t._values().contiguous()
+    except Exception as e:
+        # Neither allgather starts here: the other ranks' copies fail at once, naming this rank.
+        e.args = ("sparse_allreduce %r on rank %d: %s" % (name, rank(), e),) + e.args[1:]
+        _ops.refuse_rest("allgather", _lib.COLL_ALLGATHER, parts, process_set, str(e))
+        raise
+    h_idx = allgather_async(indices, parts[0], process_set)
+    try:
+        h_val = allgather_async(values, parts[1], process_set)
+    except Exception:
+        common.abandon([h_idx])
+        raise
     set_size = (process_set or global_process_set).size()
 
     def build(results):
@@ -217,10 +251,11 @@ class KoloGroupedAllreduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
         ctx.op, ctx.pre, ctx.post, ctx.ps = op, prescale_factor, postscale_factor, process_set
-        ctx.like = [(t.shape, t.dtype, t.device) for t in tensors]
+        # The op checks its tensors first (a non-tensor is refused there, on every rank).
         outs = synchronize(grouped_allreduce_async(list(tensors), None, name, op,
                                                    prescale_factor, postscale_factor,
                                                    process_set))
+        ctx.like = [(t.shape, t.dtype, t.device) for t in tensors]
         if op not in _SAME_OP_BACKWARD:
             ctx.save_for_backward(*tensors, *outs)
         return tuple(outs)
@@ -244,9 +279,11 @@ class KoloGroupedAllreduce(torch.autograd.Function):
 class KoloAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
+        # The op checks the tensor first (a non-tensor is refused there, on every rank).
+        out = synchronize(allgather_async(tensor, name, process_set))
         ctx.dim0 = tensor.shape[0] if tensor.dim() > 0 else 1
         ctx.ps = process_set
-        return synchronize(allgather_async(tensor, name, process_set))
+        return out
 
     @staticmethod
     def backward(ctx, grad_output):
