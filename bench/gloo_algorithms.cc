@@ -80,7 +80,8 @@ Status timeGlooAlgorithms(const BenchJob& job, const std::string& keyPrefix, siz
   for (int i = 0; i < cfg.size; ++i) globals[static_cast<size_t>(i)] = i;
   std::shared_ptr<gloo_detail::GlooShared> shared;
   KOLO_RETURN_IF_ERROR(gloo_detail::connectGroup(makePrefixStore(job.store, keyPrefix), cfg.rank,
-                                                 cfg.size, device, startTimeout, globals, &shared,
+                                                 cfg.size, device, startTimeout, globals, nullptr,
+                                                 &shared,
                                                  /*watched=*/false));
   std::shared_ptr<gloo::Context> context = shared->context;
   context->setTimeout(timeout);

@@ -73,12 +73,24 @@ class SplitChildren {
   std::vector<std::weak_ptr<State>> children_;
 };
 
-// "rank 2 (global 5)": a group rank and, through the group's table, its global rank.
+// A group rank as users know it: "rank 5 (global 5)" in the world group, and "rank 5 (index 2
+// in this group)" in a split one (a process set, or a group the runtime made for itself, such as
+// a host's ranks in a hierarchical allreduce): the global rank first, so a message never starts
+// with the number of a live rank that merely sits at the lost one's index.
+inline std::string describeRank(int groupRank, int global) {
+  if (global == groupRank) {
+    return "rank " + std::to_string(global) + " (global " + std::to_string(global) + ")";
+  }
+  return "rank " + std::to_string(global) + " (index " + std::to_string(groupRank) +
+         " in this group)";
+}
+
+// describeRank through the group's table (group rank -> global rank).
 inline std::string describeGroupRank(int groupRank, const std::vector<int>& globalRanks) {
   const int global = groupRank >= 0 && groupRank < static_cast<int>(globalRanks.size())
                          ? globalRanks[static_cast<size_t>(groupRank)]
                          : groupRank;
-  return "rank " + std::to_string(groupRank) + " (global " + std::to_string(global) + ")";
+  return describeRank(groupRank, global);
 }
 
 // "receive from rank 1 (global 1), send to rank 2 (global 2)": a batch's unfinished operations

@@ -189,7 +189,7 @@ struct WatchedPair {
   explicit WatchedPair(std::chrono::milliseconds timeout = kLongWait) {
     std::shared_ptr<Store> store = makeMemoryStore();
     requireAllOk(onRanks(2, [&](int r) {
-      return connectGroup(store, r, 2, loopbackDevice(), timeout, {0, 1},
+      return connectGroup(store, r, 2, loopbackDevice(), timeout, {0, 1}, nullptr,
                           &ranks[static_cast<size_t>(r)]);
     }));
   }

@@ -69,7 +69,8 @@ struct GlooShared {
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
-                    std::shared_ptr<GlooShared>* out, bool watched = true);
+                    const TcpTransport* peers, std::shared_ptr<GlooShared>* out,
+                    bool watched = true);
 
 // Makes `p2p` (kolo's TCP transport over the same ranks) the group's point-to-point and links
 // the two aborts: either one aborting aborts the other with the same cause.

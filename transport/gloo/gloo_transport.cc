@@ -9,6 +9,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
+#include <functional>
 #include <thread>
 
 #include "transport/gloo/gloo_internal.h"
@@ -21,15 +23,22 @@ namespace {
 // The adapter throws, and remembers the kolo Status so the caller can return it unchanged.
 // transport/gloo/CMakeLists.txt checks at configure time (KOLO_GLOO_STORE_API) that the installed
 // Store has exactly these virtual methods and no other pure one: keep the two in step.
+// Waits run in slices (kWaitSlice); between two, `lost` (the group's point-to-point mesh,
+// already connected) says whether a peer went away meanwhile, which then ends the wait at once:
+// a rank waiting for the address of a rank that died would otherwise wait out the timeout.
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
-  StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout)
-      : store_(std::move(store)), timeout_(timeout) {}
+  static constexpr std::chrono::milliseconds kWaitSlice{250};
+
+  StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout,
+               std::function<Status()> lost)
+      : store_(std::move(store)), timeout_(timeout), lost_(std::move(lost)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     check(store_->set(key, std::vector<uint8_t>(data.begin(), data.end())));
   }
   std::vector<char> get(const std::string& key) override {
+    waitSliced({key}, timeout_);
     std::vector<uint8_t> value;
     check(store_->get(key, &value, timeout_));
     return std::vector<char>(value.begin(), value.end());
@@ -37,12 +46,32 @@ class StoreAdapter : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    check(store_->wait(keys, timeout));
+    waitSliced(keys, timeout);
   }
 
   const Status& firstError() const { return firstError_; }
+  // The keys of the wait that timed out (empty when none did).
+  const std::vector<std::string>& timedOutKeys() const { return timedOutKeys_; }
 
  private:
+  void waitSliced(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+    const Deadline deadline = Clock::now() + timeout;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      Status s =
+          store_->wait(keys, std::max(std::chrono::milliseconds(1), std::min(kWaitSlice, left)));
+      if (s.code() != ErrorCode::kTimeout) return check(s);
+      if (Clock::now() >= deadline) {
+        timedOutKeys_ = keys;
+        return check(s);
+      }
+      if (lost_) {
+        Status gone = lost_();
+        if (!gone.isOk()) return check(gone);
+      }
+    }
+  }
   void check(Status s) {
     if (s.isOk()) return;
     if (firstError_.isOk()) firstError_ = s;
@@ -51,8 +80,23 @@ class StoreAdapter : public gloo::rendezvous::Store {
 
   std::shared_ptr<kolo::Store> store_;
   std::chrono::milliseconds timeout_;
+  std::function<Status()> lost_;
   Status firstError_;
+  std::vector<std::string> timedOutKeys_;
 };
+
+// Gloo's rendezvous keys are the ranks' numbers ("<prefix>/2"): the group rank a key stands
+// for, or -1.
+int rankOfKey(const std::string& key, int size) {
+  const size_t slash = key.rfind('/');
+  const std::string last = slash == std::string::npos ? key : key.substr(slash + 1);
+  if (last.empty() || last.size() > 9 ||
+      !std::all_of(last.begin(), last.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    return -1;
+  }
+  const int r = std::stoi(last);
+  return r < size ? r : -1;
+}
 
 bool mentionsTimeout(const std::string& text) {
   std::string lower(text);
@@ -113,7 +157,7 @@ std::vector<int> GlooShared::brokenPeers() {
 Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
                     std::shared_ptr<gloo::transport::Device> device,
                     std::chrono::milliseconds timeout, std::vector<int> globalRanks,
-                    std::shared_ptr<GlooShared>* out, bool watched) {
+                    const TcpTransport* peers, std::shared_ptr<GlooShared>* out, bool watched) {
   auto state = std::make_shared<GlooShared>();
   state->rank = rank;
   state->size = size;
@@ -122,7 +166,14 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
   state->notes = std::make_unique<AbortNotes>(store, rank, state->globalRanks);
   state->device = device;
   state->waits = std::make_shared<GroupWaits>();
-  StoreAdapter adapter(store, timeout);
+  const std::string who =
+      "gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size);
+  // A peer that went away while this group connects, named by the point-to-point mesh.
+  auto lost = [&]() -> Status {
+    return peers == nullptr ? Status::ok()
+                            : peers->closedConnection(Status(ErrorCode::kPeerLost, who));
+  };
+  StoreAdapter adapter(store, timeout, lost);
   try {
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(timeout);
@@ -132,15 +183,29 @@ Status connectGroup(std::shared_ptr<Store> store, int rank, int size,
     context->connectFullMesh(adapter, mesh);
     state->context = std::move(context);
   } catch (const std::exception& e) {
-    if (!adapter.firstError().isOk()) {
-      return Status(adapter.firstError().code(), "gloo rendezvous of rank " + std::to_string(rank) +
-                                                     " of " + std::to_string(size) + ": " +
-                                                     adapter.firstError().message());
+    const Status& first = adapter.firstError();
+    if (!first.isOk() && first.code() != ErrorCode::kTimeout) return first;  // a peer's loss
+    if (!first.isOk()) {
+      std::string waitedFor;
+      for (const std::string& key : adapter.timedOutKeys()) {
+        const int r = rankOfKey(key, size);
+        if (r >= 0 && r != rank) {
+          waitedFor +=
+              std::string(waitedFor.empty() ? "" : ", ") + describeGroupRank(r, state->globalRanks);
+        }
+      }
+      return Status(
+          ErrorCode::kTimeout,
+          who + ": " +
+              (waitedFor.empty() ? std::string() : waitedFor + " did not publish its address; ") +
+              first.message());
     }
     std::string text = glooMessage(e);
-    return Status(mentionsTimeout(text) ? ErrorCode::kTimeout : ErrorCode::kPeerLost,
-                  "gloo: connecting rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                      " failed: " + text);
+    // Gloo names a failed connection by address only: the mesh says which rank went away.
+    Status direct(mentionsTimeout(text) ? ErrorCode::kTimeout : ErrorCode::kPeerLost,
+                  who + " failed: " + text);
+    Status gone = peers == nullptr ? Status::ok() : peers->closedConnection(direct);
+    return gone.isOk() ? direct : gone;
   } catch (...) {
     return Status(ErrorCode::kInternal, "gloo: unknown exception while connecting");
   }
@@ -188,6 +253,7 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   KOLO_RETURN_IF_ERROR(checkSplitRanks(*this, ranks));
   // The point-to-point mesh splits first (every rank takes part, members or not).
   std::unique_ptr<Transport> p2p;
+  state_->p2p->setTimeout(timeout());
   KOLO_RETURN_IF_ERROR(state_->p2p->split(ranks, setId, &p2p));
   // Every rank counts every split, members or not, so the prefix agrees everywhere.
   const std::string prefix = "set" + std::to_string(setId) + "." + std::to_string(splits_++) + "/";
@@ -196,10 +262,15 @@ Status GlooTransport::split(const std::vector<int>& ranks, int32_t setId,
   std::vector<int> globals;
   for (int r : ranks) globals.push_back(state_->globalRanks[static_cast<size_t>(r)]);
   std::shared_ptr<GlooShared> child;
-  KOLO_RETURN_IF_ERROR(connectGroup(
-      makePrefixStore(state_->store, prefix), static_cast<int>(it - ranks.begin()),
-      static_cast<int>(ranks.size()), state_->device, timeout(), std::move(globals), &child));
-  linkP2P(child, std::unique_ptr<TcpTransport>(static_cast<TcpTransport*>(p2p.release())));
+  std::unique_ptr<TcpTransport> childP2P(static_cast<TcpTransport*>(p2p.release()));
+  Status s = connectGroup(makePrefixStore(state_->store, prefix),
+                          static_cast<int>(it - ranks.begin()), static_cast<int>(ranks.size()),
+                          state_->device, timeout(), std::move(globals), childP2P.get(), &child);
+  if (!s.isOk()) {
+    childP2P->abort(s);  // leaves the abort note that members still connecting relay
+    return s;
+  }
+  linkP2P(child, std::move(childP2P));
   state_->children.add(child);
   if (state_->abort.isSet()) child->abortWith(state_->abort.cause());  // raced with an abort
   auto t = std::make_unique<GlooTransport>(std::move(child));
@@ -247,14 +318,19 @@ Status createGlooTransport(std::shared_ptr<Store> store, int rank, int size,
 
   std::vector<int> globals(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) globals[static_cast<size_t>(i)] = i;
-  std::shared_ptr<GlooShared> state;
-  KOLO_RETURN_IF_ERROR(
-      connectGroup(groupStore, rank, size, device, timeout, std::move(globals), &state));
   // Point-to-point over kolo's own sockets (transport/tcp/tcp_transport.h says why), listening
-  // where Gloo's device does.
+  // where Gloo's device does. Connected first: while Gloo's mesh connects, it names a peer that
+  // went away (Gloo's own errors give an address only).
   std::unique_ptr<TcpTransport> p2p;
   KOLO_RETURN_IF_ERROR(createTcpTransport(makePrefixStore(groupStore, "p2p/"), rank, size, iface,
                                           attr.hostname, timeout, &p2p));
+  std::shared_ptr<GlooShared> state;
+  Status s =
+      connectGroup(groupStore, rank, size, device, timeout, std::move(globals), p2p.get(), &state);
+  if (!s.isOk()) {
+    p2p->abort(s);  // leaves the abort note that ranks still connecting relay
+    return s;
+  }
   linkP2P(state, std::move(p2p));
   *out = std::make_unique<GlooTransport>(std::move(state));
   return Status::ok();

@@ -23,6 +23,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "transport/poll_support.h"
+
 namespace kolo {
 namespace {
 
@@ -67,11 +69,8 @@ struct GroupState {
   std::vector<std::weak_ptr<GroupState>> children;
 
   std::string label(int r) const {
-    std::string s = "rank " + std::to_string(r);
-    if (globalRanks[static_cast<size_t>(r)] != r) {
-      s += " (global " + std::to_string(globalRanks[static_cast<size_t>(r)]) + ")";
-    }
-    return s;
+    const int g = globalRanks[static_cast<size_t>(r)];
+    return g == r ? "rank " + std::to_string(r) : describeRank(r, g);
   }
 };
 

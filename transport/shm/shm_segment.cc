@@ -25,6 +25,7 @@
 #include <cstring>
 #include <random>
 
+#include "transport/poll_support.h"
 #include "transport/transport.h"
 
 namespace kolo::shm {
@@ -289,7 +290,7 @@ Segment::~Segment() {
 
 std::string Segment::label(int r) const {
   int g = r >= 0 && r < static_cast<int>(globals_.size()) ? globals_[static_cast<size_t>(r)] : r;
-  return "rank " + std::to_string(r) + " (global " + std::to_string(g) + ")";
+  return describeRank(r, g);
 }
 
 void Segment::cpuRelax() {

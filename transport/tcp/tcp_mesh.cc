@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -48,6 +50,12 @@ timespec untilTimespec(Deadline until) {
 // The hello a connecting rank sends: magic, its rank, the nonce the acceptor published.
 constexpr uint32_t kHelloMagic = 0x48434B6B;  // "kKCH"
 constexpr size_t kHelloBytes = 16;
+// Set-up waits (a peer's address, its connection) run in slices of this, looking between two
+// for a peer lost meanwhile: about the time a failure takes to reach the waiting ranks, and
+// one store request per waiting rank per slice.
+constexpr std::chrono::milliseconds kWaitSlice{250};
+// The number of a rank that failed while connecting (the group's store; any such rank).
+constexpr const char* kFailedKey = "tcp/failed";
 
 }  // namespace
 
@@ -142,8 +150,7 @@ void Mesh::breakConn(Conn& c, const std::string& why) {
   abortWith(notes_.explainLoss(c.peer, direct));
 }
 
-Status Mesh::explainTimeout(const std::vector<int>& peers, const Status& direct,
-                            std::chrono::milliseconds grace) {
+Status Mesh::closedConnection(const Status& direct) {
   for (const auto& c : conns_) {
     if (!c) continue;
     // POLLRDHUP: the peer shut its side down (exit, abort); data still queued does not hide it.
@@ -154,6 +161,13 @@ Status Mesh::explainTimeout(const std::vector<int>& peers, const Status& direct,
         Status(ErrorCode::kPeerLost, direct.message() + "; meanwhile " + describe(c->peer) +
                                          " closed its connection (it exited or was lost)"));
   }
+  return Status::ok();
+}
+
+Status Mesh::explainTimeout(const std::vector<int>& peers, const Status& direct,
+                            std::chrono::milliseconds grace) {
+  Status closed = closedConnection(direct);
+  if (!closed.isOk()) return closed;
   return notes_.explainTimeout(peers, direct, grace);
 }
 
@@ -407,76 +421,127 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
   auto mesh = std::make_shared<Mesh>(rank, size, std::move(globalRanks), store, listenAddress);
   KOLO_RETURN_IF_ERROR(mesh->init());
   const std::string who = "tcp: rank " + std::to_string(rank) + " of " + std::to_string(size);
-  if (size > 1) {
-    Fd listener;
-    SocketAddress bound;
-    KOLO_RETURN_IF_ERROR(listenOn(listenAddress, std::max(size, 128), &listener, &bound));
-    std::random_device entropy;
-    const uint64_t nonce = (uint64_t{entropy()} << 32) ^ entropy();
-    const std::string mine = std::to_string(nonce) + "|" + bound.text();
-    KOLO_RETURN_IF_ERROR(store->set("tcp/addr/" + std::to_string(rank),
-                                    std::vector<uint8_t>(mine.begin(), mine.end())));
-    auto left = [&] {
-      return std::max(std::chrono::milliseconds(1),
-                      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    };
-    // Connect to every lower rank (their kernels accept before they call accept()).
-    for (int peer = 0; peer < rank; ++peer) {
-      std::vector<uint8_t> value;
-      Status s = store->get("tcp/addr/" + std::to_string(peer), &value, left());
-      if (!s.isOk()) {
-        return Status(s.code(), who + ": rank " + std::to_string(peer) +
-                                    " did not publish its address: " + s.message());
-      }
-      const std::string text(value.begin(), value.end());
-      const size_t bar = text.find('|');
-      SocketAddress addr;
-      if (bar == std::string::npos) {
-        return Status(ErrorCode::kInternal, who + ": malformed address of rank " +
-                                                std::to_string(peer) + ": '" + text + "'");
-      }
-      KOLO_RETURN_IF_ERROR(parseAddress(text.substr(bar + 1), &addr));
-      const uint64_t theirs = std::strtoull(text.substr(0, bar).c_str(), nullptr, 10);
-      Fd fd;
-      s = connectTo(addr, deadline, &fd);
-      if (!s.isOk()) return Status(s.code(), who + ": rank " + std::to_string(peer) + ": " + s.message());
+  if (size <= 1) {
+    *out = std::move(mesh);
+    return Status::ok();
+  }
+  // A rank that fails here leaves its abort note (blaming the peer it names) and its number
+  // under kFailedKey, so that ranks still waiting for it relay its cause at once instead of
+  // timing out and naming it, a survivor, in place of the rank really lost.
+  auto fail = [&](Status cause) {
+    mesh->abortWith(cause);
+    const std::string me = std::to_string(rank);
+    (void)store->set(kFailedKey, std::vector<uint8_t>(me.begin(), me.end()));
+    return cause;
+  };
+  // Between slices of a wait: a connected peer that went away, or a rank that failed (its
+  // cause relayed); ok when neither.
+  auto peerFailure = [&]() -> Status {
+    Status closed =
+        mesh->closedConnection(Status(ErrorCode::kPeerLost, who + ": connecting the mesh"));
+    if (!closed.isOk()) return closed;
+    bool failed = false;
+    std::vector<uint8_t> value;
+    if (!store->check(kFailedKey, &failed).isOk() || !failed ||
+        !store->get(kFailedKey, &value, std::chrono::milliseconds(1000)).isOk()) {
+      return Status::ok();
+    }
+    const int peer = std::atoi(std::string(value.begin(), value.end()).c_str());
+    if (peer == rank || peer < 0 || peer >= size) return Status::ok();
+    return mesh->explainLoss(
+        peer, Status(ErrorCode::kPeerLost,
+                     who + ": " + mesh->describe(peer) + " failed while connecting the mesh"));
+  };
+  auto slice = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::min(kWaitSlice, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                             deadline - Clock::now())));
+  };
+  Fd listener;
+  SocketAddress bound;
+  KOLO_RETURN_IF_ERROR(listenOn(listenAddress, std::max(size, 128), &listener, &bound));
+  std::random_device entropy;
+  const uint64_t nonce = (uint64_t{entropy()} << 32) ^ entropy();
+  const std::string mine = std::to_string(nonce) + "|" + bound.text();
+  // Published only once the socket listens: a refused connection then means the rank is gone.
+  KOLO_RETURN_IF_ERROR(store->set("tcp/addr/" + std::to_string(rank),
+                                  std::vector<uint8_t>(mine.begin(), mine.end())));
+  // Connect to every lower rank (their kernels accept before they call accept()).
+  for (int peer = 0; peer < rank; ++peer) {
+    std::vector<uint8_t> value;
+    Status s;
+    for (;;) {
+      s = store->get("tcp/addr/" + std::to_string(peer), &value, slice());
+      if (s.code() != ErrorCode::kTimeout || Clock::now() >= deadline) break;
+      Status lost = peerFailure();
+      if (!lost.isOk()) return fail(lost);
+    }
+    if (!s.isOk()) {
+      return fail(mesh->explainLoss(
+          peer, Status(s.code(), who + ": " + mesh->describe(peer) +
+                                     " did not publish its address: " + s.message())));
+    }
+    const std::string text(value.begin(), value.end());
+    const size_t bar = text.find('|');
+    SocketAddress addr;
+    if (bar == std::string::npos) {
+      return fail(Status(ErrorCode::kInternal, who + ": malformed address of rank " +
+                                                   std::to_string(peer) + ": '" + text + "'"));
+    }
+    KOLO_RETURN_IF_ERROR(parseAddress(text.substr(bar + 1), &addr));
+    const uint64_t theirs = std::strtoull(text.substr(0, bar).c_str(), nullptr, 10);
+    Fd fd;
+    s = connectTo(addr, deadline, &fd);
+    if (s.isOk()) {
       uint8_t hello[kHelloBytes];
       storeLe(hello, kHelloMagic, 4);
       storeLe(hello + 4, static_cast<uint32_t>(rank), 4);
       storeLe(hello + 8, theirs, 8);
       s = sendAll(fd.get(), hello, sizeof hello, deadline);
-      if (!s.isOk()) return Status(s.code(), who + ": hello to rank " + std::to_string(peer) + ": " + s.message());
-      KOLO_RETURN_IF_ERROR(configureDataSocket(fd.get()));
-      mesh->adopt(peer, std::move(fd));
     }
-    // Accept every higher rank; a connection that does not say hello properly is dropped.
-    std::vector<bool> have(static_cast<size_t>(size), false);
-    int missing = size - 1 - rank;
-    while (missing > 0) {
-      Fd fd;
-      Status s = acceptOne(listener.get(), deadline, &fd);
-      if (s.code() == ErrorCode::kTimeout) {
-        std::string ranks;
-        for (int r = rank + 1; r < size; ++r) {
-          if (!have[static_cast<size_t>(r)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-        }
-        return Status(ErrorCode::kTimeout, who + ": rank(s) " + ranks + " did not connect within " +
-                                               std::to_string(timeout.count()) + " ms");
-      }
-      KOLO_RETURN_IF_ERROR(s);
-      uint8_t hello[kHelloBytes];
-      const Deadline helloBy = std::min(deadline, Clock::now() + std::chrono::seconds(5));
-      if (!recvAll(fd.get(), hello, sizeof hello, helloBy).isOk()) continue;
-      const int peer = static_cast<int>(loadLe(hello + 4, 4));
-      if (loadLe(hello, 4) != kHelloMagic || loadLe(hello + 8, 8) != nonce || peer <= rank ||
-          peer >= size || have[static_cast<size_t>(peer)]) {
-        continue;
-      }
-      KOLO_RETURN_IF_ERROR(configureDataSocket(fd.get()));
-      have[static_cast<size_t>(peer)] = true;
-      --missing;
-      mesh->adopt(peer, std::move(fd));
+    if (!s.isOk()) {
+      return fail(mesh->explainLoss(
+          peer,
+          Status(s.code(), who + ": connecting to " + mesh->describe(peer) + ": " + s.message())));
     }
+    KOLO_RETURN_IF_ERROR(configureDataSocket(fd.get()));
+    mesh->adopt(peer, std::move(fd));
+  }
+  // Accept every higher rank; a connection that does not say hello properly is dropped.
+  std::vector<bool> have(static_cast<size_t>(size), false);
+  int missing = size - 1 - rank;
+  while (missing > 0) {
+    Fd fd;
+    Status s = acceptOne(listener.get(), Clock::now() + slice(), &fd);
+    if (s.code() == ErrorCode::kTimeout) {
+      Status lost = peerFailure();
+      if (!lost.isOk()) return fail(lost);
+      if (Clock::now() < deadline) continue;
+      std::string ranks;
+      int first = -1;
+      for (int r = rank + 1; r < size; ++r) {
+        if (have[static_cast<size_t>(r)]) continue;
+        if (first < 0) first = r;
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      }
+      return fail(mesh->explainLoss(
+          first,
+          Status(ErrorCode::kTimeout, who + ": rank(s) " + ranks + " did not connect within " +
+                                          std::to_string(timeout.count()) + " ms")));
+    }
+    if (!s.isOk()) return fail(s);
+    uint8_t hello[kHelloBytes];
+    const Deadline helloBy = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+    if (!recvAll(fd.get(), hello, sizeof hello, helloBy).isOk()) continue;
+    const int peer = static_cast<int>(loadLe(hello + 4, 4));
+    if (loadLe(hello, 4) != kHelloMagic || loadLe(hello + 8, 8) != nonce || peer <= rank ||
+        peer >= size || have[static_cast<size_t>(peer)]) {
+      continue;
+    }
+    KOLO_RETURN_IF_ERROR(configureDataSocket(fd.get()));
+    have[static_cast<size_t>(peer)] = true;
+    --missing;
+    mesh->adopt(peer, std::move(fd));
   }
   *out = std::move(mesh);
   return Status::ok();

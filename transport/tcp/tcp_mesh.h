@@ -105,6 +105,13 @@ class Mesh {
   // left one. Else the waited-for peers' abort notes (abort_notes.h).
   Status explainTimeout(const std::vector<int>& peers, const Status& direct,
                         std::chrono::milliseconds grace);
+  // The look at the connections alone (no blocking beyond reading one abort note): kPeerLost
+  // naming a peer that closed its connection, explained by its note; ok when none did. Also
+  // used while the mesh, or a group that rides on it (gloo), is still connecting.
+  Status closedConnection(const Status& direct);
+  // `direct` is a failure that `peer` caused: its abort note's cause when it left one that blames
+  // a third rank (relayed), else `direct`; this rank's own note then blames `peer`.
+  Status explainLoss(int peer, const Status& direct) { return notes_.explainLoss(peer, direct); }
 
  private:
   Conn& conn(int peer) { return *conns_[static_cast<size_t>(peer)]; }

@@ -199,8 +199,13 @@ Status connectTo(const SocketAddress& addr, Deadline deadline, Fd* out) {
       return Status::ok();
     }
     lastError = err;
-    const bool retry = err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH ||
-                       err == ETIMEDOUT || err == ECONNRESET || err == EAGAIN;
+    if (err == ECONNREFUSED || err == ECONNRESET) {
+      return Status(ErrorCode::kPeerLost, "tcp: nothing listens at " + addr.text() + " any more (" +
+                                              errnoText(err) +
+                                              "): the process that published it is gone");
+    }
+    const bool retry =
+        err == ENETUNREACH || err == EHOSTUNREACH || err == ETIMEDOUT || err == EAGAIN;
     if (!retry) break;
     if (Clock::now() + pause >= deadline) {
       return Status(ErrorCode::kTimeout,

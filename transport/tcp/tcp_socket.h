@@ -61,7 +61,9 @@ Status parseAddress(const std::string& text, SocketAddress* out);
 
 // A listening socket on `addr` with a port the kernel picks; *bound gets the actual address.
 Status listenOn(const SocketAddress& addr, int backlog, Fd* out, SocketAddress* bound);
-// Connects to `addr`, retrying refused or unreachable attempts until `deadline`.
+// Connects to `addr`, retrying unreachable or timed-out attempts until `deadline`. `addr` is a
+// peer that published it after it started listening, so a refused (or reset) attempt means that
+// peer is gone: kPeerLost at once, not a retry until the deadline.
 Status connectTo(const SocketAddress& addr, Deadline deadline, Fd* out);
 // Accepts one connection on `listener` before `deadline`.
 Status acceptOne(int listener, Deadline deadline, Fd* out);

@@ -170,6 +170,10 @@ void TcpTransport::setAbortListener(std::function<void(const Status&)> listener)
   if (mesh_->aborted() && listener) listener(mesh_->abortCause());
 }
 
+Status TcpTransport::closedConnection(const Status& direct) const {
+  return mesh_->closedConnection(direct);
+}
+
 Status TcpTransport::abortCause() const {
   return mesh_->aborted() ? mesh_->abortCause() : Status::ok();
 }
@@ -192,6 +196,7 @@ Status createTcpTransport(std::shared_ptr<Store> store, int rank, int size,
   KOLO_RETURN_IF_ERROR(
       tcp_detail::connectMesh(groupStore, rank, size, where, timeout, std::move(globals), &mesh));
   *out = std::make_unique<TcpTransport>(std::move(mesh));
+  (*out)->setTimeout(timeout);
   return Status::ok();
 }
 

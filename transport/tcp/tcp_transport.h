@@ -69,6 +69,10 @@ class TcpTransport final : public Transport {
   void setAbortListener(std::function<void(const Status&)> listener);
   // ok until the transport aborted; then the first cause.
   Status abortCause() const;
+  // For a group that rides on this transport and is still connecting (gloo): kPeerLost naming
+  // a peer that closed its connection, from `direct` and that peer's abort note; ok when none
+  // did. No blocking beyond reading one note.
+  Status closedConnection(const Status& direct) const;
 
  private:
   std::shared_ptr<tcp_detail::Mesh> mesh_;
