@@ -115,6 +115,9 @@ Negotiator::Negotiator(int worldSize, const ProcessSetMembers* sets)
 
 void Negotiator::processSetRemoved(int32_t id) {
   if (id == 0) return;
+  for (auto it = stalledRefusals_.begin(); it != stalledRefusals_.end();) {
+    it = it->first.processSet == id ? stalledRefusals_.erase(it) : std::next(it);
+  }
   std::vector<std::pair<uint64_t, OpKey>> doomed;
   for (const auto& [key, e] : table_) {
     if (!e.complete && e.processSet == id) doomed.emplace_back(e.arrivalSeq, key);
@@ -182,6 +185,13 @@ void Negotiator::add(const Request& r, Clock::time_point now) {
     e.type = r.type;
     e.arrivalSeq = nextSeq_++;
     e.firstArrival = now;
+    // A refusal the stall shutdown failed before this rank submitted the op: it stands (the
+    // refusing rank submits it again only to retry, which replaces it).
+    auto refused = stalledRefusals_.find(key);
+    if (refused != stalledRefusals_.end()) {
+      if (refused->second.rank != r.rank) e.requests[refused->second.rank] = refused->second;
+      stalledRefusals_.erase(refused);
+    }
     arrivals_.insert(now);
     it = table_.emplace(key, std::move(e)).first;
   }
@@ -594,8 +604,19 @@ std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olde
                   rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks) + s.hint;
       }
       out.push_back(errorResponse(ref, ErrorCode::kStalled, std::move(message)));
+      for (const auto& rq : it->second.requests) {
+        if (rq.second.refusal.empty() || rq.second.groupSize > 0) continue;
+        if (stalledRefusals_.insert_or_assign(m, rq.second).second) {
+          stalledRefusalOrder_.push_back(m);
+        }
+        break;
+      }
     }
     for (const OpKey& m : members) removeEntry(m, true);
+    while (stalledRefusalOrder_.size() > kMaxStalledRefusals) {
+      stalledRefusals_.erase(stalledRefusalOrder_.front());
+      stalledRefusalOrder_.pop_front();
+    }
   }
   return out;
 }

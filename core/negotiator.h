@@ -46,15 +46,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "ops/message.h"
 #include "base/clock.h"
 #include "core/process_set_members.h"
+#include "ops/message.h"
 
 namespace kolo {
 
@@ -94,7 +95,10 @@ class Negotiator {
   // member), in first-arrival order.
   std::vector<Stall> stalled(Clock::time_point now, double olderThanSeconds) const;
   // The same names (and every name grouped with them) as kStalled error responses, removed from
-  // the table. The message lists the missing ranks.
+  // the table. The message lists the missing ranks. A refusal among them (a rank that could not
+  // submit the op, outside a group) is remembered: when the ranks that had not submitted it yet
+  // do so later (they were busy elsewhere past the stall time), the op fails at once with the
+  // refusal's reason instead of stalling a second time (kolo.h's promise for kolo_refuse).
   std::vector<Response> failStalled(Clock::time_point now, double olderThanSeconds);
   // True while any name is in the table (pending or ready) or some rank has joined.
   bool hasPending() const;
@@ -119,6 +123,10 @@ class Negotiator {
     std::set<OpKey> pending;
   };
   using GroupKey = std::pair<int32_t, int32_t>;  // (global rank, groupId)
+  // failStalled's refusals, by name, and their order (the oldest goes past kMaxStalledRefusals).
+  static constexpr size_t kMaxStalledRefusals = 1024;
+  std::map<OpKey, Request> stalledRefusals_;
+  std::deque<OpKey> stalledRefusalOrder_;
 
   bool isComplete(const Entry& e) const;
   void markComplete(const OpKey& key, Entry& e);

@@ -636,6 +636,60 @@ TEST_CASE("a rank's refusal fails the op on every rank with its reason, before a
   CHECK_FALSE(n.hasPending());
 }
 
+TEST_CASE("a refusal the stall shutdown failed still fails the op when the others come later") {
+  // Rank 0 refused "late" while rank 1 was busy elsewhere past the stall time: the stall
+  // shutdown fails "late", and rank 1's later submission must fail at once with rank 0's
+  // reason, not wait for rank 0 (which will never submit it again) through a second stall.
+  Neg n(2);
+  Request refused = req(0, "late");
+  refused.refusal = "tensor type torch.complex64 is not supported by kolo";
+  n.add(refused, at(0));
+  auto failed = n.failStalled(at(20), 10);
+  REQUIRE(names(failed) == std::vector<std::string>{"late"});
+  CHECK(failed[0].errorCode == ErrorCode::kStalled);
+  CHECK_FALSE(n.hasPending());
+
+  n.add(req(1, "late"), at(30));
+  auto out = n.takeReady(at(30));
+  REQUIRE(names(out) == std::vector<std::string>{"late"});
+  CHECK(out[0].errorCode == ErrorCode::kInvalidArgument);
+  CHECK(out[0].error ==
+        "allreduce 'late': rank 0 could not submit it: tensor type "
+        "torch.complex64 is not supported by kolo");
+  CHECK_FALSE(n.hasPending());
+
+  // Used once: the next "late" is an op like any other.
+  n.add(req(1, "late"), at(40));
+  CHECK(n.takeReady(at(40)).empty());
+  CHECK(n.stalled(at(40), 0).size() == 0);
+  n.add(req(0, "late"), at(41));
+  auto ok = n.takeReady(at(41));
+  REQUIRE(ok.size() == 1);
+  CHECK(ok[0].kind == Response::Kind::kOk);
+
+  // The refusing rank's own retry replaces its old refusal.
+  n.add(refused, at(50));
+  n.failStalled(at(70), 10);
+  n.add(req(0, "late"), at(80));
+  n.add(req(1, "late"), at(80));
+  auto retried = n.takeReady(at(80));
+  REQUIRE(retried.size() == 1);
+  CHECK(retried[0].kind == Response::Kind::kOk);
+
+  // A set removed takes its remembered refusals along.
+  n.sets[3] = {0, 1};
+  Request inSet = refused;
+  inSet.processSet = 3;
+  n.add(inSet, at(90));
+  n.failStalled(at(110), 10);
+  n.processSetRemoved(3);
+  n.sets[3] = {0, 1};
+  Request later = req(1, "late");
+  later.processSet = 3;
+  n.add(later, at(120));
+  CHECK(n.takeReady(at(120)).empty());
+}
+
 TEST_CASE("ranks that disagree on a group's size: its extra members fail at once, everywhere") {
   Neg n(3);
   auto member = [](int32_t rank, const std::string& name, int32_t size) {
