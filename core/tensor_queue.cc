@@ -16,6 +16,13 @@ Status duplicate(const OpKey& key, bool refused) {
                       " was refused on this rank and the other ranks have not all submitted it "
                       "yet (it fails there once they have); use another name");
   }
+  if (key.name.rfind("__process_set.", 0) == 0) {  // kolo's own names (runtime.cc): not chosen
+    const bool add = key.name == "__process_set.add";
+    return Status(ErrorCode::kDuplicateName,
+                  std::string("another ") + (add ? "add_process_set" : "remove_process_set") +
+                      " is already in flight on this rank (another thread's): one at a time per "
+                      "rank; wait for it, then call again");
+  }
   return Status(ErrorCode::kDuplicateName,
                 "an op named '" + key.name + "' is already in flight" + where +
                     " on this rank; wait for it or use another name");

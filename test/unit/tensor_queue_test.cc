@@ -35,6 +35,13 @@ TEST_CASE("tensor queue: the same name in two sets is two ops, twice in one set 
   dup = q.add(entry("r"));
   CHECK(dup.code() == ErrorCode::kDuplicateName);
   CHECK(dup.message().find("'r' was refused on this rank") != std::string::npos);
+  // kolo's own process-set names were not the caller's choice: the message says what is busy.
+  REQUIRE(q.add(entry("__process_set.add")).isOk());
+  dup = q.add(entry("__process_set.add"));
+  CHECK(dup.code() == ErrorCode::kDuplicateName);
+  CHECK(dup.message() ==
+        "another add_process_set is already in flight on this rank (another thread's): one at a "
+        "time per rank; wait for it, then call again");
 }
 
 TEST_CASE("tensor queue: close returns the entries in arrival order and refuses later adds") {
