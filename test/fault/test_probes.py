@@ -36,11 +36,6 @@ KNOWN_BUGS = {
 }
 
 
-# Debian's Gloo lets a pair wait for its peer's connection about 5 times the context's timeout
-# (measured: 15 s at 3 s, 10 s at 2 s); kolo's own waits around it end within one timeout.
-GLOO_CONNECT_TIMEOUTS = 5
-
-
 def known_bug(name):
     """Skips a known bug's test unless KOLO_FAULT_KNOWN_BUGS=1 (to check a fix)."""
     if name in KNOWN_BUGS and os.environ.get("KOLO_FAULT_KNOWN_BUGS") != "1":
@@ -171,17 +166,16 @@ def test_rank_lost_at_scale(jobs, np_, mode, victim):
                          ids=["np4-v1-tcp", "np8-v2-tcp", "np4-v1-shm"])
 def test_rank_lost_during_set_creation(jobs, np_, victim, transport):
     """A member of the new set {0..N-2} dies 3 ms into kolo_add_process_set, while the set's
-    transport connects: every survivor (members and the rank outside) must fail naming the lost
-    rank, within the timeout, or, for a member waiting inside Gloo's own pair connect (which kolo
-    cannot interrupt), within Gloo's bound for it: GLOO_CONNECT_TIMEOUTS timeouts."""
+    transport connects: every survivor (members and the rank outside) must fail within the
+    timeout naming the lost rank (also a member waiting inside Gloo's own pair connect, which
+    waits 5 times its pair's timeout: kolo gives the pairs a fifth of it)."""
     job = jobs(np_, ["--mode", "kill-set", "--victim", victim, "--delay-ms", 3, "--bound", 30],
                shm=TRANSPORTS[transport])
     codes = job.wait()
     for r in range(np_):
         if r != victim:
             assert codes[r] == EXIT_NAMED, "rank %d exit %s\n%s" % (r, codes[r], job.text())
-            check_survivor(job, r, victim,
-                           bound=GLOO_CONNECT_TIMEOUTS * TIMEOUT_S + SLACK_S)
+            check_survivor(job, r, victim)
 
 
 # ---- two hosts in network namespaces ------------------------------------------------------------

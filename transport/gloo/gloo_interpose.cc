@@ -100,9 +100,16 @@ std::unique_ptr<gloo::transport::Pair>& WatchedContext::getPair(int rank) {
 }
 
 std::unique_ptr<gloo::transport::Pair>& WatchedContext::createPair(int rank) {
-  // Gloo's rendezvous sets the timeout on this context; the TCP pairs read their own context's.
-  inner_->setTimeout(getTimeout());
-  return inner_->createPair(rank);
+  // Gloo's rendezvous sets the timeout on this context; the TCP pairs read their own context's
+  // when they are made. A TCP pair waits for its first connection KOLO_GLOO_CONNECT_FACTOR times
+  // its timeout (gloo/transport/tcp/pair.h, waitUntil; read at configure time), and uses the
+  // timeout for nothing else kolo does (sync mode is never used): it gets that fraction, so that
+  // a rank whose peer died while the group connects fails within the group's timeout.
+  const std::chrono::milliseconds timeout = getTimeout();
+  inner_->setTimeout(std::max(std::chrono::milliseconds(1), timeout / KOLO_GLOO_CONNECT_FACTOR));
+  std::unique_ptr<gloo::transport::Pair>& pair = inner_->createPair(rank);
+  inner_->setTimeout(timeout);  // the context's own waits (buffers) keep the whole timeout
+  return pair;
 }
 
 std::unique_ptr<gloo::transport::UnboundBuffer> WatchedContext::createUnboundBuffer(void* ptr,
