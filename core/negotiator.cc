@@ -285,9 +285,12 @@ std::pair<ErrorCode, std::string> Negotiator::validate(const Entry& e,
   for (const Field& f : kFields) {
     for (auto it = std::next(e.requests.begin()); it != e.requests.end(); ++it) {
       if (f.same(t, ref, it->second)) continue;
+      // An allgather's or alltoall's first dimension may differ: say which part did not match.
+      const bool partly = std::string(f.label) == "shape" && splitsFirstDim(t);
       return {ErrorCode::kMismatch,
               head + sent(refRank) + f.label + " " + f.show(ref) + ", " + sent(it->first) +
-                  (f.repeat ? f.label + std::string(" ") : "") + f.show(it->second)};
+                  (f.repeat ? f.label + std::string(" ") : "") + f.show(it->second) +
+                  (partly ? " (only the first dimension may differ)" : "")};
     }
   }
 
@@ -594,13 +597,17 @@ std::vector<Response> Negotiator::failStalled(Clock::time_point now, double olde
       if (it == table_.end()) continue;
       const Request& ref = it->second.requests.begin()->second;
       std::string message;
+      // kolo's own remove op is named after nothing the user chose: name the set it removes.
+      const std::string what = ref.type == OpType::kRemoveProcessSet && !ref.shape.empty()
+                                   ? " (of process set " + std::to_string(ref.shape[0]) + ")"
+                                   : "";
       if (m != key) {
         message = opLabel(ref.type, m) + " is grouped with stalled " + opLabel(s.type, key);
       } else if (it->second.complete) {
         message = opLabel(s.type, m) + " stalled for " + waited +
                   " s in a group waiting for ranks " + rankList(s.missingRanks);
       } else {
-        message = opLabel(s.type, m) + " stalled for " + waited + " s: missing ranks " +
+        message = opLabel(s.type, m) + what + " stalled for " + waited + " s: missing ranks " +
                   rankList(s.missingRanks) + ", submitted by " + rankList(s.readyRanks) + s.hint;
       }
       out.push_back(errorResponse(ref, ErrorCode::kStalled, std::move(message)));

@@ -178,9 +178,13 @@ TEST_CASE("allgather collects dim 0 and compares only the other dims") {
   CHECK(out[0].rankDim0 == std::vector<int64_t>{2, 5, 0});
 
   Response r = withRank2(req(2, "g", OpType::kAllgather, {17, 4}), OpType::kAllgather);
-  CHECK(r.error == "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent [17, 4]");
+  CHECK(r.error ==
+        "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent [17, 4] "
+        "(only the first dimension may differ)");
   r = withRank2(req(2, "g", OpType::kAllgather, {}), OpType::kAllgather);
-  CHECK(r.error == "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent []");
+  CHECK(r.error ==
+        "allgather 'g': rank 0 sent shape [17, 3], rank 2 sent [] "
+        "(only the first dimension may differ)");
 }
 
 TEST_CASE("alltoall builds the split matrix and checks every rank's splits") {
@@ -634,6 +638,18 @@ TEST_CASE("a rank's refusal fails the op on every rank with its reason, before a
           std::string::npos);
   }
   CHECK_FALSE(n.hasPending());
+}
+
+TEST_CASE("a stalled remove_process_set names the set it removes") {
+  Neg n(2);
+  Request rm = req(0, "__process_set.remove", OpType::kRemoveProcessSet, {4});
+  rm.splits = rm.shape;
+  n.add(rm, at(0));
+  auto failed = n.failStalled(at(20), 10);
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].error ==
+        "remove_process_set '__process_set.remove' (of process set 4) stalled for 20.0 s: "
+        "missing ranks [1], submitted by [0]");
 }
 
 TEST_CASE("a refusal the stall shutdown failed still fails the op when the others come later") {
