@@ -10,6 +10,9 @@ Faults, for the tests (each a worker killing itself with SIGKILL, so kolorun see
   --die-new-in-sync R        every worker joining at round >= R as a new worker dies in sync
   --stop ROUND:RANK:STEP     the rank RANK of round ROUND freezes (SIGSTOP to itself) before
                              global step STEP, after writing its pid to --pid-file
+  --mismatch-at STEP         every rank, in every round, allreduces a tensor whose shape
+                             depends on its rank before global step STEP (a bug in the
+                             training code: the same error after every reset)
 --linger S waits S seconds after the training (past the last commit) before the RESULT line.
 And --hold-replacements N keeps the workers kolorun starts after the first round out of the job.
 """
@@ -37,6 +40,7 @@ p.add_argument("--die", action="append", default=[])
 p.add_argument("--die-in-sync", action="append", default=[])
 p.add_argument("--stop", action="append", default=[])
 p.add_argument("--pid-file", default="")
+p.add_argument("--mismatch-at", type=int, default=-1)
 p.add_argument("--die-new-in-sync", type=int, default=-1)
 p.add_argument("--until-sizes", default="",
                help="train past --epochs (at most 40 more) until the sizes seen begin with "
@@ -156,6 +160,8 @@ def train(state):
                     print("worker %s stops itself (SIGSTOP, pid %d): round %d rank %d step %d"
                           % (WID, os.getpid(), rnd, rank, step), flush=True)
                     os.kill(os.getpid(), signal.SIGSTOP)
+            if state.step == args.mismatch_at:
+                hvd.allreduce(torch.zeros(3 + hvd.rank()), name="shape_by_rank")
             idx = state.sampler.get_indices(b, args.batch)
             xb, yb = X[idx], Y[idx]
             opt.zero_grad()

@@ -565,3 +565,18 @@ def test_a_stopped_worker_is_dropped_and_the_others_go_on(tmp_path):
                     os.kill(pid, sig)
                 except OSError:
                     pass
+
+
+def test_a_mismatch_in_the_training_code_ends_the_job_instead_of_resetting_for_ever(tmp_path):
+    # Every round would fail the same op the same way (a shape that depends on the rank): the
+    # workers end with the error, as with any exception of the training code, and the job fails
+    # at once; before, they re-formed without end (no --reset-limit by default).
+    hosts = Hosts(tmp_path, "localhost:2")
+    r = run(["-np", "2", "--min-np", "1", "--host-discovery-script", str(hosts.script)],
+            ["--mismatch-at", "3"], timeout=60)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "allreduce 'allreduce.shape_by_rank': rank 0 sent shape [3], rank 1 sent [4]" in \
+        r.stderr, r.stderr[-3000:]
+    assert "not a lost peer: re-forming the workers would repeat it" in r.stderr
+    assert "every worker of elastic round 0 failed" in r.stderr, r.stderr[-3000:]
+    assert "elastic round 1" not in r.stderr

@@ -155,6 +155,49 @@ def test_run_lets_a_job_error_through(monkeypatch, one_rank):
         train(state)
 
 
+@pytest.mark.parametrize("status,message,resets", [
+    ("ERR_MISMATCH", "allreduce 'x': rank 0 sent shape [3], rank 1 sent [4]", False),
+    ("ERR_INVALID_ARGUMENT", "allreduce 'x': rank 1 could not submit it: bad dtype", False),
+    ("ERR_JOINED", "allgather 'x' is not allowed while rank 1 has joined", False),
+    ("ERR_PEER_LOST", "allreduce 'x': rank 1 died", True),
+    ("ERR_INVALID_ARGUMENT", "rendezvous round 0 was abandoned: kolorun's elastic driver "
+                             "formed round 1", True),
+])
+def test_run_ends_on_an_error_in_the_ops_instead_of_resetting_for_ever(monkeypatch, one_rank,
+                                                                      status, message, resets):
+    # A mismatch between ranks (or an argument a rank refused) fails the same op the same way
+    # after every reset: @run lets it end the worker (after the restore), as any exception of
+    # the training code, instead of re-forming the workers without end. A lost peer, and the
+    # store's refusal of an abandoned round, still reset.
+    from kolo import _lib
+    from kolo.elastic import _worker
+    monkeypatch.setattr(_worker, "enabled", lambda: True)
+    monkeypatch.setattr(_worker, "driver_news", lambda: (None, -1))
+    calls = []
+    monkeypatch.setattr(kolo.elastic, "_reset", lambda: calls.append("reset"))
+    state = kolo.elastic.ObjectState(step=0)
+    attempts = []
+
+    @kolo.elastic.run
+    def train(state):
+        attempts.append(state.step)
+        if len(attempts) == 1:
+            state.step = 2
+            state.commit()
+            state.step = 3
+            raise KoloInternalError(message, getattr(_lib, status))
+        return "done"
+
+    if resets:
+        assert train(state) == "done"
+        assert attempts == [0, 2] and calls == ["reset"]
+    else:
+        with pytest.raises(KoloInternalError) as e:
+            train(state)
+        assert e.value.status == getattr(_lib, status) and str(e.value) == message
+        assert attempts == [0] and calls == [] and state.step == 2
+
+
 def _shards(monkeypatch, sampler_state, n, dataset):
     from kolo.torch.elastic import sampler as mod
     out = []

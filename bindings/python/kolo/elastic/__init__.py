@@ -16,7 +16,9 @@ Under `kolorun --host-discovery-script S` (or --min-np/--max-np) each worker tak
 size from kolorun's newest rendezvous round (kolo.init does so by itself). @run catches a lost
 peer (KoloInternalError: restore the last commit) and HostsUpdatedInterrupt (the commit is kept),
 shuts the runtime down, joins the next round (new rank and size), runs the reset callbacks, syncs
-the state from the new rank 0 and calls the function again. As Horovod's skip_sync, a round that
+the state from the new rank 0 and calls the function again; a KoloInternalError that reports
+a mistake in the ops themselves (a mismatch between ranks: it would recur after every reset)
+ends the worker instead, as any other exception. As Horovod's skip_sync, a round that
 only removes workers skips the sync (the workers left all hold the same commit). A worker that
 kolorun removed from the job (its host left the discovery script's list) ends when it would join
 the next round (WorkerRemoved: exit status 0), as under horovodrun. kolo.torch.elastic adds
@@ -28,7 +30,7 @@ import sys
 
 import numpy as np
 
-from kolo import basics, common, numpy_ops
+from kolo import _lib, basics, common, numpy_ops
 from kolo.elastic import _worker
 from kolo.elastic._worker import ElasticJobError, WorkerRemoved
 from kolo.elastic.state import HostsUpdatedInterrupt, ObjectState, State, broadcast_object
@@ -72,12 +74,34 @@ def _skip_sync(skip_sync):
     return bool(int(agreed[0]))
 
 
+# Statuses of a collective that failed because of the ops the ranks submitted (shapes, dtypes,
+# roots or names that differ between ranks, an argument a rank refused, an op not allowed while
+# ranks have joined, ...): the runtime is intact and every rank of the op got the same error, so
+# re-forming the workers and running the function again from the last commit would only fail
+# the same way, for ever (no --reset-limit by default). Horovod resets on them too (every failed
+# op is a HorovodInternalError there); kolo lets them end the worker, as any other exception of
+# the training code.
+_USER_ERRORS = (_lib.ERR_INVALID_ARGUMENT, _lib.ERR_MISMATCH, _lib.ERR_DUPLICATE_NAME,
+                _lib.ERR_UNSUPPORTED, _lib.ERR_JOINED)
+
+
+def _is_user_error(e):
+    """Whether KoloInternalError e reports a mistake in the submitted ops (no lost peer). A
+    store key refused because kolorun abandoned the round reaches Python as INVALID_ARGUMENT
+    too: that one needs the reset."""
+    return (getattr(e, "status", None) in _USER_ERRORS
+            and not isinstance(e, common.NotInitializedError)
+            and "was abandoned" not in str(e))
+
+
 def run(func):
     """Decorator for the training function `func(state, *args, **kwargs)` (Horovod's
     hvd.elastic.run): syncs the state, runs func, and on a lost peer (KoloInternalError:
     restore the last commit) or HostsUpdatedInterrupt resets and runs it again. Outside kolorun's
     elastic mode a KoloInternalError propagates after the restore (no driver to re-form the
-    workers). Returns func's result."""
+    workers). So does, in elastic mode too, one that reports a mistake in the ops themselves (a
+    mismatch between ranks, a refused argument: _USER_ERRORS), as any other exception of func:
+    a reset would replay it for ever. Returns func's result."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -104,6 +128,13 @@ def run(func):
                 state.restore()
                 skip_sync = False
                 if not _worker.enabled():
+                    raise
+                if _is_user_error(e):
+                    print("kolo elastic: worker %s (round %d): %s; restored the last commit; "
+                          "an error in the ops submitted (%s), not a lost peer: re-forming "
+                          "the workers would repeat it, so it ends the worker" % (
+                              _worker.worker_id(), _worker.current_round(), e, e.status_name),
+                          file=sys.stderr, flush=True)
                     raise
                 print("kolo elastic: worker %s (round %d): %s; restored the last commit, "
                       "re-forming the workers" % (_worker.worker_id(), _worker.current_round(),
