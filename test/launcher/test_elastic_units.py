@@ -79,11 +79,41 @@ def test_elastic_finish_grace_must_be_seconds():
 
 
 def test_discovery_output():
-    out = "a:2\n# comment\n\nb\n[fe80::1]:3\na:5\nc:4  # trailing\n"
+    out = "a:2\n# comment\n\nb\n[fe80::1]:3\na:2\nc:4  # trailing\nb:2\n"
     assert parse_discovery_output(out, 2) == [("a", 2), ("b", 2), ("fe80::1", 3), ("c", 4)]
     with pytest.raises(HostListError) as e:
         parse_discovery_output("a:2\nbad host\n", 1)
     assert "discovery script line 2" in str(e.value)
+
+
+def test_discovery_output_a_host_twice_with_other_slots_is_an_error():
+    # horovodrun keeps one of the two lines at random; the first line used to win silently
+    with pytest.raises(HostListError) as e:
+        parse_discovery_output("a:2\nb:1\na:5\n", 1)
+    assert str(e.value) == ("discovery script line 3: host a is listed again with 5 slots "
+                            "(line 1 gave it 2); list each host once")
+
+
+def test_discovery_output_host_with_zero_slots_is_drained():
+    # "host:0" is no error (horovodrun reads it as a host without slots): no worker there
+    assert parse_discovery_output("a:0\nb:2\n[fe80::1]:00\n", 1) == [("b", 2)]
+    assert parse_discovery_output("a:0\n", 1) == []
+    for bad, text in (("-x:0", "invalid host name '-x'"),
+                      ("fe80::0", "write IPv6 hosts as [address]:slots, not 'fe80::0'")):
+        with pytest.raises(HostListError) as e:
+            parse_discovery_output(bad, 1)
+        assert text in str(e.value)
+
+
+def test_discovery_script_printing_without_end_is_stopped(tmp_path, monkeypatch):
+    # A runaway loop would fill the disk through the output file long before the 30 s limit.
+    from kolo_launcher import discovery
+    monkeypatch.setattr(discovery, "MAX_OUTPUT", 1 << 20)
+    d = discovery.HostDiscovery("yes localhost:1")
+    hosts, error = d.poll()
+    assert hosts == [] and error == "host discovery script printed more than 1 MiB; it was " \
+        "stopped", error
+    assert not d.running
 
 
 def test_blacklist_cooldown_doubles_up_to_max():

@@ -1,8 +1,9 @@
 """Elastic mode's view of the hosts: what the discovery script offers, and which hosts failed.
 
 HostDiscovery runs --host-discovery-script (through the shell, with a time limit) and parses
-its output: one host a line, "host:slots" or "host" (then --slots-per-host slots); blank lines
-and '#' comments are skipped. A script that fails, times out or prints a bad line keeps the
+its output: one host a line, "host:slots" or "host" (then --slots-per-host slots; "host:0": no
+slots there); blank lines and '#' comments are skipped; a host printed twice must have the
+same slots both times. A script that fails, times out or prints a bad line keeps the
 last good list (the error is returned once, for the launcher to print); `ok` says whether any
 run succeeded (the launcher fails the job when the first run fails: elastic_run.py). With
 -H/--hostfile instead, the list is fixed.
@@ -11,8 +12,9 @@ The script runs beside the driver, never blocking it: start() starts a run, resu
 (without waiting) whether it ended, and poll() waits for one while a caller's check (a signal to
 kolorun) may cut it short. Each run is in a session (and process group) of its own, its output
 goes to temporary files (nothing to drain while it runs), and it is registered with kolorun's
-orphan guard when one is given. A run past SCRIPT_TIMEOUT, a run cut short and a run still
-going when kolorun stops (close()) have their whole group killed (SIGKILL), as has a run that
+orphan guard when one is given. A run past SCRIPT_TIMEOUT, a run that prints more than
+MAX_OUTPUT (a runaway loop would fill the disk first), a run cut short and a run still going
+when kolorun stops (close()) have their whole group killed (SIGKILL), as has a run that
 ended (what it left running), so no child of the script (a `sleep`, an ssh) outlives it; when
 kolorun is killed -9, the orphan guard stops the group (TERM, then KILL after the kill grace).
 
@@ -30,6 +32,7 @@ at most the script's time limit (less when its caller's check says to stop).
 
 import os
 import random
+import re
 import signal
 import subprocess
 import tempfile
@@ -38,25 +41,49 @@ import time
 from .hosts import HostListError, parse_host_entry
 
 SCRIPT_TIMEOUT = 30.0
+MAX_OUTPUT = 4 << 20  # bytes a run may print (stdout or stderr): 100000 hosts' lines
 
 
 def parse_discovery_output(text, slots_per_host):
-    """[(host, slots)] in the order printed; a host listed twice keeps its first line. Raises
-    HostListError naming the bad line."""
+    """[(host, slots)] in the order printed. A host printed again with the same slots counts
+    once (horovodrun drops repeated lines); printed with other slots it is an error, as the
+    script's meaning is unclear (horovodrun keeps either line, at random). "host:0" lists a
+    host without slots, as horovodrun reads it: no worker there (a way to drain a host); it
+    is left out of the list. Raises HostListError naming the bad line."""
     hosts = []
-    seen = set()
+    seen = {}  # name -> (slots, line number)
     for number, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         where = "discovery script line %d" % number
-        entry = parse_host_entry(line, where)
-        has_slots = ("]:" in line) if line.startswith("[") else (":" in line)
-        slots = entry.slots if has_slots else slots_per_host
-        if entry.name not in seen:
-            seen.add(entry.name)
+        drained = _NO_SLOTS.match(line)
+        if drained:
+            # the name is checked as with one slot; the host gets none
+            try:
+                entry = parse_host_entry(drained.group(1) + ":1", where)
+            except HostListError:
+                parse_host_entry(line, where)  # the error about the line as printed
+                raise
+            slots = 0
+        else:
+            entry = parse_host_entry(line, where)
+            has_slots = ("]:" in line) if line.startswith("[") else (":" in line)
+            slots = entry.slots if has_slots else slots_per_host
+        if entry.name in seen:
+            if seen[entry.name][0] != slots:
+                raise HostListError(
+                    "%s: host %s is listed again with %d slot%s (line %d gave it %d); list "
+                    "each host once" % (where, entry.name, slots, "" if slots == 1 else "s",
+                                        seen[entry.name][1], seen[entry.name][0]))
+            continue
+        seen[entry.name] = (slots, number)
+        if slots > 0:
             hosts.append((entry.name, slots))
     return hosts
+
+
+_NO_SLOTS = re.compile(r"^(.+):0+$")
 
 
 class HostDiscovery:
@@ -101,8 +128,15 @@ class HostDiscovery:
         (its process group is then killed)."""
         if self._run is None:
             return None
-        proc, _, _, deadline = self._run
-        if not _exited(proc.pid):
+        proc, out, err, deadline = self._run
+        exited = _exited(proc.pid)
+        printed = max(os.fstat(f.fileno()).st_size for f in (out, err))
+        if printed > MAX_OUTPUT:
+            # a runaway loop: its output would fill the disk before the time limit
+            self._end()
+            return self.hosts, ("host discovery script printed more than %d MiB; it was "
+                                "stopped" % (MAX_OUTPUT >> 20))
+        if not exited:
             if time.monotonic() < deadline:
                 return None
             self._end()
