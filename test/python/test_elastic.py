@@ -286,6 +286,42 @@ def test_torch_state_commit_copies_no_torch_object(monkeypatch, one_rank):
     assert state.optimizer is opt and state.plateau is plateau and state.sampler is sampler
 
 
+def test_torch_state_a_commit_that_fails_part_way_keeps_the_last_commit_whole(one_rank):
+    # A peer lost inside the second sampler's collective, after the first sampler and the
+    # others saved: the restore must give back the last commit, not a mix of the two (the
+    # first sampler's new processed indices with the old model and counters skip samples).
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    first = hvd.elastic.ElasticSampler(list(range(20)), shuffle=False)
+    second = hvd.elastic.ElasticSampler(list(range(20)), shuffle=False)
+    state = hvd.elastic.TorchState(model, opt, first=first, second=second, batch=0)
+    weight = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    first.record_indices(range(4))
+    second.record_indices(range(4))
+    state.batch = 1
+
+    def lost(self):
+        raise KoloInternalError("allgather 'kolo.elastic.second.processed': rank 1 died")
+
+    second_handler = state._handlers["second"]
+    second_handler.save = lost.__get__(second_handler)
+    with pytest.raises(KoloInternalError, match="rank 1 died"):
+        state.commit()
+    state.restore()
+    assert torch.equal(model.weight, weight) and state.batch == 0
+    assert first.processed_indices == set() and second.processed_indices == set()
+    assert list(first) == list(range(20))
+    del second_handler.save  # the next commit saves everything
+    first.record_indices(range(4))
+    state.batch = 1
+    state.commit()
+    state.batch = 5
+    state.restore()
+    assert state.batch == 1 and first.processed_indices == set(range(4))
+
+
 def test_torch_state_assigning_an_attribute_saves_the_new_object(one_rank):
     m1, m2 = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     state = hvd.elastic.TorchState(model=m1, epoch=0, extra=None)

@@ -280,9 +280,21 @@ class TorchState(ObjectState):
         object.__setattr__(self, name, value)
 
     def save(self):
-        for handler in self._handlers.values():
-            handler.save()
-        super().save()
+        # All or nothing: a save that fails part-way (a peer lost in a sampler's collective,
+        # after other handlers saved) puts back what every handler held, so that a restore
+        # never mixes two commits (a model of the new one with the epoch, batch and samplers
+        # of the old one would train the samples in between twice, or skip them). A handler
+        # replaces what it saved (never mutates it), so a shallow copy of each one is enough.
+        before = [(handler, dict(handler.__dict__)) for handler in self._handlers.values()]
+        try:
+            for handler in self._handlers.values():
+                handler.save()
+            super().save()
+        except BaseException:
+            for handler, saved in before:
+                handler.__dict__.clear()
+                handler.__dict__.update(saved)
+            raise
 
     def check_host_updates(self):
         try:
