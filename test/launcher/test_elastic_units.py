@@ -426,9 +426,49 @@ def test_a_worker_stopped_during_the_job_gets_sigkill_after_the_grace(tmp_path):
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate(timeout=30)
     assert "worker 2 leaves the job at its next commit" in err, err
-    assert ("worker 2 (host localhost) did not leave the job at a commit within "
+    assert ("worker 2 (host localhost): it did not leave the job at a commit within "
             "--elastic-timeout 1 s of its removal (host localhost has 2 slots now): stopping "
             "it") in err, err
+
+
+def test_every_host_gone_stops_the_workers_saying_no_round_could_form(tmp_path):
+    # The discovery script lists no host any more: the removed workers have no round to leave
+    # for (fewer than --min-np), so after --elastic-timeout they are stopped, and the job fails,
+    # with a message that does not blame them for never reaching a commit.
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    script = tmp_path / "discover.sh"
+    script.write_text("#!/bin/sh\ncat %s\n" % hosts)
+    script.chmod(0o755)
+    prog = tmp_path / "p.py"
+    prog.write_text("import os, time\nopen(os.path.join(%r, 'up.' + "
+                    "os.environ['KOLO_ELASTIC_WORKER_ID']), 'w').close()\ntime.sleep(60)\n"
+                    % str(tmp_path))
+    env = base_env(KOLO_ELASTIC_DISCOVERY_INTERVAL="0.1", KOLO_LAUNCHER_KILL_GRACE_SECONDS="1")
+    import subprocess
+    import time
+    from conftest import KOLORUN
+    p = subprocess.Popen([PY, KOLORUN, "-np", "2", "--min-np", "1", "--host-discovery-script",
+                          str(script), "--elastic-timeout", "1", PY, str(prog)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not all((tmp_path / ("up.%d" % i)).exists() for i in range(2)):
+            assert time.monotonic() < deadline, "workers did not start"
+            time.sleep(0.05)
+        hosts.write_text("")
+        _, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 1, err
+    for wid in (0, 1):
+        assert ("worker %d (host localhost): no round without it could form within "
+                "--elastic-timeout 1 s of its removal (host localhost is gone): stopping it"
+                % wid) in err, err
+    assert ("job failed: only 0 workers, fewer than --min-np 1, and no host came within "
+            "--elastic-timeout 1 s") in err, err
 
 
 def test_driver_passes_a_signal_and_stops_every_worker(tmp_path):

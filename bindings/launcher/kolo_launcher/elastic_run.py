@@ -679,10 +679,16 @@ class ElasticJob(GlooJob):
         now = time.monotonic()
         for wid, l in sorted(self.leaving.items()):
             if now - l.since >= self.eopts.elastic_timeout:
+                if l.round is None:
+                    # it had nothing to leave for: no round without it formed (too few
+                    # workers), not a worker that never commits
+                    why = "no round without it could form"
+                else:
+                    why = "it did not leave the job at a commit"
                 self.console.message(
-                    "worker %d (host %s) did not leave the job at a commit within "
-                    "--elastic-timeout %s s of its removal (%s): stopping it" % (
-                        wid, l.worker.host, _seconds(self.eopts.elastic_timeout), l.reason))
+                    "worker %d (host %s): %s within --elastic-timeout %s s of its removal "
+                    "(%s): stopping it" % (wid, l.worker.host, why,
+                                           _seconds(self.eopts.elastic_timeout), l.reason))
                 self._stop_leaving(wid)
 
     def _reap_retiring(self):
