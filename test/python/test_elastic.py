@@ -540,30 +540,81 @@ def test_sampler_sync_after_a_commit_lets_new_workers_send_only_new_indices(monk
     assert [h._generation for h in handlers] == generations
 
 
+def _news_of_a_new_round(monkeypatch, only_removes=False):
+    """The driver, as a worker sees it: round 1 published while this worker runs in round 0."""
+    from kolo.elastic import _worker
+    monkeypatch.setattr(_worker, "enabled", lambda: True)
+    monkeypatch.setattr(_worker, "current_round", lambda: 0)
+    monkeypatch.setattr(_worker, "driver_news", lambda: (None, 1))
+    monkeypatch.setattr(_worker, "round_only_removes", lambda n: only_removes)
+
+
 def test_host_update_without_a_commit_shares_every_ranks_samples(monkeypatch):
     # check_host_updates() raising HostsUpdatedInterrupt (no commit, no rollback) while the
-    # removed workers are still there: every sampler learns what every rank processed since
-    # the commit, so the survivors do not hand out the removed worker's samples again.
+    # removed workers are still there: the state is saved first, so every sampler learns what
+    # every rank processed since the commit, and the survivors do not hand out the removed
+    # worker's samples again.
     import kolo.elastic.state as base
     world = FakeWorld(monkeypatch, 3)
+    _news_of_a_new_round(monkeypatch)
+    monkeypatch.setattr(base.numpy_ops, "allreduce", lambda a, op, name: a)  # same everywhere
     dataset = list(range(300))
-
-    def raise_update(self):
-        raise kolo.elastic.HostsUpdatedInterrupt()
 
     def body(r):
         s = hvd.elastic.ElasticSampler(dataset, shuffle=False)
         state = hvd.elastic.TorchState(sampler=s, epoch=0)
         s.record_indices(range(r, 30, 3))
-        state.save()  # commit's save (its host check raises here)
+        state.save()  # a commit
         s.record_indices(range(30 + r, 60, 3))
         with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
             state.check_host_updates()
         return state
 
-    monkeypatch.setattr(base.State, "check_host_updates", raise_update)
     states = world.run(body)
     for st in states:
         assert st.sampler.processed_indices == set(range(60))
         assert st._handlers["sampler"]._saved_sampler_state["processed_indices"] == \
-            set(range(30))
+            set(range(60))
+
+
+@pytest.mark.parametrize("only_removes", [False, True])
+def test_host_update_without_a_commit_keeps_counters_and_model_of_one_moment(monkeypatch,
+                                                                            one_rank,
+                                                                            only_removes):
+    # The reset after check_host_updates' interrupt sends rank 0's saved plain values with its
+    # current model: the step counter went back to the last commit (20) while the model kept
+    # the 12 steps trained since (Horovod's sync does the same). The interrupt saves first.
+    _news_of_a_new_round(monkeypatch, only_removes)
+    model = torch.nn.Linear(2, 1)
+    model.register_buffer("nsteps", torch.zeros(1))
+    state = hvd.elastic.TorchState(model, None, step=0)
+    model.nsteps += 20
+    state.step = 20
+    state.save()  # the commit at step 20
+    model.nsteps += 12
+    state.step = 32
+    with pytest.raises(kolo.elastic.HostsUpdatedInterrupt) as e:
+        state.check_host_updates()
+    assert e.value.skip_sync == only_removes
+    state.sync()
+    assert (state.step, int(model.nsteps)) == (32, 32)
+    state.restore()  # a peer lost before the next commit: back to the interrupt, whole
+    assert (state.step, int(model.nsteps)) == (32, 32)
+
+
+def test_a_commit_saves_once_when_it_raises_the_interrupt(monkeypatch, one_rank):
+    _news_of_a_new_round(monkeypatch)
+    saves = []
+
+    class Counted(kolo.elastic.ObjectState):
+        def save(self):
+            saves.append(self.step)
+            super().save()
+
+    state = Counted(step=3)
+    with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
+        state.commit()
+    assert saves == [3]
+    with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
+        state.check_host_updates()
+    assert saves == [3, 3]

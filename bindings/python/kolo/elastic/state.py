@@ -3,10 +3,11 @@ commits, restores after a failure and receives from rank 0 when the workers are 
 
 commit() saves a copy of the state and then checks, on every rank together, whether kolorun
 published a new rendezvous round (new hosts, a worker stopped): if so every rank raises
-HostsUpdatedInterrupt at the same commit, so all of them reset together. restore() goes back to
-the last commit (after a lost peer); sync() broadcasts rank 0's committed state to every rank
-(after each reset, old and new workers alike: kolo always syncs, so old and new workers never
-disagree about it). Not thread-safe: the training thread owns its State.
+HostsUpdatedInterrupt at the same commit, so all of them reset together; check_host_updates()
+checks alone, and saves the state before the interrupt (no rollback follows it). restore() goes
+back to the last commit (after a lost peer); sync() broadcasts rank 0's committed state to every
+rank (after each reset, old and new workers alike, unless the reset only removed workers).
+Not thread-safe: the training thread owns its State.
 """
 
 import copy
@@ -70,13 +71,23 @@ class State:
         """Saves the state, then raises HostsUpdatedInterrupt (on every rank) when the workers
         are about to be re-formed."""
         self.save()
-        self.check_host_updates()
+        self._saved_now = True
+        try:
+            self.check_host_updates()
+        finally:
+            self._saved_now = False
 
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank when kolorun published a newer round than
         the one this job runs in, and ElasticJobError (kolorun's reason) on every rank when
         kolorun aborted the job (past --reset-limit, ...: as horovodrun stops its workers
-        then). Collective (one small allreduce): call it on every rank."""
+        then). Collective (one small allreduce): call it on every rank.
+
+        Before the interrupt it saves the state (every rank is here together), unless commit()
+        just did: the workers go on from here without a rollback, and the reset's sync sends
+        rank 0's saved plain values with its current model and optimizer, so these must be of
+        the same moment. (Horovod's sync sends the plain values of the last commit there: a
+        step counter went back to the commit while the model kept the steps trained since.)"""
         if not _worker.enabled() or not basics.is_initialized():
             return
         # 0: no newer round; 1: one that only removes workers; 2: one that adds some;
@@ -94,6 +105,8 @@ class State:
                 abort = _worker.driver_news()[0] or "(no reason given)"
             raise _worker.aborted_error(abort)
         if flag:
+            if not getattr(self, "_saved_now", False):
+                self.save()
             raise HostsUpdatedInterrupt(skip_sync=flag == 1)
 
     def save(self):

@@ -36,7 +36,6 @@ import torch
 
 from kolo import basics
 from kolo.basics import rank
-from kolo.elastic.state import HostsUpdatedInterrupt
 from kolo.elastic.state import ObjectState as _ObjectState
 from kolo.torch import functions
 from kolo.torch.elastic.sampler import ElasticSampler
@@ -108,7 +107,9 @@ class SamplerStateHandler(StateHandler):
     adds them to this rank's sampler (it re-shards only at a reset, so its batches do not
     change); restore() loads the saved state; sync() gives every rank rank 0's state, with the
     processed indices of every rank at rank 0's epoch (also those processed since the last
-    commit, when the workers are re-formed at check_host_updates without a commit)."""
+    commit). When check_host_updates() raises HostsUpdatedInterrupt, the state is saved first
+    (State.check_host_updates), while the workers kolorun removes are still there: the samples
+    they processed since the last commit are not handed out again (no rollback follows)."""
 
     def __init__(self, sampler):
         super().__init__(sampler)
@@ -134,18 +135,6 @@ class SamplerStateHandler(StateHandler):
         state = dict(self._saved_sampler_state)
         state["processed_indices"] = set(state["processed_indices"])  # the saved set stays ours
         self.value.load_state_dict(state)
-
-    def share_processed(self):
-        """Adds every rank's processed indices to this rank's sampler (not to the commit).
-        Collective: TorchState calls it when every rank raises HostsUpdatedInterrupt, while
-        the workers kolorun removes are still there, so that the samples they processed since
-        the last commit are not handed out again (no rollback follows)."""
-        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=False, root_only=False)
-        processed = self.value.processed_indices
-        if isinstance(processed, set):
-            processed |= union
-        else:
-            self.value.processed_indices = set(processed) | union
 
     def sync(self):
         union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True, root_only=True)
@@ -294,17 +283,6 @@ class TorchState(ObjectState):
             for handler, saved in before:
                 handler.__dict__.clear()
                 handler.__dict__.update(saved)
-            raise
-
-    def check_host_updates(self):
-        try:
-            super().check_host_updates()
-        except HostsUpdatedInterrupt:
-            # every rank is here (the interrupt is raised on all together), removed workers
-            # included: the samplers learn what every rank processed since the last commit
-            for handler in self._handlers.values():
-                if isinstance(handler, SamplerStateHandler):
-                    handler.share_processed()
             raise
 
     def on_reset(self):
