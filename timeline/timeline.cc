@@ -5,12 +5,19 @@
 // - A crash used to leave "[{...},{...}," behind. We keep the closing bytes on disk after every
 //   write and overwrite them with the next write (pwrite at a remembered offset), data and new
 //   closing in one system call: whenever the process dies, the file ends in a valid closing.
+//   A SIGKILL inside that system call can still cut it at a page boundary (the kernel checks for
+//   a fatal signal between pages; seen twice in 60 kills of a writer that writes all the time),
+//   and no order of writes avoids that without rewriting the file; so every event is one line,
+//   a raw newline never occurs inside a JSON string, and repair() cuts such a file back to its
+//   last ",\n{" (the start of the last, possibly partial, event) and closes it.
+// - Horovod lets two writers of one path interleave into garbage; we hold a flock on the file.
 // - Output is compact (one short event per line, no pretty printing) so long runs stay openable.
 // - Every rank can write its own file: pid = rank, so files from several ranks can be merged.
 #include "timeline/timeline.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,7 +39,6 @@
 
 namespace kolo {
 namespace {
-
 
 constexpr auto kFlushInterval = std::chrono::milliseconds(100);  // max age of unwritten events
 constexpr size_t kFlushEvents = 1000;                            // or this many unwritten events
@@ -99,6 +105,7 @@ struct TimelineSession {
   Clock::time_point oldestUnwritten;
   off_t dataEnd = 0;         // file offset where the closing starts (= next event goes)
   size_t closingOnDisk = 0;  // bytes after dataEnd in the file
+  std::string closingText;   // those bytes, as last written (put back when a write fails)
   Status error;              // first write error; further writes are skipped
 };
 
@@ -183,6 +190,26 @@ std::string Timeline::Impl::header(const Session& s) const {
   return h;
 }
 
+namespace {
+// The bytes after the last event: the end of the array and the otherData object.
+std::string closingText(int rank, int64_t startUnixUs, uint64_t dropped, const char* state) {
+  std::string c = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
+  c += KOLO_VERSION_STRING;
+  c += "\",\"rank\":";
+  appendJsonInt(c, rank);
+  c += ",\"start_time\":";
+  appendJsonString(c, formatIso8601Utc(startUnixUs));
+  c += ",\"start_time_unix_us\":";
+  appendJsonInt(c, startUnixUs);
+  c += ",\"dropped_events\":";
+  appendJsonInt(c, static_cast<int64_t>(dropped));
+  c += ",\"state\":\"";
+  c += state;
+  c += "\"}}\n";
+  return c;
+}
+}  // namespace
+
 // The closing keeps a constant shape: "running"/"stopped" have equal length and the dropped count
 // only grows, so a new closing never ends before the old one (writeOut pads if it ever would).
 std::string Timeline::Impl::closing(const Session& s, bool stopped) {
@@ -191,18 +218,7 @@ std::string Timeline::Impl::closing(const Session& s, bool stopped) {
     std::lock_guard<std::mutex> lock(mu);
     droppedNow = dropped;
   }
-  std::string c = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
-  c += KOLO_VERSION_STRING;
-  c += "\",\"rank\":";
-  appendJsonInt(c, s.rank);
-  c += ",\"start_time\":";
-  appendJsonString(c, formatIso8601Utc(s.startUnixUs));
-  c += ",\"start_time_unix_us\":";
-  appendJsonInt(c, s.startUnixUs);
-  c += ",\"dropped_events\":";
-  appendJsonInt(c, static_cast<int64_t>(droppedNow));
-  c += stopped ? ",\"state\":\"stopped\"}}\n" : ",\"state\":\"running\"}}\n";
-  return c;
+  return closingText(s.rank, s.startUnixUs, droppedNow, stopped ? "stopped" : "running");
 }
 
 void Timeline::Impl::rowOf(Session* s, const std::string& name, int64_t* tid) {
@@ -297,11 +313,20 @@ void Timeline::Impl::writeOut(Session* s, bool stopped) {
     if (int err = pwriteAll(s->fd, buf, s->dataEnd); err != 0) {
       s->error =
           Status(ErrorCode::kIo, "timeline: cannot write '" + s->path + "': " + std::strerror(err));
+      // Part of the write may have landed over the old closing (a disk that filled up midway):
+      // put the old closing back (its blocks are already allocated) and cut what follows, so
+      // the file is the valid trace of the last good write. Best effort: the first error stands.
+      if (!s->closingText.empty() && pwriteAll(s->fd, s->closingText, s->dataEnd) == 0) {
+        if (::ftruncate(s->fd, s->dataEnd + static_cast<off_t>(s->closingText.size())) != 0) {
+          // A file that cannot be cut (not a regular file) keeps what it has.
+        }
+      }
       std::lock_guard<std::mutex> lock(mu);
       writeError = s->error;
     } else {
       s->dataEnd += static_cast<off_t>(s->out.size());
       s->closingOnDisk = tail.size();
+      s->closingText = std::move(tail);
     }
   }
   s->out.clear();
@@ -374,6 +399,9 @@ void Timeline::Impl::stopLocked(std::atomic<bool>* active) {
     writerCv.notify_one();
   }
   writer.join();
+  // Unlock before closing: a child forked meanwhile (a data loader's worker) shares this open
+  // file and would otherwise hold the lock for as long as it lives.
+  ::flock(session->fd, LOCK_UN);
   ::close(session->fd);
   session.reset();
   std::lock_guard<std::mutex> lock(mu);
@@ -398,33 +426,206 @@ Status Timeline::resume(const std::string& path, bool markCycles, const Reset& r
 }
 
 namespace {
-// Where an earlier kolo session's closing starts in `text` (a whole timeline file), and its
-// start time; false when `text` is not a kolo timeline that ends in a closing.
-bool findClosing(const std::string& text, size_t* closingAt, int64_t* startUnixUs) {
-  static const char kOpen[] = "{\"traceEvents\":[\n";
-  static const char kClose[] = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
-  static const char kStart[] = "\"start_time_unix_us\":";
+constexpr char kOpen[] = "{\"traceEvents\":[\n";
+constexpr char kClose[] = "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"producer\":\"kolo ";
+constexpr char kStartKey[] = "\"start_time_unix_us\":";
+constexpr char kEventStart[] = ",\n{";  // begins every line after the first; never inside a string
+
+// What an earlier kolo session left in a file: where its events end (where the next session's
+// events go), its rank and its start time.
+struct FileEnd {
+  size_t dataEnd = 0;
+  int rank = 0;
+  int64_t startUnixUs = 0;
+  bool complete = false;  // ends in a closing; otherwise cut mid-event (dataEnd: the cut point)
+};
+
+int64_t numberAfter(const std::string& text, size_t from, const char* key, size_t limit) {
+  const size_t at = text.find(key, from);
+  if (at == std::string::npos || at > limit) return -1;
+  return std::strtoll(text.c_str() + at + std::strlen(key), nullptr, 10);
+}
+
+// Where the compact JSON value starting at text[i] ends (one past it), or npos when it is not
+// one: strict RFC 8259 grammar with no whitespace outside strings, as the writer formats events,
+// so a raw newline (never inside an event line) ends the search. Depth-limited.
+size_t jsonValueEnd(const std::string& t, size_t i, int depth = 0) {
+  const size_t n = t.size();
+  if (i >= n || depth > 64) return std::string::npos;
+  const char c = t[i];
+  if (c == '"') {
+    for (size_t k = i + 1; k < n; ++k) {
+      const unsigned char ch = static_cast<unsigned char>(t[k]);
+      if (ch == '"') return k + 1;
+      if (ch < 0x20) return std::string::npos;
+      if (ch == '\\') {
+        if (++k >= n) return std::string::npos;
+        if (t[k] == 'u') {
+          for (int h = 0; h < 4; ++h) {
+            if (++k >= n || !std::isxdigit(static_cast<unsigned char>(t[k]))) {
+              return std::string::npos;
+            }
+          }
+        } else if (std::strchr("\"\\/bfnrt", t[k]) == nullptr || t[k] == '\0') {
+          return std::string::npos;
+        }
+      }
+    }
+    return std::string::npos;
+  }
+  if (c == '{' || c == '[') {
+    const char close = c == '{' ? '}' : ']';
+    size_t k = i + 1;
+    if (k < n && t[k] == close) return k + 1;
+    for (;;) {
+      if (c == '{') {
+        if (k >= n || t[k] != '"') return std::string::npos;
+        k = jsonValueEnd(t, k, depth + 1);
+        if (k == std::string::npos || k >= n || t[k] != ':') return std::string::npos;
+        ++k;
+      }
+      k = jsonValueEnd(t, k, depth + 1);
+      if (k == std::string::npos || k >= n) return std::string::npos;
+      if (t[k] == close) return k + 1;
+      if (t[k] != ',') return std::string::npos;
+      ++k;
+    }
+  }
+  for (const char* word : {"true", "false", "null"}) {
+    const size_t len = std::strlen(word);
+    if (t.compare(i, len, word) == 0) return i + len;
+  }
+  // A number: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
+  size_t k = i;
+  auto digits = [&] {
+    const size_t from = k;
+    while (k < n && std::isdigit(static_cast<unsigned char>(t[k]))) ++k;
+    return k > from;
+  };
+  if (k < n && t[k] == '-') ++k;
+  if (k < n && t[k] == '0') {
+    ++k;
+  } else if (!digits()) {
+    return std::string::npos;
+  }
+  if (k < n && t[k] == '.' && (++k, !digits())) return std::string::npos;
+  if (k < n && (t[k] == 'e' || t[k] == 'E')) {
+    ++k;
+    if (k < n && (t[k] == '+' || t[k] == '-')) ++k;
+    if (!digits()) return std::string::npos;
+  }
+  // The number must be followed by something (a cut "12" may have been "123").
+  return k < n ? k : std::string::npos;
+}
+
+// Reads `text` (a whole file) as a kolo timeline: false when it is not one (no kolo header, or
+// cut inside the first line of its header). A file that does not end in its closing was cut by a
+// kill inside a write: its events end after the last event that is complete, valid JSON, counted
+// from the start (",\n{" begins each line, and no line holds a raw newline), and the bytes from
+// there on (a partial event, perhaps a piece of the old closing) are dropped.
+bool readFileEnd(const std::string& text, FileEnd* end) {
   if (text.compare(0, sizeof(kOpen) - 1, kOpen) != 0) return false;
-  const size_t at = text.rfind(kClose);
-  if (at == std::string::npos) return false;
-  const size_t st = text.find(kStart, at);
-  if (st == std::string::npos) return false;
-  *closingAt = at;
-  *startUnixUs = std::strtoll(text.c_str() + st + sizeof(kStart) - 1, nullptr, 10);
-  return *startUnixUs > 0;
+  const size_t firstLineEnd = text.find('\n', sizeof(kOpen) - 1);
+  if (firstLineEnd == std::string::npos) return false;
+  end->startUnixUs = numberAfter(text, 0, kStartKey, firstLineEnd);
+  end->rank = static_cast<int>(numberAfter(text, 0, "\"pid\":", firstLineEnd));
+  if (end->startUnixUs <= 0 || end->rank < 0) return false;
+  // Complete: the closing, then "}}" and only whitespace (writeOut pads with spaces).
+  const size_t close = text.rfind(kClose);
+  const size_t last = text.find_last_not_of(" \n");
+  if (close != std::string::npos && text.find(kEventStart, close) == std::string::npos &&
+      last != std::string::npos && last > close && text.compare(last - 1, 2, "}}") == 0) {
+    end->dataEnd = close;
+    end->complete = true;
+    return true;
+  }
+  size_t at = sizeof(kOpen) - 1;
+  size_t dataEnd = std::string::npos;
+  for (;;) {
+    const size_t e = text[at] == '{' ? jsonValueEnd(text, at) : std::string::npos;
+    if (e == std::string::npos) break;
+    dataEnd = e;
+    if (text.compare(e, sizeof(kEventStart) - 1, kEventStart) != 0) break;
+    at = e + 2;
+  }
+  if (dataEnd == std::string::npos) return false;  // cut inside the first line
+  end->dataEnd = dataEnd;
+  end->complete = false;
+  return true;
 }
 
 bool readWhole(int fd, std::string* out) {
   char buf[1 << 16];
+  off_t at = 0;
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
+    ssize_t n = ::pread(fd, buf, sizeof(buf), at);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return false;
     if (n == 0) return true;
     out->append(buf, static_cast<size_t>(n));
+    at += n;
   }
 }
+
+// Takes the file's exclusive advisory lock, without waiting. Another holder (a Timeline of this
+// process or of another) is an error; a file system without flock support is not.
+Status lockExclusive(int fd, const std::string& path) {
+  for (;;) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return Status::ok();
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) {
+      return Status(ErrorCode::kIo, "timeline: '" + path +
+                                        "' is being written by another timeline (another job, "
+                                        "process or runtime has it open); give each its own file");
+    }
+    return Status::ok();  // ENOLCK, EINVAL...: no locking here, carry on as before
+  }
+}
+
+bool isRegularFile(int fd) {
+  struct stat st = {};
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
 }  // namespace
+
+Status Timeline::repair(const std::string& path, bool* repaired) {
+  if (repaired != nullptr) *repaired = false;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
+  }
+  auto fail = [&](Status s) {
+    ::close(fd);
+    return s;
+  };
+  Status locked = lockExclusive(fd, path);
+  if (!locked.isOk()) return fail(locked);
+  std::string text;
+  if (!readWhole(fd, &text)) {
+    return fail(
+        Status(ErrorCode::kIo, "timeline: cannot read '" + path + "': " + std::strerror(errno)));
+  }
+  FileEnd end;
+  if (!readFileEnd(text, &end)) {
+    return fail(
+        Status(ErrorCode::kInvalidArgument, "timeline: '" + path +
+                                                "' is not a kolo timeline (or is cut inside its "
+                                                "first line); nothing to repair"));
+  }
+  if (end.complete) return fail(Status::ok());
+  // The dropped count is unknown (it lived in the lost closing): 0, and the state says why.
+  const std::string closing = closingText(end.rank, end.startUnixUs, 0, "truncated");
+  if (int err = pwriteAll(fd, closing, static_cast<off_t>(end.dataEnd)); err != 0) {
+    return fail(
+        Status(ErrorCode::kIo, "timeline: cannot write '" + path + "': " + std::strerror(err)));
+  }
+  if (::ftruncate(fd, static_cast<off_t>(end.dataEnd + closing.size())) != 0) {
+    return fail(
+        Status(ErrorCode::kIo, "timeline: cannot cut '" + path + "': " + std::strerror(errno)));
+  }
+  if (repaired != nullptr) *repaired = true;
+  return fail(Status::ok());
+}
 
 Status Timeline::begin(const std::string& path, bool markCycles, int rank, const Reset* reset) {
   std::lock_guard<std::mutex> life(impl_->lifeMu);
@@ -440,28 +641,35 @@ Status Timeline::begin(const std::string& path, bool markCycles, int rank, const
   s->path = path;
   s->rank = rank;
   const int64_t nowUnixUs = std::chrono::duration_cast<std::chrono::microseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-  size_t closingAt = 0;
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count();
   int64_t oldStartUs = 0;
   bool continued = false;
-  if (reset != nullptr) {
-    s->fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-    std::string text;
-    if (s->fd >= 0 && readWhole(s->fd, &text) && findClosing(text, &closingAt, &oldStartUs)) {
-      continued = true;
-      s->dataEnd = static_cast<off_t>(closingAt);
-      s->closingOnDisk = text.size() - closingAt;
-    } else if (s->fd >= 0) {
-      ::close(s->fd);
-      s->fd = -1;
-    }
-  }
-  if (!continued) {
-    s->fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  }
+  // No O_TRUNC: the file is cut only once its lock is ours, so a second writer of a path leaves
+  // the first one's file alone.
+  s->fd = ::open(path.c_str(), (reset != nullptr ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC, 0644);
   if (s->fd < 0) {
     return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
+  }
+  if (Status locked = lockExclusive(s->fd, path); !locked.isOk()) {
+    ::close(s->fd);
+    return locked;
+  }
+  if (reset != nullptr) {
+    std::string text;
+    FileEnd end;
+    if (readWhole(s->fd, &text) && readFileEnd(text, &end)) {
+      continued = true;
+      oldStartUs = end.startUnixUs;
+      s->dataEnd = static_cast<off_t>(end.dataEnd);
+      s->closingOnDisk = text.size() - end.dataEnd;  // a cut file's partial line included
+    }
+  }
+  if (!continued && isRegularFile(s->fd) && ::ftruncate(s->fd, 0) != 0) {
+    const int err = errno;
+    ::close(s->fd);
+    return Status(ErrorCode::kIo,
+                  "timeline: cannot truncate '" + path + "': " + std::strerror(err));
   }
   // A continued file keeps its time axis: ts 0 stays the first session's start.
   s->startUnixUs = continued ? oldStartUs : nowUnixUs;

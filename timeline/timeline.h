@@ -21,8 +21,17 @@
 // Every write puts the new events and a fresh closing "]...}" in one pwrite at the end of the data,
 // overwriting the previous closing, so the file on disk is complete, valid JSON after every write:
 // a process that dies (uncaught exception, abort, kill -9) leaves a valid file holding everything
-// written up to ~100 ms before it died. Writes go to the page cache (no fsync): a power loss may
+// written up to ~100 ms before it died. The one exception: a kill -9 that lands inside that
+// pwrite (a window of microseconds per write) may leave the write cut at a page boundary, so the
+// file ends mid-event; repair() (the kolo-timeline-repair tool) cuts such a file back to its last
+// complete event and closes it, and resume() does the same before it continues a file. A write
+// that fails (disk full, file size limit) puts the previous closing back, so the file stays
+// valid with what was written before. Writes go to the page cache (no fsync): a power loss may
 // lose more.
+//
+// One writer per file: start() takes an exclusive advisory lock (flock) on the file, so a second
+// Timeline, in this process or another (two jobs given the same KOLO_TIMELINE), gets kIo instead
+// of interleaving its writes with the first's into a corrupt file.
 //
 // Thread safety: every member function may be called from any thread. start()/stop() serialize
 // with each other. The event functions are cheap (an active() check when off; otherwise a few
@@ -59,8 +68,9 @@ class Timeline {
   // takes the new markCycles (the file keeps its events and its rank); with another file active,
   // that file is stopped first. `rank` becomes the pid and goes into the metadata. Blocks for the
   // open and the first write.
-  // Errors: kIo naming the path and the OS error (the timeline stays inactive); kInternal if the
-  // writer thread cannot be created.
+  // Errors: kIo naming the path and the OS error, or saying that another timeline (another
+  // process, or another Timeline of this one) is writing that file; the timeline stays inactive
+  // and the file untouched. kInternal if the writer thread cannot be created.
   Status start(const std::string& path, bool markCycles, int rank);
 
   // What a re-initialised runtime writes into the file an earlier runtime of this process left
@@ -74,8 +84,17 @@ class Timeline {
   // died), it continues that file instead of truncating it: the new session's events follow the
   // old ones (same time axis: the old file's start time is kept), under this rank's process
   // row, after an instant "RESET" marker with args {round, rank, size}. A file that is missing
-  // or is not a kolo timeline is started afresh, as start() does. Same errors as start().
+  // or is not a kolo timeline is started afresh, as start() does. A kolo timeline cut short by a
+  // kill (see repair()) is cut back to its last complete event and continued. Same errors as
+  // start().
   Status resume(const std::string& path, bool markCycles, const Reset& reset);
+
+  // Makes a kolo timeline file that ends mid-event (its writer was killed inside a write) valid
+  // JSON again: cuts it back to its last complete event and appends a closing whose otherData
+  // says "state":"truncated". A complete file is left untouched. Sets *repaired (may be null) to
+  // whether the file was changed. Errors: kIo (cannot open, read or write it, or another timeline
+  // is writing it now), kInvalidArgument (not a kolo timeline, or cut inside its header).
+  static Status repair(const std::string& path, bool* repaired);
 
   // Writes every event accepted so far, marks the file "stopped", closes it and joins the writer.
   // Idempotent; a no-op when inactive. Blocks for the final write.

@@ -1,10 +1,12 @@
 // Timeline tests: the file is strict JSON (checked by a small parser below and, where available,
 // by Python's json module), holds the events the issue asks for, survives flush/stop/crash, and
-// the writer neither spins nor blocks producers.
+// the writer neither spins nor blocks producers; one writer per file; a failed or killed write
+// leaves a file that is valid or that repair() makes valid.
 #include "timeline/timeline.h"
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -802,7 +804,6 @@ TEST_CASE("timeline destructor stops and closes the file", "[timeline]") {
   CHECK(rowEvents(doc, rowOf(doc, "scoped")).size() == 14);
 }
 
-
 TEST_CASE("timeline resume continues an earlier session's file after a RESET marker",
           "[timeline]") {
   TempDir dir;
@@ -869,6 +870,197 @@ TEST_CASE("timeline resume of a missing or foreign file starts it afresh", "[tim
   Json b = parseFile(foreign);
   CHECK(rowOf(b, "y") > 0);
   CHECK(countNamed(b, "RESET") == 0);
+}
+
+namespace {
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+bool parses(const std::string& path) {
+  try {
+    Parser(readFile(path)).parseDocument();
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+}  // namespace
+
+TEST_CASE("timeline refuses a second writer of the same file and leaves the first's file intact",
+          "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("shared.json");
+  Timeline first;
+  Timeline second;  // another runtime, or another job given the same KOLO_TIMELINE
+  REQUIRE(first.start(path, false, 0).isOk());
+  emitAllreduce(first, "first_before");
+  first.flush();
+  Status s = second.start(path, false, 1);
+  CHECK(s.code() == ErrorCode::kIo);
+  CHECK(s.message().find(path) != std::string::npos);
+  CHECK(s.message().find("another timeline") != std::string::npos);
+  CHECK_FALSE(second.active());
+  // Nor may the second continue it (an elastic reset racing a writer that has not stopped).
+  CHECK(second.resume(path, false, Timeline::Reset{1, 0, 2}).code() == ErrorCode::kIo);
+  bool repaired = true;
+  CHECK(Timeline::repair(path, &repaired).code() == ErrorCode::kIo);  // not while written
+  CHECK_FALSE(repaired);
+  emitAllreduce(second, "second_ignored");
+  emitAllreduce(first, "first_after");
+  first.stop();
+  Json doc = parseFile(path);  // not truncated by the refused open, not interleaved
+  CHECK(rowEvents(doc, rowOf(doc, "first_before")).size() == 14);
+  CHECK(rowEvents(doc, rowOf(doc, "first_after")).size() == 14);
+  CHECK(rowOf(doc, "second_ignored") < 0);
+  CHECK(doc.get("otherData")->getStr("state") == "stopped");
+  // Once the first stopped, the file is free again.
+  REQUIRE(second.start(path, false, 1).isOk());
+  second.stop();
+}
+
+TEST_CASE("timeline lock does not outlive stop() in a forked child", "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("forked.json");
+  Timeline t;
+  REQUIRE(t.start(path, false, 0).isOk());
+  int toChild[2];
+  REQUIRE(pipe(toChild) == 0);
+  pid_t child = fork();  // a data loader's worker: it shares the timeline's open file
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    char c;
+    ssize_t n = read(toChild[0], &c, 1);  // until the parent says so (or dies: EOF)
+    _exit(n == 1 ? 0 : 1);
+  }
+  close(toChild[0]);
+  t.stop();
+  Status again = t.start(path, false, 0);  // the child still has the old open file
+  CHECK(again.isOk());
+  t.stop();
+  REQUIRE(write(toChild[1], "x", 1) == 1);
+  close(toChild[1]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(parses(path));
+}
+
+TEST_CASE("timeline write failure (file size limit) leaves the last good file valid",
+          "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("full.json");
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of killing us
+    struct rlimit limit = {64 * 1024, 64 * 1024};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(10);
+    Timeline t;
+    if (!t.start(path, false, 0).isOk()) _exit(11);
+    const std::string pad(100, 'p');
+    for (int i = 0; i < 2000 && t.writeStatus().isOk(); ++i) {
+      emitAllreduce(t, pad + std::to_string(i));
+      if (i % 7 == 0) t.flush();  // writes of a few KiB: one of them crosses the limit
+    }
+    t.stop();
+    _exit(t.writeStatus().code() == ErrorCode::kIo ? 0 : 12);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);  // the limit was hit and reported
+  Json doc = parseFile(path);
+  if (havePython()) CHECK(pythonAccepts(path));
+  CHECK(rowEvents(doc, rowOf(doc, std::string(100, 'p') + "0")).size() == 14);
+  CHECK(readFile(path).size() <= 64 * 1024);
+}
+
+// A SIGKILL inside the writer's pwrite cuts it at a page boundary: the file is the last good
+// file's events plus a prefix of the new write (over the old closing, or beyond it). Every cut
+// of a real file must repair to a valid file that keeps every complete event before the cut.
+TEST_CASE("timeline repair makes a file cut anywhere by a killed write valid again", "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("cut.json");
+  Timeline t;
+  REQUIRE(t.start(path, true, 5).isOk());
+  emitAllreduce(t, "kept\"quoted\\name");
+  t.flush();
+  const std::string first = readFile(path);  // the last good file before the "kill"
+  for (int i = 0; i < 3; ++i) emitAllreduce(t, "lost_" + std::to_string(i));
+  t.markCycleStart();
+  t.stop();
+  const std::string second = readFile(path);
+  const size_t dataEnd = first.rfind("\n],\n");
+  REQUIRE(dataEnd != std::string::npos);
+  REQUIRE(second.compare(0, dataEnd, first, 0, dataEnd) == 0);
+  int repairedCount = 0;
+  for (size_t k = 1; k < second.size() - dataEnd; ++k) {
+    // The write landed up to dataEnd + k; past that the old file (its closing) remains.
+    std::string cut = second.substr(0, dataEnd + k);
+    if (dataEnd + k < first.size()) cut += first.substr(dataEnd + k);
+    writeFile(path, cut);
+    bool repaired = false;
+    Status s = Timeline::repair(path, &repaired);
+    INFO("cut after " << k << " bytes of the new write");
+    REQUIRE(s.isOk());
+    const bool wasValid = parses(path) && !repaired;
+    if (!repaired) {
+      CHECK(readFile(path) == cut);  // a complete file is left as it is
+      CHECK(wasValid);
+      continue;
+    }
+    ++repairedCount;
+    Json doc = parseFile(path);
+    CHECK(doc.get("otherData")->getStr("state") == "truncated");
+    CHECK(doc.get("otherData")->getNum("rank") == 5);
+    CHECK(rowEvents(doc, rowOf(doc, "kept\"quoted\\name")).size() == 14);
+    bool again = true;
+    REQUIRE(Timeline::repair(path, &again).isOk());  // idempotent
+    CHECK_FALSE(again);
+  }
+  CHECK(repairedCount > 0);
+  if (havePython()) {
+    writeFile(path, second.substr(0, second.size() / 2));
+    REQUIRE(Timeline::repair(path, nullptr).isOk());
+    CHECK(pythonAccepts(path));
+  }
+  // Not a kolo timeline, or missing: errors that say so; the file is not touched.
+  writeFile(path, "[{\"ph\":\"B\"");
+  CHECK(Timeline::repair(path, nullptr).code() == ErrorCode::kInvalidArgument);
+  CHECK(readFile(path) == "[{\"ph\":\"B\"");
+  CHECK(Timeline::repair(dir.file("missing.json"), nullptr).code() == ErrorCode::kIo);
+}
+
+TEST_CASE("timeline resume continues a file its killed writer left cut mid-event", "[timeline]") {
+  TempDir dir;
+  const std::string path = dir.file("resume_cut.json");
+  {
+    Timeline before;
+    REQUIRE(before.start(path, false, 1).isOk());
+    emitAllreduce(before, "before_kill");
+    before.stop();
+  }
+  std::string text = readFile(path);
+  // The killed write: new events over the closing, cut inside an event.
+  const size_t dataEnd = text.rfind("\n],\n");
+  REQUIRE(dataEnd != std::string::npos);
+  writeFile(path, text.substr(0, dataEnd) +
+                      ",\n{\"name\":\"ALLREDUCE\",\"ph\":\"B\",\"ts\":1.000,\"pid\":1,\"ti");
+  Timeline after;
+  REQUIRE(after.resume(path, false, Timeline::Reset{1, 0, 1}).isOk());
+  emitAllreduce(after, "after_reset");
+  after.stop();
+  Json doc = parseFile(path);
+  if (havePython()) CHECK(pythonAccepts(path));
+  CHECK(rowEvents(doc, rowOf(doc, "before_kill")).size() == 14);
+  CHECK(rowEvents(doc, rowOf(doc, "after_reset")).size() == 14);
+  CHECK(countNamed(doc, "RESET") == 1);
+  CHECK(doc.get("otherData")->getStr("state") == "stopped");
+  // The closing was padded over the cut line's bytes: still a complete file, not one to cut.
+  bool repaired = true;
+  REQUIRE(Timeline::repair(path, &repaired).isOk());
+  CHECK_FALSE(repaired);
 }
 
 }  // namespace kolo
