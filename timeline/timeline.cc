@@ -646,10 +646,15 @@ Status Timeline::begin(const std::string& path, bool markCycles, int rank, const
   int64_t oldStartUs = 0;
   bool continued = false;
   // No O_TRUNC: the file is cut only once its lock is ours, so a second writer of a path leaves
-  // the first one's file alone.
-  s->fd = ::open(path.c_str(), (reset != nullptr ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC, 0644);
+  // the first one's file alone. O_NONBLOCK: a FIFO without a reader fails (ENXIO) instead of
+  // blocking init forever; regular files ignore it, and it is cleared right after.
+  s->fd = ::open(path.c_str(),
+                 (reset != nullptr ? O_RDWR : O_WRONLY) | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
   if (s->fd < 0) {
     return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
+  }
+  if (const int flags = ::fcntl(s->fd, F_GETFL); flags >= 0) {
+    ::fcntl(s->fd, F_SETFL, flags & ~O_NONBLOCK);
   }
   if (Status locked = lockExclusive(s->fd, path); !locked.isOk()) {
     ::close(s->fd);

@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -599,6 +600,29 @@ TEST_CASE("timeline start reports an unwritable path as kIo", "[timeline]") {
   t.flush();
   CHECK(t.droppedEvents() == 0);
   t.stop();
+}
+
+TEST_CASE("timeline start on a FIFO or a directory fails at once instead of blocking",
+          "[timeline]") {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe.json");
+  REQUIRE(mkfifo(fifo.c_str(), 0644) == 0);
+  pid_t child = fork();  // a start that blocked would hang the test: give it 20 s, in a child
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    alarm(20);
+    Timeline t;
+    Status s = t.start(fifo, false, 0);  // no reader: opening it for writing would block
+    Status d = t.start(dir.path, false, 0);
+    _exit(s.code() == ErrorCode::kIo && s.message().find(fifo) != std::string::npos &&
+                  d.code() == ErrorCode::kIo && !t.active()
+              ? 0
+              : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));  // not killed by the alarm
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("timeline file is valid JSON after every flush while active", "[timeline]") {
