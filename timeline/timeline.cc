@@ -594,37 +594,37 @@ Status Timeline::repair(const std::string& path, bool* repaired) {
   if (fd < 0) {
     return Status(ErrorCode::kIo, "timeline: cannot open '" + path + "': " + std::strerror(errno));
   }
-  auto fail = [&](Status s) {
+  auto closeAnd = [&](Status s) {  // returns s once the file is closed
     ::close(fd);
     return s;
   };
   Status locked = lockExclusive(fd, path);
-  if (!locked.isOk()) return fail(locked);
+  if (!locked.isOk()) return closeAnd(locked);
   std::string text;
   if (!readWhole(fd, &text)) {
-    return fail(
+    return closeAnd(
         Status(ErrorCode::kIo, "timeline: cannot read '" + path + "': " + std::strerror(errno)));
   }
   FileEnd end;
   if (!readFileEnd(text, &end)) {
-    return fail(
+    return closeAnd(
         Status(ErrorCode::kInvalidArgument, "timeline: '" + path +
                                                 "' is not a kolo timeline (or is cut inside its "
                                                 "first line); nothing to repair"));
   }
-  if (end.complete) return fail(Status::ok());
+  if (end.complete) return closeAnd(Status::ok());
   // The dropped count is unknown (it lived in the lost closing): 0, and the state says why.
   const std::string closing = closingText(end.rank, end.startUnixUs, 0, "truncated");
   if (int err = pwriteAll(fd, closing, static_cast<off_t>(end.dataEnd)); err != 0) {
-    return fail(
+    return closeAnd(
         Status(ErrorCode::kIo, "timeline: cannot write '" + path + "': " + std::strerror(err)));
   }
   if (::ftruncate(fd, static_cast<off_t>(end.dataEnd + closing.size())) != 0) {
-    return fail(
+    return closeAnd(
         Status(ErrorCode::kIo, "timeline: cannot cut '" + path + "': " + std::strerror(errno)));
   }
   if (repaired != nullptr) *repaired = true;
-  return fail(Status::ok());
+  return closeAnd(Status::ok());
 }
 
 Status Timeline::begin(const std::string& path, bool markCycles, int rank, const Reset* reset) {
