@@ -156,5 +156,7 @@ def resolve(process_set):
     if not isinstance(process_set, ProcessSet):
         raise ValueError("process_set must be a ProcessSet; got %r" % (process_set,))
     if process_set.process_set_id is None:
-        raise ValueError("%s is not registered; call add_process_set() first" % process_set)
+        raise ValueError("%s is not registered; call add_process_set() first (process sets are "
+                         "dropped at shutdown and at every elastic reset: add them again, e.g. in "
+                         "a reset callback)" % process_set)
     return process_set.process_set_id
