@@ -295,6 +295,9 @@ Status Config::fromEnvironment(Config* out,
   at.ringMinSet = ringMin != 0 || algorithmSet;
 
   env.getString("TIMELINE", &c.timelinePath);
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC: the timeline is started later (start_timeline), no file
+  // now. kolo's start_timeline needs nothing at init, so it is simply no path.
+  if (c.timelinePath == "DYNAMIC") c.timelinePath.clear();
   KOLO_RETURN_IF_ERROR(env.getBool("TIMELINE_MARK_CYCLES", &c.timelineMarkCycles));
   KOLO_RETURN_IF_ERROR(env.getBool("TIMELINE_ALL_RANKS", &c.timelineAllRanks));
   KOLO_RETURN_IF_ERROR(env.getChoice(

@@ -85,7 +85,7 @@ struct Config {
   } autotune;
 
   // --- timeline and logging -------------------------------------------------------------------
-  std::string timelinePath;         // KOLO_TIMELINE
+  std::string timelinePath;         // KOLO_TIMELINE ("DYNAMIC", as Horovod: none until started)
   bool timelineMarkCycles = false;  // KOLO_TIMELINE_MARK_CYCLES
   bool timelineAllRanks = false;    // KOLO_TIMELINE_ALL_RANKS
   std::string logLevel = "warning"; // KOLO_LOG_LEVEL: trace|debug|info|warning|error|off

@@ -148,6 +148,8 @@ class Coordinator {
   // every such period), naming its set and the ranks that did not submit it.
   void warnStalled(Clock::time_point now);
   void endNegotiation(TensorEntry& e);
+  // Whether the timeline writes now: event names (displayName) are built only then.
+  bool timelineActive() const;
   void completeEntry(const OpKey& key, const Status& s);
   // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
   // the global transport is not shared memory (null rule: none may) and the data path would not

@@ -153,7 +153,7 @@ Status Runtime::shutdown() {
   // thread completes their handles (the shutdown fails what is left).
   if (waiterRounds_) waiterRounds_->detach();
   if (coordinator_) coordinator_->shutdown();
-  timeline_.stop();
+  stopTimeline();
   return Status::ok();
 }
 
@@ -184,7 +184,20 @@ Status Runtime::openTimeline(const std::string& path, bool markCycles,
   return open(path);
 }
 
-void Runtime::stopTimeline() { timeline_.stop(); }
+void Runtime::stopTimeline() {
+  // What the file lost is said once, when it closes (Horovod logs its timeline's write errors).
+  if (timeline_.active() && log_) {
+    Status written = timeline_.writeStatus();
+    if (!written.isOk()) {
+      log_->error("timeline: {}; the events after that error are not in the file",
+                  written.message());
+    }
+    if (uint64_t dropped = timeline_.droppedEvents()) {
+      log_->warn("timeline: {} events were dropped (the writer fell behind)", dropped);
+    }
+  }
+  timeline_.stop();
+}
 
 bool Runtime::deviceEnabled() const { return device_ != nullptr && deviceTransportAvailable(); }
 

@@ -72,6 +72,7 @@ class Runtime {
   // Starts the timeline for this rank (rank 0 only unless KOLO_TIMELINE_ALL_RANKS: then
   // "f.json" becomes "f.<rank>.json"). A no-op on ranks that do not write.
   Status startTimeline(const std::string& path, bool markCycles);
+  // Stops it, logging a write error it met or the events it dropped.
   void stopTimeline();
 
   // ---- ops (asynchronous) ----------------------------------------------------------------

@@ -290,7 +290,7 @@ def test_a_path_that_cannot_be_written_is_a_clear_error_and_the_job_runs_on(kolo
            rank_dir]  # a directory, not a file
     for path in bad:
         if r == 0:  # the rank that writes says why, naming the path
-            with pytest.raises(Exception) as err:
+            with pytest.raises(OSError) as err:  # as open() would; not an op failure
                 k.start_timeline(path)
             assert path in str(err.value), str(err.value)
         else:
@@ -594,3 +594,46 @@ def test_kolo_timeline_repair_tool(job_dir):
 def load_prefix(whole, count):
     """The first `count` events of a complete trace (given as bytes)."""
     return json.loads(whole.decode("utf-8"))["traceEvents"][:count]
+
+
+# ---- core/ behaviour: a joined rank's op bar, HOROVOD_TIMELINE=DYNAMIC ---------------------
+
+@in_job
+def test_a_joined_rank_draws_its_steps_inside_an_op_bar(kolo_world, rank_dir):
+    """ops/execute.cc writes a batch's steps for a tensor this rank joined for (it has no entry of
+    its own), so core/coordinator.cc opens and closes the ALLREDUCE bar around them too: on rank
+    0's row no MEMCPY_IN_FUSION_BUFFER / <TRANSPORT>_ALLREDUCE bar floats outside an op."""
+    k = kolo_world
+    if k.size() == 1:
+        pytest.skip("join needs two ranks")
+    path = os.path.join(rank_dir, "join.json")
+    k.barrier()
+    k.start_timeline(path)
+    if k.rank() != 0:
+        k.allreduce(np.ones(2), name="t_joined")
+    k.join()
+    k.stop_timeline()
+    k.barrier()
+    if k.rank() != 0:
+        return
+    _, events = load(path)
+    evs = row_events(events, rows(events)["allreduce.t_joined"])
+    opened = [name for ph, name in phases(evs) if ph == "B"]
+    assert opened and opened[0] in ("ALLREDUCE", "NEGOTIATE_ALLREDUCE"), phases(evs)
+
+
+@jobs
+def test_horovod_timeline_dynamic_opens_no_file(job_dir):
+    """Horovod 0.28: HOROVOD_TIMELINE=DYNAMIC enables the timeline without a file, for
+    hvd.start_timeline later (its error message tells users to set it): no file named DYNAMIC
+    in the working directory (base/config.cc reads it as no path)."""
+    path = os.path.join(job_dir, "later.json")
+    worker = ("import numpy as np, kolo\nkolo.init()\nkolo.start_timeline(%r)\n"
+              "kolo.allreduce(np.ones(2), name='x')\nkolo.stop_timeline()\nkolo.shutdown()\n"
+              % path)
+    cmd = [sys.executable, _KOLORUN, "-np", "2", sys.executable, "-c", worker]
+    done = subprocess.run(cmd, env=_env(HOROVOD_TIMELINE="DYNAMIC"), cwd=job_dir,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done
+    assert "allreduce.x" in rows(load(path)[1])
+    assert sorted(os.listdir(job_dir)) == ["later.json"], os.listdir(job_dir)

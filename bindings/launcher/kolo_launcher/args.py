@@ -288,8 +288,8 @@ OPTIONS = [
         "topology has hosts with several ranks; sets KOLO_HIERARCHICAL_ALLREDUCE=0"),
     Opt(("--timeline-filename",), "timeline", "value", "FILE", G_TUNE,
         "record a Chrome trace (chrome://tracing, Perfetto) of every collective to FILE, "
-        "written by rank 0 (KOLO_TIMELINE_ALL_RANKS=1: every rank, to FILE.<rank>.json); sets "
-        "KOLO_TIMELINE"),
+        "written by rank 0 (KOLO_TIMELINE_ALL_RANKS=1: every rank, t.json becoming "
+        "t.<rank>.json); sets KOLO_TIMELINE"),
     Opt(("--timeline-mark-cycles",), "timeline_cycles", "flag", None, G_TUNE,
         "also mark each coordinator cycle in the timeline; sets KOLO_TIMELINE_MARK_CYCLES=1"),
     Opt(("--no-timeline-mark-cycles",), "no_timeline_cycles", "flag", None, G_TUNE,

@@ -193,6 +193,8 @@ def start_timeline(file_path, mark_cycles=False):
     if not isinstance(file_path, str) or not file_path:
         raise ValueError("start_timeline needs a non-empty file path; got %r" % (file_path,))
     rc = _lib.lib.kolo_start_timeline(file_path.encode("utf-8"), 1 if mark_cycles else 0)
+    if rc == _lib.ERR_IO:  # a file it cannot write: an OSError, not an op failure to recover from
+        raise OSError("start_timeline: %s" % (_lib.last_error() or _lib.status_string(rc)))
     common.raise_for_call(rc, "start_timeline")
 
 
