@@ -11,15 +11,14 @@ Run: /usr/bin/python3 -m pytest -q test/fault/test_probes.py (paths: see faultli
 
 import os
 import re
-import shutil
 import signal
-import subprocess
+import sys
 
 import pytest
 
 import faultlib as fl
-from faultlib import EXIT_NAMED, Job, SLACK_S, TIMEOUT_S
-from test_faults import check_survivor
+from faultlib import EXIT_NAMED, SLACK_S, TIMEOUT_S
+from test_faults import check_survivor, jobs  # noqa: F401 - the fixture
 
 TRANSPORTS = {"shm": "auto", "tcp": "off"}
 
@@ -54,20 +53,6 @@ def check_probes(text, np_, cases):
     for case in cases.split(","):
         ranks = sorted(int(l[1]) for l in lines if l[0] == case)
         assert ranks == list(range(np_)), "case %s: ranks %s reported\n%s" % (case, ranks, text)
-
-
-@pytest.fixture
-def jobs(tmp_path):
-    started = []
-
-    def make(*args, **kw):
-        job = Job(tmp_path, *args, **kw)
-        started.append(job)
-        return job
-
-    yield make
-    for job in started:
-        job.close()
 
 
 @pytest.mark.parametrize("np_,transport", [(4, "tcp"), (4, "shm"), (8, "tcp"), (8, "shm")])
@@ -180,53 +165,15 @@ def test_rank_lost_during_set_creation(jobs, np_, victim, transport):
 
 # ---- two hosts in network namespaces ------------------------------------------------------------
 
-IP = shutil.which("ip") or "/usr/sbin/ip"
-
-
-def ip(*argv):
-    r = subprocess.run([IP] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=30)
-    if r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(argv), r.stderr.strip()))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from netns import IP, fixture_body  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def netns():
-    """Hosts A and B (10.98.0.1, .2) and a launcher namespace L (10.98.0.254) on a bridge, as
-    test/launcher/test_netns.py builds them; all created here and deleted afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    if not os.path.exists(IP):
-        pytest.skip("needs iproute2's ip")
-    tag = "kf%d" % (os.getpid() % 100000)
-    names = {"L": tag + "l", "A": tag + "a", "B": tag + "b"}
-    created = []
-    try:
-        for n in names.values():
-            ip("netns", "add", n)
-            created.append(n)
-        L = names["L"]
-        ip("-n", L, "link", "set", "lo", "up")
-        ip("-n", L, "link", "add", "kolo0", "type", "bridge")
-        ip("-n", L, "addr", "add", "10.98.0.254/24", "dev", "kolo0")
-        ip("-n", L, "link", "set", "kolo0", "up")
-        for host, addr in (("A", "10.98.0.1/24"), ("B", "10.98.0.2/24")):
-            ns, veth = names[host], "v" + host.lower()
-            ip("-n", L, "link", "add", veth, "type", "veth", "peer", "name", "kolo0", "netns", ns)
-            ip("-n", L, "link", "set", veth, "master", "kolo0")
-            ip("-n", L, "link", "set", veth, "up")
-            ip("-n", ns, "addr", "add", addr, "dev", "kolo0")
-            ip("-n", ns, "link", "set", "kolo0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-    except RuntimeError as e:
-        for n in created:
-            subprocess.run([IP, "netns", "del", n], timeout=30)
-        pytest.skip("cannot build the test network (%s)" % e)
-    try:
-        yield names
-    finally:
-        for n in created:
-            subprocess.run([IP, "netns", "del", n], timeout=30)
+    """Hosts A and B (10.98.0.1, .2) and a launcher namespace L (10.98.0.254) on a bridge
+    (test/support/netns.py); all created here and deleted afterwards."""
+    yield from fixture_body("kf%d" % (os.getpid() % 100000), "10.98.0", pytest.skip)
 
 
 def kolorun_in_netns(netns, argv, tag, seconds=60, **env):

@@ -11,59 +11,20 @@ touched) and they are deleted afterwards, whatever happens. kolorun runs in L wi
 skips with a message otherwise."""
 
 import os
-import shutil
 import subprocess
+import sys
 
 import pytest
 
 from conftest import KOLORUN, PY, assert_all_gone, base_env, read_pids, results, worker
 
-IP = shutil.which("ip") or "/usr/sbin/ip"
-
-
-def ip(*argv):
-    r = subprocess.run([IP] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=30)
-    if r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(argv), r.stderr.strip()))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from netns import IP, fixture_body  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def netns():
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces need root")
-    if not os.path.exists(IP):
-        pytest.skip("needs iproute2's ip")
-    tag = "kolo%d" % (os.getpid() % 100000)
-    names = {"L": tag + "l", "A": tag + "a", "B": tag + "b"}
-    created = []
-    try:
-        for n in names.values():
-            subprocess.run([IP, "netns", "del", n], stderr=subprocess.DEVNULL, timeout=30)
-            ip("netns", "add", n)
-            created.append(n)
-        L = names["L"]
-        ip("-n", L, "link", "set", "lo", "up")
-        ip("-n", L, "link", "add", "kolo0", "type", "bridge")
-        ip("-n", L, "addr", "add", "10.99.0.254/24", "dev", "kolo0")
-        ip("-n", L, "link", "set", "kolo0", "up")
-        for host, addr in (("A", "10.99.0.1/24"), ("B", "10.99.0.2/24")):
-            ns, veth = names[host], "v" + host.lower()
-            ip("-n", L, "link", "add", veth, "type", "veth", "peer", "name", "kolo0", "netns", ns)
-            ip("-n", L, "link", "set", veth, "master", "kolo0")
-            ip("-n", L, "link", "set", veth, "up")
-            ip("-n", ns, "addr", "add", addr, "dev", "kolo0")
-            ip("-n", ns, "link", "set", "kolo0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-    except RuntimeError as e:
-        for n in created:
-            subprocess.run([IP, "netns", "del", n], timeout=30)
-        pytest.skip("cannot build the test network (%s)" % e)
-    try:
-        yield names
-    finally:
-        for n in created:
-            subprocess.run([IP, "netns", "del", n], timeout=30)
+    yield from fixture_body("kolo%d" % (os.getpid() % 100000), "10.99.0", pytest.skip)
 
 
 def run_in_launcher_ns(netns, argv, timeout=60):
