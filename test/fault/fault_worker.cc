@@ -112,6 +112,21 @@ struct Outcome {
   double wall = 0;  // when the outcome was known
 };
 
+// Waits for `h` up to `bound` seconds (*rc: the wait's result). True when the op is still
+// running then: *o is a HANG since `start`, and the handle stays registered (the op is in flight).
+bool hung(kolo_handle_t h, double bound, Clock::time_point start, int* rc, Outcome* o) {
+  *rc = kolo_handle_wait(h, bound);
+  int st = 0;
+  const char* text = nullptr;
+  if (*rc != KOLO_ERR_TIMEOUT || kolo_handle_status(h, &st, &text) != KOLO_OK || st != -1) {
+    return false;
+  }
+  o->code = "HANG";
+  o->msg = "still running after " + std::to_string(bound) + " s";
+  o->elapsed = since(start);
+  return true;
+}
+
 // Allreduce (sum, int32) of n elements of rank + 1 + i; checks the result when it succeeds.
 Outcome allreduceInts(const char* name, int64_t n, double bound) {
   Outcome o;
@@ -125,15 +140,7 @@ Outcome allreduceInts(const char* name, int64_t n, double bound) {
   int rc = kolo_allreduce_async(name, &t, nullptr, KOLO_SUM, 1.0, 1.0, KOLO_GLOBAL_PROCESS_SET,
                                 nullptr, nullptr, &h);
   if (rc == KOLO_OK) {
-    rc = kolo_handle_wait(h, bound);
-    int st = 0;
-    const char* text = nullptr;
-    if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
-      o.code = "HANG";
-      o.msg = "still running after " + std::to_string(bound) + " s";
-      o.elapsed = since(start);
-      return o;  // the handle stays registered: the op is still in flight
-    }
+    if (hung(h, bound, start, &rc, &o)) return o;  // the handle stays registered
     if (rc != KOLO_OK) o.msg = kolo_last_error();
     kolo_handle_release(h);
   } else {
@@ -205,15 +212,7 @@ Outcome allreduceLarge(const char* name, int64_t mb, double bound, const Options
     }).detach();
   }
   if (rc == KOLO_OK) {
-    rc = kolo_handle_wait(h, bound);
-    int st = 0;
-    const char* text = nullptr;
-    if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
-      o.code = "HANG";
-      o.msg = "still running after " + std::to_string(bound) + " s";
-      o.elapsed = since(start);
-      return o;
-    }
+    if (hung(h, bound, start, &rc, &o)) return o;  // the handle stays registered
     if (rc != KOLO_OK) o.msg = kolo_last_error();
     kolo_handle_release(h);
   } else {
@@ -274,15 +273,7 @@ Outcome largeCollective(const std::string& kind, const char* name, int64_t mb, d
     killLater(killMs, what);
   }
   if (rc == KOLO_OK) {
-    rc = kolo_handle_wait(h, bound);
-    int st = 0;
-    const char* text = nullptr;
-    if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
-      o.code = "HANG";
-      o.msg = "still running after " + std::to_string(bound) + " s";
-      o.elapsed = since(start);
-      return o;
-    }
+    if (hung(h, bound, start, &rc, &o)) return o;  // the handle stays registered
     if (rc != KOLO_OK) o.msg = kolo_last_error();
   } else {
     o.msg = kolo_last_error();
@@ -351,15 +342,8 @@ Outcome negotiateBursts(double bound) {
       hs.push_back(h);
     }
     for (kolo_handle_t h : hs) {
-      int rc = kolo_handle_wait(h, bound);
-      int st = 0;
-      const char* text = nullptr;
-      if (rc == KOLO_ERR_TIMEOUT && kolo_handle_status(h, &st, &text) == KOLO_OK && st == -1) {
-        o.code = "HANG";
-        o.msg = "still running after " + std::to_string(bound) + " s";
-        o.elapsed = since(start);
-        return o;
-      }
+      int rc = KOLO_OK;
+      if (hung(h, bound, start, &rc, &o)) return o;  // the handle stays registered
       if (rc != KOLO_OK && o.code == "OK") {
         o.code = kolo_status_string(rc);
         o.msg = kolo_last_error();
