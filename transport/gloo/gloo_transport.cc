@@ -38,15 +38,16 @@ class StoreAdapter : public gloo::rendezvous::Store {
     check(store_->set(key, std::vector<uint8_t>(data.begin(), data.end())));
   }
   std::vector<char> get(const std::string& key) override {
-    waitSliced({key}, timeout_);
-    std::vector<uint8_t> value;
-    check(store_->get(key, &value, timeout_));
+    std::vector<uint8_t> value;  // one request when the key is there (Gloo waited for it first)
+    sliced({key}, timeout_,
+           [&](std::chrono::milliseconds slice) { return store_->get(key, &value, slice); });
     return std::vector<char>(value.begin(), value.end());
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    waitSliced(keys, timeout);
+    sliced(keys, timeout,
+           [&](std::chrono::milliseconds slice) { return store_->wait(keys, slice); });
   }
 
   const Status& firstError() const { return firstError_; }
@@ -54,13 +55,16 @@ class StoreAdapter : public gloo::rendezvous::Store {
   const std::vector<std::string>& timedOutKeys() const { return timedOutKeys_; }
 
  private:
-  void waitSliced(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  // Runs `request` (a store get or wait for `keys`, given a slice of `timeout`) until it does
+  // not time out, asking `lost_` between two slices.
+  template <typename Request>
+  void sliced(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+              Request&& request) {
     const Deadline deadline = Clock::now() + timeout;
     for (;;) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      Status s =
-          store_->wait(keys, std::max(std::chrono::milliseconds(1), std::min(kWaitSlice, left)));
+      Status s = request(std::max(std::chrono::milliseconds(1), std::min(kWaitSlice, left)));
       if (s.code() != ErrorCode::kTimeout) return check(s);
       if (Clock::now() >= deadline) {
         timedOutKeys_ = keys;
