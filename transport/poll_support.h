@@ -109,6 +109,32 @@ inline std::string describeOutstanding(const std::vector<std::pair<int, bool>>& 
   return text.empty() ? "nothing" : text;
 }
 
+// Set-up waits (a peer's address in the store, its connection, Gloo's rendezvous keys) run in
+// slices of this, looking between two for a peer lost meanwhile: about the time a failure
+// takes to reach the ranks still waiting, and one store request per waiting rank per slice.
+constexpr std::chrono::milliseconds kSetupWaitSlice{250};
+
+// Runs attempt(slice) -- a wait given at most `slice` (kSetupWaitSlice, less near the deadline)
+// -- until it ends other than with kTimeout, asking lost() after each timed-out attempt, also
+// the last one, until `deadline`. Returns lost()'s first failure (*byLost set, when given), or
+// the attempt's last status.
+template <typename Attempt, typename Lost>
+Status waitInSlices(Deadline deadline, Attempt&& attempt, Lost&& lost, bool* byLost = nullptr) {
+  if (byLost != nullptr) *byLost = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    Status s = attempt(std::max(std::chrono::milliseconds(1), std::min(kSetupWaitSlice, left)));
+    if (s.code() != ErrorCode::kTimeout) return s;
+    Status gone = lost();
+    if (!gone.isOk()) {
+      if (byLost != nullptr) *byLost = true;
+      return gone;
+    }
+    if (Clock::now() >= deadline) return s;
+  }
+}
+
 // Polling backoff: yield for the first ~50 us (a reply is usually that close), then sleep
 // 1, 2, 4 ... up to 1000 us, so ranks sharing few cores do not spin against each other.
 // A thread confined to one CPU (kolorun binds each rank to its own core) never yields: the

@@ -23,13 +23,11 @@ namespace {
 // The adapter throws, and remembers the kolo Status so the caller can return it unchanged.
 // transport/gloo/CMakeLists.txt checks at configure time (KOLO_GLOO_STORE_API) that the installed
 // Store has exactly these virtual methods and no other pure one: keep the two in step.
-// Waits run in slices (kWaitSlice); between two, `lost` (the group's point-to-point mesh,
+// Waits run in slices (kSetupWaitSlice); between two, `lost` (the group's point-to-point mesh,
 // already connected) says whether a peer went away meanwhile, which then ends the wait at once:
 // a rank waiting for the address of a rank that died would otherwise wait out the timeout.
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
-  static constexpr std::chrono::milliseconds kWaitSlice{250};
-
   StoreAdapter(std::shared_ptr<kolo::Store> store, std::chrono::milliseconds timeout,
                std::function<Status()> lost)
       : store_(std::move(store)), timeout_(timeout), lost_(std::move(lost)) {}
@@ -55,26 +53,16 @@ class StoreAdapter : public gloo::rendezvous::Store {
   const std::vector<std::string>& timedOutKeys() const { return timedOutKeys_; }
 
  private:
-  // Runs `request` (a store get or wait for `keys`, given a slice of `timeout`) until it does
-  // not time out, asking `lost_` between two slices.
+  // Runs `request` (a store get or wait for `keys`, given a slice of `timeout`) in slices,
+  // asking `lost_` between two (waitInSlices).
   template <typename Request>
   void sliced(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
               Request&& request) {
-    const Deadline deadline = Clock::now() + timeout;
-    for (;;) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      Status s = request(std::max(std::chrono::milliseconds(1), std::min(kWaitSlice, left)));
-      if (s.code() != ErrorCode::kTimeout) return check(s);
-      if (Clock::now() >= deadline) {
-        timedOutKeys_ = keys;
-        return check(s);
-      }
-      if (lost_) {
-        Status gone = lost_();
-        if (!gone.isOk()) return check(gone);
-      }
-    }
+    bool lost = false;
+    Status s = waitInSlices(
+        Clock::now() + timeout, request, [&] { return lost_ ? lost_() : Status::ok(); }, &lost);
+    if (s.code() == ErrorCode::kTimeout && !lost) timedOutKeys_ = keys;
+    check(s);
   }
   void check(Status s) {
     if (s.isOk()) return;

@@ -50,10 +50,6 @@ timespec untilTimespec(Deadline until) {
 // The hello a connecting rank sends: magic, its rank, the nonce the acceptor published.
 constexpr uint32_t kHelloMagic = 0x48434B6B;  // "kKCH"
 constexpr size_t kHelloBytes = 16;
-// Set-up waits (a peer's address, its connection) run in slices of this, looking between two
-// for a peer lost meanwhile: about the time a failure takes to reach the waiting ranks, and
-// one store request per waiting rank per slice.
-constexpr std::chrono::milliseconds kWaitSlice{250};
 // The number of a rank that failed while connecting (the group's store; any such rank).
 constexpr const char* kFailedKey = "tcp/failed";
 
@@ -452,11 +448,6 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
         peer, Status(ErrorCode::kPeerLost,
                      who + ": " + mesh->describe(peer) + " failed while connecting the mesh"));
   };
-  auto slice = [&] {
-    return std::max(std::chrono::milliseconds(1),
-                    std::min(kWaitSlice, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                             deadline - Clock::now())));
-  };
   Fd listener;
   SocketAddress bound;
   KOLO_RETURN_IF_ERROR(listenOn(listenAddress, std::max(size, 128), &listener, &bound));
@@ -469,13 +460,14 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
   // Connect to every lower rank (their kernels accept before they call accept()).
   for (int peer = 0; peer < rank; ++peer) {
     std::vector<uint8_t> value;
-    Status s;
-    for (;;) {
-      s = store->get("tcp/addr/" + std::to_string(peer), &value, slice());
-      if (s.code() != ErrorCode::kTimeout || Clock::now() >= deadline) break;
-      Status lost = peerFailure();
-      if (!lost.isOk()) return fail(lost);
-    }
+    bool lost = false;
+    Status s = waitInSlices(
+        deadline,
+        [&](std::chrono::milliseconds slice) {
+          return store->get("tcp/addr/" + std::to_string(peer), &value, slice);
+        },
+        peerFailure, &lost);
+    if (lost) return fail(s);
     if (!s.isOk()) {
       return fail(mesh->explainLoss(
           peer, Status(s.code(), who + ": " + mesh->describe(peer) +
@@ -512,11 +504,15 @@ Status connectMesh(std::shared_ptr<Store> store, int rank, int size,
   int missing = size - 1 - rank;
   while (missing > 0) {
     Fd fd;
-    Status s = acceptOne(listener.get(), Clock::now() + slice(), &fd);
+    bool lost = false;
+    Status s = waitInSlices(
+        deadline,
+        [&](std::chrono::milliseconds slice) {
+          return acceptOne(listener.get(), Clock::now() + slice, &fd);
+        },
+        peerFailure, &lost);
+    if (lost) return fail(s);
     if (s.code() == ErrorCode::kTimeout) {
-      Status lost = peerFailure();
-      if (!lost.isOk()) return fail(lost);
-      if (Clock::now() < deadline) continue;
       std::string ranks;
       int first = -1;
       for (int r = rank + 1; r < size; ++r) {
