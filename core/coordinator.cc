@@ -639,7 +639,7 @@ void Coordinator::applyTuning(const TuningParams& p) {
 }
 
 void Coordinator::beginNegotiation(TensorEntry& e) {
-  if (e.timelineOpen || d_.timeline == nullptr || !d_.timeline->active()) return;
+  if (e.timelineOpen || !timelineActive()) return;
   d_.timeline->negotiateStart(displayName(keyOf(e.request)), e.request.type);
   e.timelineOpen = true;
 }
