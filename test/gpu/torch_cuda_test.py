@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """kolo.torch with CUDA tensors, as a user's training script runs it: every collective on CUDA
-tensors (values checked exactly on every rank), asynchronous handles, autograd through
+tensors (values checked exactly on every rank), asynchronous handles, allreduce with a joined
+rank (hvd.join(device): its slots are zeros or the op's identity on the device), autograd through
 allreduce, and DistributedOptimizer steps of a small CUDA model whose parameters must stay
 identical across ranks and equal a single-process step on the averaged gradient.
 
@@ -109,6 +110,45 @@ def collectives(dev):
     exact(rs, torch.full((2, 3), float(n), device=dev), "reducescatter")
 
 
+def joined(dev):
+    """The last rank joins at once (hvd.join with its device, as Horovod's join(device)); the
+    others' allreduces of device tensors, one at a time and fused, count it as zeros (Min and
+    Max: the op's identity, so negative values show a zero that slipped in); then they join,
+    and join returns the same rank everywhere."""
+    n, r = hvd.size(), hvd.rank()
+    ordinal = -1 if dev.type == "cpu" else dev.index
+    if n > 1 and r == n - 1:
+        last = hvd.join(ordinal)
+    else:
+        live = n - 1 if n > 1 else 1
+        total = float(live * (live + 1) // 2)  # ranks 0 .. live - 1 contribute r + 1
+        x = torch.full((5,), float(r + 1), device=dev)
+        exact(hvd.allreduce(x, op=hvd.Sum, name="join.sum"), torch.full((5,), total, device=dev),
+              "allreduce with a joined rank, sum")
+        exact(hvd.allreduce(torch.full((4,), float(2 * n * (r + 1)), device=dev),
+                            name="join.avg"),
+              torch.full((4,), 2 * total, device=dev), "allreduce with a joined rank, average")
+        exact(hvd.allreduce(x, op=hvd.Min, name="join.min"), torch.full((5,), 1.0, device=dev),
+              "allreduce with a joined rank, min")
+        exact(hvd.allreduce(-x, op=hvd.Max, name="join.max"),
+              torch.full((5,), -1.0, device=dev), "allreduce with a joined rank, max")
+        hs = [hvd.allreduce_async(torch.full((3 + i,), float(r + 1), dtype=torch.float64,
+                                             device=dev), op=hvd.Sum, name="join.fused.%d" % i)
+              for i in range(8)]
+        for i, h in enumerate(hs):
+            exact(hvd.synchronize(h), torch.full((3 + i,), total, dtype=torch.float64,
+                                                 device=dev), "fused allreduce %d with a joined "
+                  "rank" % i)
+        last = hvd.join(ordinal)
+    if not 0 <= last < n or (n > 1 and last == n - 1):
+        raise AssertionError("join returned %d on rank %d" % (last, r))
+    t = torch.full((1,), last, dtype=torch.int64, device=dev)
+    lo = hvd.allreduce(t, op=hvd.Min, name="join.last.min").item()
+    hi = hvd.allreduce(t, op=hvd.Max, name="join.last.max").item()
+    if lo != last or hi != last:
+        raise AssertionError("join returned %d on rank %d, %d to %d elsewhere" % (last, r, lo, hi))
+
+
 def autograd(dev):
     n = hvd.size()
     x = torch.full((4,), float(hvd.rank() + 1), device=dev, requires_grad=True)
@@ -188,6 +228,7 @@ def main():
         torch.cuda.set_device(dev)
     try:
         collectives(dev)
+        joined(dev)
         autograd(dev)
         first, last = training(dev)
         if not ALLREDUCE_ONLY:
