@@ -125,10 +125,15 @@ Status Coordinator::terminalStatus() const {
 
 void Coordinator::loop() {
   ownThread_ = std::this_thread::get_id();
+  const auto wake = [this] { return shutdownRequested_.load() || deferredPending_.load(); };
+  bool callerRan = false;  // a waiting caller ran the round of the last new ops
   while (true) {
     runDeferred(false);
-    Clock::time_point next;
-    {
+    awaitCallerRound(Clock::now() + kCallerGrace);
+    // New ops while a caller runs the rounds (it submitted its next op already): leave them to
+    // it as the first ones (below) instead of taking their round, which would make it sleep.
+    Clock::time_point next = Clock::now();
+    if (!callerRan || !d_.queue->hasNew() || shutdownRequested_.load()) {
       std::lock_guard<std::mutex> lock(roundMu_);
       if (stopped_) break;
       if (shutdownRequested_ || Clock::now() >= nextRoundAt()) {
@@ -137,9 +142,14 @@ void Coordinator::loop() {
       next = nextRoundAt();
     }
     if (deferredPending_.load()) continue;
-    const bool fresh = d_.queue->waitForWork(
-        next, [this] { return shutdownRequested_.load() || deferredPending_.load(); });
-    if (fresh) leaveToCaller();
+    // A caller that just ran its own round often submits again within microseconds (a loop of
+    // synchronous ops): watch for that a moment before sleeping, so that its submission finds
+    // no sleeping thread to wake (a futex wake-up on its path).
+    const bool polled =
+        callerRan && d_.queue->pollForWork(std::min(next, Clock::now() + kCallerGrace), wake);
+    // New ops: leave their round to a caller. None new although ops came while polling: a
+    // caller has already taken their round.
+    callerRan = d_.queue->waitForWork(next, wake) ? leaveToCaller() : polled;
   }
   runDeferred(true);  // a failing caller round's callbacks, queued before finish()
 }
@@ -177,15 +187,26 @@ void Coordinator::runDeferred(bool last) {
   for (auto& fn : run) fn();
 }
 
-void Coordinator::leaveToCaller() {
+bool Coordinator::leaveToCaller() {
   // A caller that submits and then waits (the synchronous calls, a benchmark loop, Python's
   // synchronize) reaches runRoundOnCaller a few microseconds after its enqueue woke this
   // thread. Leave it the round for a moment, yielding the CPU (a timed sleep would cost a timer
   // wake-up, tens of microseconds here); without a waiter the op starts that much later.
-  if (!d_.config.callerRounds) return;
+  if (!d_.config.callerRounds) return false;
   const auto until = Clock::now() + kCallerGrace;
   // roundThread_ is set only inside a round, and this thread is not in one: a caller is.
   while (roundThread_.load() == std::thread::id() && !shutdownRequested_.load() &&
+         Clock::now() < until) {
+    std::this_thread::yield();
+  }
+  return roundThread_.load() != std::thread::id();
+}
+
+void Coordinator::awaitCallerRound(Clock::time_point until) {
+  // Blocked on roundMu_, this thread would turn the caller's unlock into a futex wake-up (a
+  // system call on the op's path, and an interrupt to a sleeping CPU: several microseconds in
+  // a VM). A round that outlasts `until` is waited for on the mutex after all.
+  while (roundThread_.load() != std::thread::id() && !shutdownRequested_.load() &&
          Clock::now() < until) {
     std::this_thread::yield();
   }

@@ -24,7 +24,11 @@
 // of this thread and no wake-up back; this thread then only paces what nobody waits for
 // (asynchronous ops, the cycle and the heartbeat), counting from the last round run by anyone.
 // Every round, on whichever thread, is the same collective step in the same order. New ops
-// wake this thread as before, but it leaves their round to a caller for up to 100 us.
+// wake this thread as before, but it leaves their round to a caller for up to 100 us; while a
+// caller runs rounds, this thread yields instead of blocking on roundMu_ (its unlock would
+// then be a futex wake-up on the caller's path) and leaves it the ops it submits next; after a
+// caller's round it watches for the next op for up to 100 us before it sleeps. So a loop of
+// synchronous ops costs no system call beyond the transport's, and nobody waits on a mutex.
 // Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
 // allreduces; a new parameter set forces a full round and travels in its response list, and
 // every rank applies it in that round before executing (the same round everywhere).
@@ -115,8 +119,12 @@ class Coordinator {
   // roundMu_ held: a device poll and one round; on failure, or the agreed shutdown, finishes the
   // runtime (finish) and returns false. Records when the round ended.
   bool step();
-  // After new ops woke this thread: yields for up to 100 us while no caller has taken the round.
-  void leaveToCaller();
+  // After new ops woke this thread: yields for up to 100 us while no caller has taken the round;
+  // true if one did.
+  bool leaveToCaller();
+  // Yields while a waiting caller runs a round, up to `until`, so that this thread does not
+  // block on roundMu_ under it.
+  void awaitCallerRound(Clock::time_point until);
   // This thread: runs the callbacks deferCallback queued, in order. `last`: the loop has ended;
   // later deferrals are refused (they run on their own thread).
   void runDeferred(bool last);
