@@ -75,8 +75,10 @@ for name, ds in sorted(total.items()):
 EOF
 # Every other test of the build on this machine, the Python suites against its torch among them
 # (its Lightning too: test_trainer runs Lightning's own Trainer with KoloStrategy where Lightning
-# is installed). The build must have been configured with that interpreter
-# (-DKOLO_PYTHON=$(command -v python3)).
+# is installed). The build must have been configured with that interpreter, for the launcher and
+# fault tests too (the GPU machines' /usr/bin/python3 has no pytest):
+#   P=$(command -v python3); bash .gpu-deps/build-gpu.sh -DKOLO_PYTHON=$P \
+#     -DKOLO_SYSTEM_PYTHON3=$P -DKOLO_FAULT_PYTHON3=$P
 TAIL_LINES=40 step ctest_rest 400 ctest --test-dir "$build" -LE gpu -j8 --output-on-failure \
   --timeout 150
 echo "== gpu_checks: $(($(date +%s) - start)) s; failed: ${failed[*]:-none};" \
