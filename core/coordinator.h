@@ -29,6 +29,9 @@
 // then be a futex wake-up on the caller's path) and leaves it the ops it submits next; after a
 // caller's round it watches for the next op for up to 100 us before it sleeps. So a loop of
 // synchronous ops costs no system call beyond the transport's, and nobody waits on a mutex.
+// Those two waits spin (yield), so they run only where each local rank has two CPUs (its
+// caller's and this thread's; the affinity mask counts): elsewhere this thread sleeps on
+// roundMu_ and the queue as before, and the yields cannot take CPU time from the ranks' work.
 // Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
 // allreduces; a new parameter set forces a full round and travels in its response list, and
 // every rank applies it in that round before executing (the same round everywhere).
@@ -193,6 +196,9 @@ class Coordinator {
   bool stopped_ = false;                        // (roundMu_) finish() ran: no more rounds
   Clock::time_point lastRoundEnd_{};            // (roundMu_) by whichever thread
   std::atomic<uint64_t> callerRoundsRun_{0};
+  // awaitCallerRound and the watch for a caller's next op run (they yield-spin): only with a
+  // CPU for each local rank's caller and coordinator, set once at construction.
+  bool spinForCallers_ = false;
   std::atomic<std::thread::id> ownThread_{};  // this coordinator's thread while loop() runs
   std::mutex deferredMu_;
   std::vector<std::function<void()>> deferred_;  // (deferredMu_) callbacks for this thread

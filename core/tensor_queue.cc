@@ -1,8 +1,9 @@
 #include "core/tensor_queue.h"
 
 #include <algorithm>
-#include <thread>
 #include <unordered_set>
+
+#include "base/spin.h"
 
 namespace kolo {
 
@@ -73,9 +74,9 @@ bool TensorQueue::waitForWork(Deadline deadline, const std::function<bool()>& sh
 }
 
 bool TensorQueue::pollForWork(Deadline deadline, const std::function<bool()>& shouldWake) const {
-  while (!wokenHint_.load()) {
+  for (int turn = 0; !wokenHint_.load(); ++turn) {
     if (shouldWake() || Clock::now() >= deadline) return false;
-    std::this_thread::yield();
+    spinTurn(turn);
   }
   return true;
 }
