@@ -1,12 +1,9 @@
 #include "core/coordinator.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 
-#include "base/spin.h"
 #include "core/fusion_planner.h"
 #include "ops/collectives.h"
 #include "ops/device_executor.h"
@@ -40,20 +37,6 @@ bool isTransportFailure(ErrorCode c) {
 // How long the coordinator thread leaves a fresh op's round to a caller about to wait for it.
 constexpr auto kCallerGrace = std::chrono::microseconds(100);
 
-// CPUs this process may run on: its affinity mask (one core under mpirun --bind-to core).
-int allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Ranks of this job on this host (all of them when the host names are unknown).
-int localRanks(const std::vector<std::string>& hosts, int rank, int size) {
-  if (hosts.empty() || rank >= static_cast<int>(hosts.size())) return size;
-  return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[rank]));
-}
-
 std::chrono::nanoseconds seconds(double s) {
   return std::chrono::nanoseconds(static_cast<int64_t>(s * 1e9));
 }
@@ -73,13 +56,6 @@ Coordinator::Coordinator(Deps deps)
       negotiator_(d_.size, d_.sets),
       cache_(static_cast<size_t>(d_.config.cacheCapacity)),
       hierarchy_(d_.hosts, d_.config.shm != ShmMode::kOff) {
-  // Spinning pays only on a CPU of its own: with fewer than two per local rank (its caller
-  // and this thread) the yields take time from the ranks' work (measured: TCP at np 8 on two
-  // cores, 20% slower).
-  const int cpus = allowedCpus(), local = localRanks(d_.hosts, d_.rank, d_.size);
-  spinForCallers_ = d_.config.callerRounds && 2 * local <= cpus;
-  d_.log->debug("coordinator: {} waiting callers ({} local ranks, {} CPUs)",
-                spinForCallers_ ? "spins for" : "sleeps beside", local, cpus);
   if (d_.rank == 0 && d_.config.autotune.enabled) {
     const bool crossoversUsed =
         d_.global == nullptr || ops::allreduceCrossoversUsed(*d_.global, d_.config.algorithms);
@@ -149,15 +125,10 @@ Status Coordinator::terminalStatus() const {
 
 void Coordinator::loop() {
   ownThread_ = std::this_thread::get_id();
-  const auto wake = [this] { return shutdownRequested_.load() || deferredPending_.load(); };
-  bool callerRan = false;  // a waiting caller ran the round of the last new ops
   while (true) {
     runDeferred(false);
-    if (spinForCallers_) awaitCallerRound(Clock::now() + kCallerGrace);
-    // New ops while a caller runs the rounds (it submitted its next op already): leave them to
-    // it as the first ones (below) instead of taking their round, which would make it sleep.
-    Clock::time_point next = Clock::now();
-    if (!callerRan || !d_.queue->hasNew() || shutdownRequested_.load()) {
+    Clock::time_point next;
+    {
       std::lock_guard<std::mutex> lock(roundMu_);
       if (stopped_) break;
       if (shutdownRequested_ || Clock::now() >= nextRoundAt()) {
@@ -166,14 +137,9 @@ void Coordinator::loop() {
       next = nextRoundAt();
     }
     if (deferredPending_.load()) continue;
-    // A caller that just ran its own round often submits again within microseconds (a loop of
-    // synchronous ops): watch for that a moment before sleeping, so that its submission finds
-    // no sleeping thread to wake (a futex wake-up on its path).
-    const bool polled = callerRan && spinForCallers_ &&
-                        d_.queue->pollForWork(std::min(next, Clock::now() + kCallerGrace), wake);
-    // New ops: leave their round to a caller. None new although ops came while polling: a
-    // caller has already taken their round.
-    callerRan = d_.queue->waitForWork(next, wake) ? leaveToCaller() : polled;
+    const bool fresh = d_.queue->waitForWork(
+        next, [this] { return shutdownRequested_.load() || deferredPending_.load(); });
+    if (fresh) leaveToCaller();
   }
   runDeferred(true);  // a failing caller round's callbacks, queued before finish()
 }
@@ -211,29 +177,17 @@ void Coordinator::runDeferred(bool last) {
   for (auto& fn : run) fn();
 }
 
-bool Coordinator::leaveToCaller() {
+void Coordinator::leaveToCaller() {
   // A caller that submits and then waits (the synchronous calls, a benchmark loop, Python's
   // synchronize) reaches runRoundOnCaller a few microseconds after its enqueue woke this
   // thread. Leave it the round for a moment, yielding the CPU (a timed sleep would cost a timer
   // wake-up, tens of microseconds here); without a waiter the op starts that much later.
-  if (!d_.config.callerRounds) return false;
+  if (!d_.config.callerRounds) return;
   const auto until = Clock::now() + kCallerGrace;
   // roundThread_ is set only inside a round, and this thread is not in one: a caller is.
   while (roundThread_.load() == std::thread::id() && !shutdownRequested_.load() &&
          Clock::now() < until) {
     std::this_thread::yield();
-  }
-  return roundThread_.load() != std::thread::id();
-}
-
-void Coordinator::awaitCallerRound(Clock::time_point until) {
-  // Blocked on roundMu_, this thread would turn the caller's unlock into a futex wake-up (a
-  // system call on the op's path, and an interrupt to a sleeping CPU: several microseconds in
-  // a VM). A round that outlasts `until` is waited for on the mutex after all.
-  for (int turn = 0; roundThread_.load() != std::thread::id() && !shutdownRequested_.load() &&
-                     Clock::now() < until;
-       ++turn) {
-    spinTurn(turn);
   }
 }
 

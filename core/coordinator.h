@@ -24,14 +24,7 @@
 // of this thread and no wake-up back; this thread then only paces what nobody waits for
 // (asynchronous ops, the cycle and the heartbeat), counting from the last round run by anyone.
 // Every round, on whichever thread, is the same collective step in the same order. New ops
-// wake this thread as before, but it leaves their round to a caller for up to 100 us; while a
-// caller runs rounds, this thread yields instead of blocking on roundMu_ (its unlock would
-// then be a futex wake-up on the caller's path) and leaves it the ops it submits next; after a
-// caller's round it watches for the next op for up to 100 us before it sleeps. So a loop of
-// synchronous ops costs no system call beyond the transport's, and nobody waits on a mutex.
-// Those two waits spin (yield), so they run only where each local rank has two CPUs (its
-// caller's and this thread's; the affinity mask counts): elsewhere this thread sleeps on
-// roundMu_ and the queue as before, and the yields cannot take CPU time from the ranks' work.
+// wake this thread as before, but it leaves their round to a caller for up to 100 us.
 // Autotune (KOLO_AUTOTUNE, core/autotune.h): rank 0's Autotuner scores the executed
 // allreduces; a new parameter set forces a full round and travels in its response list, and
 // every rank applies it in that round before executing (the same round everywhere).
@@ -122,12 +115,8 @@ class Coordinator {
   // roundMu_ held: a device poll and one round; on failure, or the agreed shutdown, finishes the
   // runtime (finish) and returns false. Records when the round ended.
   bool step();
-  // After new ops woke this thread: yields for up to 100 us while no caller has taken the round;
-  // true if one did.
-  bool leaveToCaller();
-  // Yields while a waiting caller runs a round, up to `until`, so that this thread does not
-  // block on roundMu_ under it.
-  void awaitCallerRound(Clock::time_point until);
+  // After new ops woke this thread: yields for up to 100 us while no caller has taken the round.
+  void leaveToCaller();
   // This thread: runs the callbacks deferCallback queued, in order. `last`: the loop has ended;
   // later deferrals are refused (they run on their own thread).
   void runDeferred(bool last);
@@ -196,9 +185,6 @@ class Coordinator {
   bool stopped_ = false;                        // (roundMu_) finish() ran: no more rounds
   Clock::time_point lastRoundEnd_{};            // (roundMu_) by whichever thread
   std::atomic<uint64_t> callerRoundsRun_{0};
-  // awaitCallerRound and the watch for a caller's next op run (they yield-spin): only with a
-  // CPU for each local rank's caller and coordinator, set once at construction.
-  bool spinForCallers_ = false;
   std::atomic<std::thread::id> ownThread_{};  // this coordinator's thread while loop() runs
   std::mutex deferredMu_;
   std::vector<std::function<void()>> deferred_;  // (deferredMu_) callbacks for this thread

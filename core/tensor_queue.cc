@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "base/spin.h"
-
 namespace kolo {
 
 namespace {
@@ -54,12 +52,9 @@ Status TensorQueue::addGroup(std::vector<std::unique_ptr<TensorEntry>> entries) 
       const size_t at = order_.size();
       order_.push_back(e.get());
       fresh_.push_back(key);
-      hasNew_ = true;
       entries_.emplace(std::move(key), Slot{std::move(e), at});
-      count_ = entries_.size();
     }
     woken_ = true;
-    wokenHint_ = true;
   }
   cv_.notify_one();
   return Status::ok();
@@ -69,23 +64,13 @@ bool TensorQueue::waitForWork(Deadline deadline, const std::function<bool()>& sh
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_until(lock, deadline, [&] { return woken_ || !fresh_.empty() || shouldWake(); });
   woken_ = false;
-  wokenHint_ = false;
   return !fresh_.empty();
-}
-
-bool TensorQueue::pollForWork(Deadline deadline, const std::function<bool()>& shouldWake) const {
-  for (int turn = 0; !wokenHint_.load(); ++turn) {
-    if (shouldWake() || Clock::now() >= deadline) return false;
-    spinTurn(turn);
-  }
-  return true;
 }
 
 void TensorQueue::notify() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     woken_ = true;
-    wokenHint_ = true;
   }
   cv_.notify_one();
 }
@@ -93,7 +78,6 @@ void TensorQueue::notify() {
 void TensorQueue::clearNew() {
   std::lock_guard<std::mutex> lock(mu_);
   fresh_.clear();
-  hasNew_ = false;
 }
 
 TensorEntry* TensorQueue::find(const OpKey& key) {
@@ -110,9 +94,7 @@ std::unique_ptr<TensorEntry> TensorQueue::remove(const OpKey& name) {
   order_[it->second.at] = nullptr;
   ++holes_;
   entries_.erase(it);
-  count_ = entries_.size();
   fresh_.erase(std::remove(fresh_.begin(), fresh_.end(), name), fresh_.end());
-  hasNew_ = !fresh_.empty();
   if (holes_ > 64 && holes_ * 2 > order_.size()) compact();
   return entry;
 }
@@ -136,12 +118,15 @@ std::vector<std::unique_ptr<TensorEntry>> TensorQueue::close(const Status& refus
     if (e != nullptr) out.push_back(std::move(entries_.at(keyOf(e->request)).entry));
   }
   entries_.clear();
-  count_ = 0;
   order_.clear();
   holes_ = 0;
   fresh_.clear();
-  hasNew_ = false;
   return out;
+}
+
+size_t TensorQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
 }
 
 void TensorQueue::forEach(const std::function<void(TensorEntry&)>& fn) {

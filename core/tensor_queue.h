@@ -8,7 +8,6 @@
 // the coordinator stay valid until a round removes the entry.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -32,25 +31,17 @@ class TensorQueue {
   // Coordinator side. Blocks until something was added since the last clearNew(), `shouldWake`
   // returns true, or the deadline passes. Returns true if new entries are waiting.
   bool waitForWork(Deadline deadline, const std::function<bool()>& shouldWake);
-  // Coordinator side, without sleeping: yields the CPU until an add() or notify() that
-  // waitForWork has not consumed yet, `shouldWake`, or the deadline; true for the first. Meant
-  // for a few microseconds: an add() then finds no sleeping thread to wake.
-  bool pollForWork(Deadline deadline, const std::function<bool()>& shouldWake) const;
   void notify();  // wakes waitForWork (shutdown, abort)
 
   // A round starts (it looks at every entry): entries added so far no longer count as new.
   void clearNew();
-  // Whether entries were added since the last clearNew() (and are still here), without the lock.
-  bool hasNew() const { return hasNew_.load(); }
   TensorEntry* find(const OpKey& key);
   std::unique_ptr<TensorEntry> remove(const OpKey& key);
   // Every entry in arrival order, and the queue closes: later add/addGroup calls return `refusal`
   // (the coordinator, when it stops: it fails these entries, and nothing added after can be
   // stranded in a queue that nobody drains any more). `refusal` must not be ok.
   std::vector<std::unique_ptr<TensorEntry>> close(const Status& refusal);
-  // Without the lock (a round's pacing asks it while it holds the round's own lock, and must not
-  // wait for an add() there).
-  size_t size() const { return count_.load(); }
+  size_t size() const;
   // Visits entries in arrival order (the round's thread only, under the lock).
   void forEach(const std::function<void(TensorEntry&)>& fn);
 
@@ -71,9 +62,6 @@ class TensorQueue {
   size_t holes_ = 0;
   std::vector<OpKey> fresh_;  // added since clearNew(), still in entries_
   bool woken_ = false;
-  std::atomic<bool> wokenHint_{false};  // woken_, readable without mu_ (pollForWork)
-  std::atomic<bool> hasNew_{false};     // !fresh_.empty(), readable without mu_
-  std::atomic<size_t> count_{0};        // entries_.size(), readable without mu_
   Status closed_;  // ok while open
 };
 

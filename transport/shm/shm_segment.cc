@@ -293,6 +293,14 @@ std::string Segment::label(int r) const {
   return describeRank(r, g);
 }
 
+void Segment::cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 bool Segment::spinWorthwhile(uint64_t watch) {
   const int mine = sched_getcpu();
   ranks_[rank_].cpu.store(mine, std::memory_order_relaxed);

@@ -30,7 +30,6 @@
 #include <string>
 #include <vector>
 
-#include "base/spin.h"
 #include "base/status.h"
 #include "transport/transport.h"
 
@@ -142,6 +141,7 @@ class Segment {
   // a stopped one: the stopped one is named first.
   std::string stoppedPeers() const;
   void futexWait(uint32_t expected, Clock::duration limit);
+  static void cpuRelax();
 
   void* base_ = nullptr;
   size_t mappedBytes_ = 0;
