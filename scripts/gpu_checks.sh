@@ -46,7 +46,8 @@ step() {  # step NAME TIMEOUT_SECONDS COMMAND...
 }
 
 nvidia-smi -L 2>&1 | tee "$logs/device.log"
-TAIL_LINES=40 step ctest_gpu 240 ctest --test-dir "$build" -L gpu -j4 --output-on-failure --timeout 90
+TAIL_LINES=40 step ctest_gpu 240 ctest --test-dir "$build" -L gpu -j4 --output-on-failure \
+  --timeout 90
 bench=$build/bench/kolo-gpu-bench
 TAIL_LINES=30 step gpu_bench 120 "$bench" --calls 2000 --min 4 --max 64M --factor 4 --iters 200 \
   --warmup 20
