@@ -4,7 +4,7 @@
 # gpu (C++ and kolo.torch tests: NCCL, the host-staged path with ranks sharing one device,
 # hierarchical over fake hosts, the auto fallback), then kolo-gpu-bench (the CUDA calls an op is
 # made of, then kolo against ncclAllReduce from 4 B to 64 MiB), a timeline of small device ops,
-# and the Python suites (label python) against the machine's torch and Lightning.
+# and every other test of the build (the Python suites against the machine's torch and Lightning).
 #
 #   scripts/gpu_checks.sh [BUILD_DIR [ARCHIVE_DIR]]      (defaults: build-gpu, $OUT)
 #
