@@ -110,6 +110,12 @@ def collectives(dev):
     exact(rs, torch.full((2, 3), float(n), device=dev), "reducescatter")
 
 
+def spread(t, name):
+    """The MIN and MAX of one-element tensor t over the ranks (equal where every rank agrees)."""
+    return (hvd.allreduce(t, op=hvd.Min, name=name + ".min").item(),
+            hvd.allreduce(t, op=hvd.Max, name=name + ".max").item())
+
+
 def joined(dev):
     """The last rank joins at once (hvd.join with its device, as Horovod's join(device)); the
     others' allreduces of device tensors, one at a time and fused, count it as zeros (Min and
@@ -142,9 +148,7 @@ def joined(dev):
         last = hvd.join(ordinal)
     if not 0 <= last < n or (n > 1 and last == n - 1):
         raise AssertionError("join returned %d on rank %d" % (last, r))
-    t = torch.full((1,), last, dtype=torch.int64, device=dev)
-    lo = hvd.allreduce(t, op=hvd.Min, name="join.last.min").item()
-    hi = hvd.allreduce(t, op=hvd.Max, name="join.last.max").item()
+    lo, hi = spread(torch.full((1,), last, dtype=torch.int64, device=dev), "join.last")
     if lo != last or hi != last:
         raise AssertionError("join returned %d on rank %d, %d to %d elsewhere" % (last, r, lo, hi))
 
@@ -204,8 +208,7 @@ def training(dev):
     # Identical parameters everywhere: the checksum's MIN and MAX over the ranks agree bitwise.
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     check = flat.double().sum().reshape(1)
-    lo = hvd.allreduce(check, op=hvd.Min, name="checksum.min").item()
-    hi = hvd.allreduce(check, op=hvd.Max, name="checksum.max").item()
+    lo, hi = spread(check, "checksum")
     if lo != hi:
         raise AssertionError("parameters differ across ranks: checksums %r to %r" % (lo, hi))
     if not last < first:
