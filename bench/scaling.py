@@ -34,7 +34,6 @@ import csv
 import json
 import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +42,8 @@ import time
 HERE = os.path.dirname(os.path.realpath(__file__))
 ROOT = os.path.dirname(HERE)
 KOLORUN = os.path.join(ROOT, "bindings", "launcher", "kolorun")
-IP = shutil.which("ip") or "/usr/sbin/ip"
+sys.path.insert(0, os.path.join(ROOT, "test", "support"))
+from netns import IP, Unavailable, two_hosts  # noqa: E402  (the launcher tests' namespace hosts)
 
 KB_ALGORITHMS = ["ring", "recursive_doubling", "halving_doubling", "auto", "native", "gloo_ring",
                  "gloo_hd"]
@@ -257,64 +257,6 @@ def min_of(runs):
     return row
 
 
-# ---- network namespaces (as test/launcher/test_netns.py) ---------------------------------------
-def ip(*argv):
-    r = subprocess.run([IP] + list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=30)
-    if r.returncode != 0:
-        raise RuntimeError("ip %s: %s" % (" ".join(argv), r.stderr.strip()))
-
-
-def create_netns():
-    """Creates L (bridge kolo0 10.99.0.254/24), A (10.99.0.1) and B (10.99.0.2); returns the
-    names, or raises RuntimeError after deleting whatever it created."""
-    if os.geteuid() != 0:
-        raise RuntimeError("network namespaces need root")
-    if not os.path.exists(IP):
-        raise RuntimeError("needs iproute2's ip")
-    tag = "ksc%d" % (os.getpid() % 100000)
-    names = {"L": tag + "l", "A": tag + "a", "B": tag + "b"}
-    created = []
-    try:
-        for n in names.values():
-            # a namespace of this name is a leftover of a killed run with our pid (as the test)
-            subprocess.run([IP, "netns", "del", n], stderr=subprocess.DEVNULL, timeout=30)
-            ip("netns", "add", n)
-            created.append(n)
-        L = names["L"]
-        ip("-n", L, "link", "set", "lo", "up")
-        ip("-n", L, "link", "add", "kolo0", "type", "bridge")
-        ip("-n", L, "addr", "add", "10.99.0.254/24", "dev", "kolo0")
-        ip("-n", L, "link", "set", "kolo0", "up")
-        for host, addr in (("A", "10.99.0.1/24"), ("B", "10.99.0.2/24")):
-            ns, veth = names[host], "v" + host.lower()
-            ip("-n", L, "link", "add", veth, "type", "veth", "peer", "name", "kolo0", "netns", ns)
-            ip("-n", L, "link", "set", veth, "master", "kolo0")
-            ip("-n", L, "link", "set", veth, "up")
-            ip("-n", ns, "addr", "add", addr, "dev", "kolo0")
-            ip("-n", ns, "link", "set", "kolo0", "up")
-            ip("-n", ns, "link", "set", "lo", "up")
-    except Exception:
-        delete_netns(created)
-        raise
-    return names, created
-
-
-def delete_netns(created):
-    """Stops the processes still inside our namespaces (started by this script's jobs), then
-    deletes the namespaces."""
-    for n in created:
-        r = subprocess.run([IP, "netns", "pids", n], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True, timeout=30)
-        for pid in r.stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
-    for n in created:
-        subprocess.run([IP, "netns", "del", n], stderr=subprocess.DEVNULL, timeout=30)
-
-
 # ---- report ------------------------------------------------------------------------------------
 def fmt(v, digits=0):
     x = num(v)
@@ -385,16 +327,17 @@ def main(argv=None):
     started = time.time()
     for mode in args.mode:
         nps = args.np
-        created = []
+        hosts = None
         launch = Launch(mode)
         if mode == "netns":
             odd = [n for n in nps if n % 2]
             if odd:
                 notes.append("netns: skipped odd np %s (two hosts of equal size)" % odd)
                 nps = [n for n in nps if n % 2 == 0]
+            hosts = two_hosts("ksc%d" % (os.getpid() % 100000), "10.99.0")
             try:
-                names, created = create_netns()
-            except RuntimeError as e:
+                names = hosts.__enter__()
+            except Unavailable as e:
                 notes.append("netns: skipped (%s)" % e)
                 continue
             launch = Launch(mode, names)
@@ -413,8 +356,8 @@ def main(argv=None):
                                                  "" if not error else " -- " + error),
                       file=sys.stderr, flush=True)
         finally:
-            if created:
-                delete_netns(created)
+            if hosts is not None:
+                hosts.__exit__(None, None, None)
 
     with open(os.path.join(out_dir, "scaling.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

@@ -5,13 +5,15 @@ launcher namespace L, joined by veth pairs to a bridge in L:
                                     └─ veth ── B: kolo0 <subnet>.2/24
 
 Every address and link lives in namespaces made here (nothing in the root namespace is touched),
-and they are deleted on leaving the context, whatever happens; no traffic leaves them. Used by
-test/launcher/test_netns.py and test/fault/test_probes.py (their pytest fixtures skip on
-Unavailable). Needs root and iproute2's `ip`."""
+and on leaving the context, whatever happens, the processes still inside them are killed and they
+are deleted; no traffic leaves them. Used by test/launcher/test_netns.py and
+test/fault/test_probes.py (their pytest fixtures skip on Unavailable) and by bench/scaling.py.
+Needs root and iproute2's `ip`."""
 
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 
 IP = shutil.which("ip") or "/usr/sbin/ip"
@@ -40,6 +42,16 @@ def two_hosts(tag, subnet):
     created = []
 
     def delete():
+        # A rank or launcher left inside (a job that timed out) would keep its namespace's
+        # network alive after the name is gone: stop them first.
+        for n in created:
+            r = subprocess.run([IP, "netns", "pids", n], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, timeout=30)
+            for pid in r.stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
         for n in created:
             subprocess.run([IP, "netns", "del", n], timeout=30)
 
