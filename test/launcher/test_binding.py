@@ -147,14 +147,61 @@ def test_rankfile_binds_the_named_cores(tmp_path):
     assert r.returncode == 1 and "rank 0 runs on host localhost" in r.stderr, r.stderr
 
 
-def test_remote_ranks_with_binding_args_get_a_warning():
+@needs_two_cores
+def test_remote_ranks_are_bound_on_their_host_from_what_it_reports():
+    # Every host is "remote" here (kolorun starts the ranks through the remote-shell template),
+    # so kolorun asks the host for its CPUs and starts each rank under taskset.
     env = base_env(KOLO_LAUNCHER_FORCE_REMOTE="1", KOLO_LAUNCHER_REMOTE_SHELL="sh -c")
-    r = kolorun(["-np", "2", "--binding-args", "--bind-to core"] + REPORT, env=env)
+    r = kolorun(["-np", "2", "--binding-args", "--bind-to core --report-bindings"] + REPORT,
+                env=env)
+    assert affinities(r, 2) == [set(cores()[0][1]), set(cores()[1][1])]
+    assert "host localhost: each of the 2 local ranks bound to one core of its own" in r.stderr
+    assert "; rank 1: CPU %s" % binding.cpu_list(cores()[1][1]) in r.stderr, r.stderr
+    # The default: a remote host's traffic crosses TCP, so a rank needs 2 CPUs: 2 ranks on this
+    # machine's 2 CPUs stay unbound, with the reason.
+    r = kolorun(["-np", "2"] + REPORT, env=env)
     assert affinities(r, 2) == [set(CPUS)] * 2
-    assert ("--binding-args binds the ranks on this machine only: ranks 0-1 on host localhost "
-            "are not bound") in r.stderr, r.stderr
-    r = kolorun(["-np", "2"] + REPORT, env=env)  # the default asked for nothing: no warning
-    assert r.returncode == 0 and "binds the ranks on this machine only" not in r.stderr
+    assert ("host localhost: ranks are not bound to cores: over TCP each rank needs 2 CPUs"
+            in r.stderr), r.stderr
+    r = kolorun(["-np", "1", "--verbose"] + REPORT, env=env)
+    assert affinities(r, 1) == [set(CPUS)]
+    assert "host localhost: each of the 1 local ranks bound to" in r.stderr, r.stderr
+    r = kolorun(["-np", "2", "--no-bind", "--verbose"] + REPORT, env=env)
+    assert affinities(r, 2) == [set(CPUS)] * 2 and "host localhost:" not in r.stderr
+
+
+def test_a_remote_host_that_cannot_tell_its_cpus(tmp_path):
+    # A remote shell whose "sed" says nothing: the default runs the ranks unbound with the
+    # reason; an explicit --binding-args fails the job before any rank starts.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sed").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sed").chmod(0o755)
+    env = base_env(KOLO_LAUNCHER_FORCE_REMOTE="1",
+                   KOLO_LAUNCHER_REMOTE_SHELL="env PATH=%s:/usr/bin:/bin sh -c" % bin_dir)
+    r = kolorun(["-np", "1"] + REPORT, env=env)
+    assert affinities(r, 1) == [set(CPUS)]
+    assert ("host localhost: ranks are not bound to cores (cannot read its CPUs: no CPU "
+            "affinity in its answer") in r.stderr, r.stderr
+    r = kolorun(["-np", "1", "--binding-args", "--bind-to core"] + REPORT, env=env)
+    assert r.returncode != 0 and "RESULT" not in r.stdout
+    assert "--binding-args: cannot bind the ranks on host localhost: cannot read its CPUs" \
+        in r.stderr, r.stderr
+
+
+def test_probe_answers_are_parsed():
+    cpus, topology, taskset = binding.parse_probe(
+        "allowed 0-2,5\ncpu 0 0 0\ncpu 1 0 0\ncpu 2 1 4\ncpu 5  \ntaskset\n")
+    assert cpus == {0, 1, 2, 5} and taskset
+    assert topology == {0: (0, 0), 1: (0, 0), 2: (1, 4), 5: (None, None)}
+    # hardware threads of one core stay together; an unknown CPU is a core of its own
+    assert binding.machine_cores(cpus, topology) == [(0, [0, 1]), (0, [5]), (1, [2])]
+    assert binding.parse_probe("allowed 3\n")[2] is False
+    for bad in ("", "cpu 0 0 0\n", "allowed 3-1\n", "allowed x\n"):
+        with pytest.raises(ValueError):
+            binding.parse_probe(bad)
+    assert binding.bound_command({0, 1, 3}, ["python3", "x.py"]) == [
+        "taskset", "-c", "0-1,3", "python3", "x.py"]
 
 
 def test_elastic_mode_refuses_binding_args():

@@ -80,3 +80,25 @@ def test_hierarchical_allreduce_across_namespace_hosts(netns):
                                    prog], timeout=180)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert r.stdout.count("All tests passed") == 4, r.stdout[-4000:]
+
+
+def test_ranks_on_each_namespace_host_are_bound_on_that_host(netns):
+    # kolorun asks each host for its CPUs through the remote shell and starts the ranks there
+    # under taskset: A's two ranks take one core each, and so do B's.
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    a, b = netns["A"], netns["B"]
+    report = [PY, "-c", "import json, os; print('RESULT ' + json.dumps({'rank': "
+              "int(os.environ['KOLO_RANK']), 'cpus': sorted(os.sched_getaffinity(0))}))"]
+    r = run_in_launcher_ns(netns, ["-np", "4", "-H", "%s:2,%s:2" % (a, b),
+                                   "--binding-args", "--bind-to core --report-bindings",
+                                   "--network-interface", "kolo0"] + report)
+    assert r.returncode == 0, r.stderr
+    res = results(r.stdout)
+    got = [res[k]["cpus"] for k in range(4)]
+    assert len(got[0]) == len(got[1]) == 1 and got[0] != got[1], got
+    assert got[2:] == got[:2], got
+    for host in (a, b):
+        assert "host %s: each of the 2 local ranks bound to one core of its own" % host \
+            in r.stderr, r.stderr

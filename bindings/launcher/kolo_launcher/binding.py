@@ -29,11 +29,14 @@ socket:cores "1:0-2") and "--report-bindings"; anything else is refused, naming 
 Modes other than "share" are explicit requests: when this machine cannot give them (fewer
 cores than the ranks need) kolorun refuses to start, as mpirun does, instead of running the
 ranks unbound (PlanError); "share", the default, warns and runs them unbound.
-The ranks counted are every rank kolorun starts on this machine, across host names that are
-all this machine (-H localhost:2,127.0.0.1:2 is four ranks on one machine). Remote ranks are not
-bound (their host's cores are not known here; kolorun warns when --binding-args asked for it);
-mpirun in MPI mode binds remote ranks too. Elastic workers are never bound (their number on a
-host changes), and elastic mode refuses --binding-args other than "--bind-to none".
+The ranks counted are every rank kolorun starts on one host: on this machine across host names
+that are all this machine (-H localhost:2,127.0.0.1:2 is four ranks on one machine). A remote
+host's ranks are planned the same way from what its shell reports before they start
+(PROBE_SCRIPT, parse_probe: its CPU affinity and each CPU's package and core) and started
+under taskset (bound_command); a host that cannot answer, or has no taskset, runs its ranks
+unbound with a note (an explicit --binding-args fails the job instead). A job with a remote
+host always counts as TCP traffic for "share". Elastic workers are never bound (their number on
+a host changes), and elastic mode refuses --binding-args other than "--bind-to none".
 
 MPI mode (mpi_placement): mpirun binds, kolorun only picks its flags. When every host of the job
 is this machine, the same rule as "share": "-map-by slot:PE=k -bind-to core" with k = C // L
@@ -43,7 +46,8 @@ with more ranks than cores (use --no-bind or --binding-args there).
 
 Applying a plan (workers.Worker.start): the launcher's thread narrows its own affinity to the
 rank's CPUs around the fork, so the child and everything it starts inherit them from its first
-instruction (no window in which the rank's early threads run elsewhere), and restores it.
+instruction (no window in which the rank's early threads run elsewhere), and restores it; on a
+remote host taskset does the same before it runs the rank.
 Pure functions here; no state.
 """
 
@@ -274,12 +278,17 @@ def _read_int(path):
 
 def machine_cores(cpus, sysfs=SYSFS_CPU):
     """[(socket, [cpu, ...]), ...]: the cores that hold `cpus`, ordered by socket then CPU.
-    Without topology files each CPU counts as one core of socket 0."""
+    `sysfs`: the topology folder to read, or {cpu: (package, core)} as read on another host
+    (parse_probe; None for an unknown value). Without topology each CPU counts as one core of
+    socket 0."""
     cores = {}
     for cpu in sorted(cpus):
-        topo = os.path.join(sysfs, "cpu%d" % cpu, "topology")
-        package = _read_int(os.path.join(topo, "physical_package_id"))
-        core = _read_int(os.path.join(topo, "core_id"))
+        if isinstance(sysfs, dict):
+            package, core = sysfs.get(cpu, (None, None))
+        else:
+            topo = os.path.join(sysfs, "cpu%d" % cpu, "topology")
+            package = _read_int(os.path.join(topo, "physical_package_id"))
+            core = _read_int(os.path.join(topo, "core_id"))
         key = (package or 0, ("core", core) if core is not None else ("cpu", cpu))
         cores.setdefault(key, []).append(cpu)
     return sorted(((key[0], group) for key, group in cores.items()),
@@ -456,6 +465,55 @@ def mpi_placement(nranks, all_local, cpus, sysfs=SYSFS_CPU):
             "ranks are not bound to cores: %d local ranks, %d core%s available"
             % (nranks, n, "" if n == 1 else "s"))
     return ["-map-by", "slot:PE=%d" % (n // nranks), "-bind-to", "core"], None
+
+
+# What a remote host tells kolorun before its ranks start (remote ranks, Gloo mode): the shell's
+# CPU affinity (which the rank would inherit), each CPU's package and core, and whether taskset
+# (util-linux) is there to apply a plan. POSIX sh, sed and cat only.
+PROBE_SCRIPT = (
+    "sed -n 's/^Cpus_allowed_list:[[:space:]]*/allowed /p' /proc/self/status\n"
+    "for d in /sys/devices/system/cpu/cpu[0-9]*; do\n"
+    "  [ -d \"$d/topology\" ] || continue\n"
+    "  echo \"cpu ${d##*/cpu} $(cat \"$d/topology/physical_package_id\" 2>/dev/null)"
+    " $(cat \"$d/topology/core_id\" 2>/dev/null)\"\n"
+    "done\n"
+    "if command -v taskset >/dev/null 2>&1; then echo taskset; fi\n")
+
+
+def parse_cpu_list(text):
+    """"0-2,5" -> {0, 1, 2, 5}; ValueError when malformed."""
+    out = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi) if hi else int(lo)
+        if last < first:
+            raise ValueError("bad CPU range %r" % part)
+        out.update(range(first, last + 1))
+    return out
+
+
+def parse_probe(text):
+    """(available CPUs, {cpu: (package, core)}, has taskset) from PROBE_SCRIPT's output.
+    ValueError when it says nothing of the CPUs (no /proc there: not Linux)."""
+    cpus, topology, taskset = None, {}, False
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["allowed"] and len(words) == 2:
+            cpus = parse_cpu_list(words[1])
+        elif words[:1] == ["cpu"] and len(words) >= 2 and words[1].isdigit():
+            nums = [int(w) if w.lstrip("-").isdigit() else None for w in words[2:4]]
+            nums += [None] * (2 - len(nums))
+            topology[int(words[1])] = (nums[0], nums[1])
+        elif words == ["taskset"]:
+            taskset = True
+    if not cpus:
+        raise ValueError("no CPU affinity in its answer (%r)" % text.strip()[:200])
+    return cpus, topology, taskset
+
+
+def bound_command(cpus, command):
+    """`command` (a list) run by taskset on `cpus` from its first instruction (remote ranks)."""
+    return ["taskset", "-c", cpu_list(cpus)] + list(command)
 
 
 def available_cpus():

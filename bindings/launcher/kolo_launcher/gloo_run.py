@@ -4,9 +4,10 @@ Life of a job (GlooJob.run):
   1. place the ranks (topology.assign) and decide which hosts are this machine;
   2. serve the store on a free port: on --network-interface's address, else on 127.0.0.1 when
      every rank is local, else on 0.0.0.0; each rank is told the address it can reach;
-  3. start local ranks directly (bound to their cores, binding.plan, planned before anything
-     starts: an explicit binding that does not fit fails the job) and remote ones through
-     ssh (ssh.remote_argv), each in its own process group, with its KOLO_* environment;
+  3. start local ranks directly and remote ones through ssh (ssh.remote_argv), each in its own
+     process group, with its KOLO_* environment, bound to their cores (binding.plan, planned
+     before anything starts, for a remote host from the CPUs and topology its shell reports,
+     applied there by taskset: an explicit binding that does not fit fails the job);
      forward their output (and with --output-filename copy it to DIR/rank.N/, output.py); rank
      0, when it runs here, reads kolorun's stdin (workers.py says when), the others /dev/null;
   4. supervise, every 50 ms: a rank that exits non-zero or on a signal fails the job; a rank
@@ -34,8 +35,10 @@ with a Failure (its reason printed, its exit status returned).
 """
 
 import os
+import shlex
 import signal
 import subprocess
+import threading
 import time
 
 from . import binding as bindlib
@@ -50,6 +53,7 @@ from .workers import Worker, launcher_stdin_usable, live_process_groups
 
 POLL_SECONDS = 0.05
 DEFAULT_GRACE_SECONDS = 5.0
+PROBE_SECONDS = 30  # a remote host's answer about its CPUs (ssh login included)
 
 
 def kill_grace(environ):
@@ -105,47 +109,93 @@ class GlooJob:
         names, addrs = hostlib.local_names(), hostlib.local_addresses()
         self.local = {h: (not force_remote and hostlib.is_local(h, names, addrs))
                       for h, _ in used_hosts(self.slots)}
-        self.cpus = {}  # rank -> the CPUs it is bound to (local ranks, when binding)
-        self.binding_note = None
+        self.cpus = {}  # rank -> the CPUs it is bound to (when binding)
+        self.binding_notes = []  # [(host or None for this machine, sentence, ranks)]
         self.guard = None  # the OrphanGuard of the local ranks, while the job runs
 
     def _plan_binding(self):
-        """Fills self.cpus for the ranks on this machine (all local host names together).
-        LaunchError when an explicit --binding-args cannot be given here (as mpirun)."""
+        """Fills self.cpus (rank -> CPUs) and self.binding_notes ([(host or None, sentence,
+        ranks)]) for every host of the job: this machine's ranks from kolorun's own affinity,
+        a remote host's from what PROBE_SCRIPT reports there (its ranks then start under
+        taskset). LaunchError when an explicit --binding-args cannot be given (as mpirun)."""
         spec = self.opts.binding
         local = [(s.rank, s.host) for s in self.slots if self.local[s.host]]
-        remote = [s for s in self.slots if not self.local[s.host]]
-        if spec.explicit and spec.bind != "none" and remote:
-            hosts = []
-            for s in remote:
-                if s.host not in hosts:
-                    hosts.append(s.host)
-            self.console.message(
-                "--binding-args binds the ranks on this machine only: rank%s %s on %s %s %s "
-                "not bound (kolorun does not know the cores of other hosts; with --mpi, mpirun "
-                "binds every host's ranks)" % (
-                    "" if len(remote) == 1 else "s", _span([s.rank for s in remote]),
-                    "host" if len(hosts) == 1 else "hosts", ", ".join(hosts),
-                    "is" if len(remote) == 1 else "are"))
-        if not local:
-            return
-        available = bindlib.available_cpus()
-        if available is None:
-            self.binding_note = "ranks are not bound to cores (no CPU affinity on this platform)"
-            return
+        remote = [h for h, _ in used_hosts(self.slots) if not self.local[h]]
         # Traffic crosses TCP when some rank is on another host or shared memory is off in the
         # ranks' environment (kolorun's own, with the -x variables over it).
-        tcp = len(local) < len(self.slots) or self._shm_off()
+        tcp = bool(remote) or self._shm_off()
+        if local:
+            available = bindlib.available_cpus()
+            if available is None:
+                self._note(None, "ranks are not bound to cores (no CPU affinity on this "
+                           "platform)", local)
+            else:
+                self._plan_host(None, local, available, bindlib.SYSFS_CPU, tcp)
+        if not remote or spec.bind == "none":
+            return
+        for host, probe in self._probe_hosts(remote).items():
+            ranks = [(s.rank, s.host) for s in self.slots if s.host == host]
+            if isinstance(probe, str):
+                if spec.explicit:
+                    raise LaunchError("--binding-args: cannot bind the ranks on host %s: %s"
+                                      % (host, probe))
+                self._note(host, "ranks are not bound to cores (%s)" % probe, ranks)
+                continue
+            cpus, topology, taskset = probe
+            if not taskset:
+                self._note(host, "ranks are not bound to cores (no taskset there to bind "
+                           "them: it is in util-linux)", ranks)
+                continue
+            self._plan_host(host, ranks, cpus, topology, tcp)
+
+    def _plan_host(self, host, ranks, cpus, sysfs, tcp):
+        """Plans one host's ranks [(rank, host)] on its CPUs; see _plan_binding."""
+        spec = self.opts.binding
         try:
             if spec.rankfile is not None:
-                self.cpus, self.binding_note = bindlib.rankfile_plan(
-                    spec, local, available, self._host_matches)
+                planned, note = bindlib.rankfile_plan(spec, ranks, cpus, self._host_matches,
+                                                      sysfs)
+                self.cpus.update(planned)
+                self._note(host, note, ranks)
                 return
-            blocks, self.binding_note = bindlib.plan(spec, len(local), available, tcp=tcp)
+            blocks, note = bindlib.plan(spec, len(ranks), cpus, sysfs, tcp=tcp)
         except bindlib.PlanError as e:
-            raise LaunchError(str(e)) from None
+            raise LaunchError(str(e) if host is None else "host %s: %s" % (host, e)) from None
         if blocks is not None:
-            self.cpus = dict(zip([rank for rank, _ in local], blocks))
+            self.cpus.update(zip([rank for rank, _ in ranks], blocks))
+        self._note(host, note, ranks)
+
+    def _note(self, host, sentence, ranks):
+        self.binding_notes.append((host, sentence, [rank for rank, _ in ranks]))
+
+    def _probe_hosts(self, hosts):
+        """{host: (CPUs, topology, has taskset) or the reason it could not be read}, asked of
+        all hosts at once through the ranks' remote shell (a few ms each over ssh)."""
+        answers = {}
+
+        def ask(host):
+            argv = ssh.remote_shell_prefix(
+                host, self.opts.ssh_port, self.opts.ssh_identity, self.template,
+                self.environ.get("KOLO_SSH_OPTIONS", "")) + [
+                    "sh -c " + shlex.quote(bindlib.PROBE_SCRIPT)]
+            try:
+                r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, timeout=PROBE_SECONDS)
+                if r.returncode != 0:
+                    raise ValueError("its shell exited with status %d: %s"
+                                     % (r.returncode, r.stderr.strip()[-200:]))
+                answers[host] = bindlib.parse_probe(r.stdout)
+            except subprocess.TimeoutExpired:
+                answers[host] = "no answer about its CPUs within %d s" % PROBE_SECONDS
+            except (OSError, ValueError) as e:
+                answers[host] = "cannot read its CPUs: %s" % e
+
+        threads = [threading.Thread(target=ask, args=(h,), daemon=True) for h in hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {h: answers.get(h, "cannot read its CPUs") for h in hosts}
 
     def _shm_off(self):
         """Whether the ranks run with shared memory off: the first non-empty of KOLO_SHM and
@@ -247,8 +297,11 @@ class GlooJob:
         files = self._output_files(slot)
         if remote:
             env = ssh.remote_environment(self.environ, rank_env, set(self.opts.extra_env))
+            command = self.opts.command
+            if slot.rank in self.cpus:
+                command = bindlib.bound_command(self.cpus[slot.rank], command)
             argv = ssh.remote_argv(
-                slot.host, env, self.opts.command, self.grace, port=self.opts.ssh_port,
+                slot.host, env, command, self.grace, port=self.opts.ssh_port,
                 identity=self.opts.ssh_identity, template=self.template,
                 extra_options=self.environ.get("KOLO_SSH_OPTIONS", ""))
             if self.opts.verbose:
@@ -260,7 +313,8 @@ class GlooJob:
             local_env = dict(self.environ)
             local_env.update(rank_env)
         w = Worker(slot, argv, local_env, remote, subprocess.PIPE, subprocess.PIPE,
-                   cpus=self.cpus.get(slot.rank), guard=None if remote else self.guard,
+                   cpus=None if remote else self.cpus.get(slot.rank),
+                   guard=None if remote else self.guard,
                    stdin=stdin and not remote)
         w.files = list(files)
         return w
@@ -330,12 +384,14 @@ class GlooJob:
                 len(self.slots), len(self.local), layout))
             self.console.message("rendezvous store listening on %s:%d; ranks connect to %s" % (
                 bind, self.server.port, ", ".join(sorted(set(reach.values())))))
-        if self.binding_note and (opts.verbose or opts.binding.report):
-            self.console.message(self.binding_note + "".join(
-                "; rank %d: CPU %s" % (r, bindlib.cpu_list(c))
-                for r, c in sorted(self.cpus.items())))
-        elif self.binding_note and not self.cpus and opts.binding.bind != "none":
-            self.console.message(self.binding_note)  # binding wanted but not possible
+        for host, note, ranks in self.binding_notes:
+            text = note if host is None else "host %s: %s" % (host, note)
+            bound = [r for r in ranks if r in self.cpus]
+            if opts.verbose or opts.binding.report:
+                self.console.message(text + "".join(
+                    "; rank %d: CPU %s" % (r, bindlib.cpu_list(self.cpus[r])) for r in bound))
+            elif not bound and opts.binding.bind != "none":
+                self.console.message(text)  # binding wanted but not possible
         self.pump = OutputPump(self.console, timestamp=self.opts.prefix_timestamp)
         failure = self._start_all(reach)
         self.pump.start()
