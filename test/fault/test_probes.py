@@ -118,11 +118,14 @@ def test_probes_mpirun(transport):
 # ---- a rank killed at 4 and 8 ranks over TCP -----------------------------------------------------
 
 # (np, mode, victim): the victim dies mid-collective (64 MiB), during rounds of new names, at
-# the negotiation root, in the middle and last.
+# the negotiation root, in the middle and last. At 3 and 6 ranks the control round's recursive
+# doubling first folds odd ranks below 2 (n - p) onto their even partners (ops/fold_internal.h):
+# there a folded-out rank (1 of 3) and a partner that carries one (2 of 6) die mid-round.
 KILL_CASES = [
     (4, "kill-mid-bcast", 1), (4, "kill-mid-alltoall", 3), (4, "kill-mid-allgather", 0),
     (4, "kill-negotiate", 0), (8, "kill-mid", 5), (8, "kill-mid-bcast", 3),
     (8, "kill-mid-alltoall", 0), (8, "kill-mid-allgather", 7), (8, "kill-negotiate", 3),
+    (3, "kill-negotiate", 1), (6, "kill-negotiate", 2),
 ]
 
 
