@@ -1,5 +1,5 @@
-// The init path, step by step (bootstrap.h): launcher -> store -> round -> host names ->
-// transport -> topology -> device executor.
+// The init path, step by step (bootstrap.h): launcher -> store -> round -> host names and
+// job-wide settings -> transport -> topology -> device executor.
 #include "bootstrap/bootstrap.h"
 
 #include <algorithm>
@@ -9,9 +9,10 @@
 #include <string>
 #include <utility>
 
+#include "bootstrap/job_settings.h"
 #include "bootstrap/registry.h"
-#include "ops/device_plan.h"
 #include "transport/loopback/loopback_transport.h"
+#include "transport/shm/shm_transport.h"
 
 namespace kolo {
 namespace {
@@ -126,18 +127,28 @@ Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out) 
     b.transport = std::move(group[0]);
     b.hosts = {cfg.hostname};
   } else {
+    // The job-wide settings are compared in the host-name exchange, before anything they
+    // choose (the shared-memory transport, the first collective) runs (job_settings.h).
+    const std::string settings = settingsText(jobSettings(cfg));
     std::shared_ptr<Store> root;
     KOLO_RETURN_IF_ERROR(openStore(cfg, &root));
     if (root) {
       KOLO_RETURN_IF_ERROR(enterRound(*root, b.round, cfg.rank));
       b.store = b.round == 0 ? root : makePrefixStore(root, roundPrefix(b.round));
       // Publishing "host/<rank>" also tells kolorun this rank connected.
-      KOLO_RETURN_IF_ERROR(exchangeHostnames(*b.store, cfg.rank, cfg.size, cfg.hostname,
-                                             millis(cfg.startTimeoutSeconds), &b.hosts));
-    }
-    KOLO_RETURN_IF_ERROR(createTransport(cfg, b.store, cfg.rank, cfg.size, &b.transport));
-    if (b.hosts.empty()) {
-      KOLO_RETURN_IF_ERROR(ops::gatherStrings(*b.transport, cfg.hostname, &b.hosts));
+      KOLO_RETURN_IF_ERROR(exchangeHostsAndSettings(*b.store, cfg.rank, cfg.size, cfg.hostname,
+                                                    settings, millis(cfg.startTimeoutSeconds),
+                                                    &b.hosts));
+      KOLO_RETURN_IF_ERROR(createTransport(cfg, b.store, cfg.rank, cfg.size, &b.transport));
+    } else {
+      // No store (a plain MPI job): the exchange runs over the base transport, so shared
+      // memory goes over it only once the ranks agree on KOLO_SHM.
+      Config base = cfg;
+      base.shm = ShmMode::kOff;
+      KOLO_RETURN_IF_ERROR(createTransport(base, nullptr, cfg.rank, cfg.size, &b.transport));
+      KOLO_RETURN_IF_ERROR(
+          exchangeHostsAndSettings(*b.transport, cfg.hostname, settings, &b.hosts));
+      KOLO_RETURN_IF_ERROR(applyShmConfig(cfg, &b.transport));
     }
   }
   KOLO_RETURN_IF_ERROR(finish(&b));

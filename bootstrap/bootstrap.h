@@ -6,10 +6,14 @@
 //   2. the store: TCP (KOLO_RENDEZVOUS_ADDR/PORT) or file (KOLO_RENDEZVOUS_DIR), none for a job
 //      of one or a plain MPI job; seen through this init's rendezvous round (below);
 //   3. the host-name exchange ("host/<rank>" in the store, or an allgather over the transport
-//      when there is no store) and the Topology computed from it;
+//      when there is no store) and the Topology computed from it; the same exchange carries a
+//      digest of the job-wide settings (job_settings.h: the algorithms, fusion, cache, KOLO_SHM,
+//      ...), and init fails on every rank, naming the variable, the values and the ranks, when
+//      any rank's differ;
 //   4. the global transport (createTransport: MPI or Gloo, shm over it per KOLO_SHM; loopback
-//      for a job of one) and the device executor (CUDA tensors: NCCL, auto or host-staged per
-//      KOLO_GPU_OPERATIONS; host-staged in a build with CUDA but no NCCL; null without CUDA).
+//      for a job of one; without a store, shm goes over it after the settings agree) and the
+//      device executor (CUDA tensors: NCCL, auto or host-staged per KOLO_GPU_OPERATIONS;
+//      host-staged in a build with CUDA but no NCCL; null without CUDA).
 //
 // Rendezvous rounds. bootstrap() may run many times in one process (init -> shutdown -> init,
 // each time with any rank and size; the elastic launcher will rely on it). Every round sees the
@@ -62,7 +66,8 @@ struct BootstrapResult {
 
 // The whole init path; `initCount` is the number of earlier init attempts in this process (the
 // round when KOLO_RENDEZVOUS_ROUND is unset). Errors: kInvalidArgument for an inconsistent
-// configuration (naming the variables), kAborted for a stale round, kTimeout when other ranks
+// configuration (naming the variables; also job-wide settings that differ between ranks,
+// on every rank), kAborted for a stale round, kTimeout when other ranks
 // do not arrive, the transport's own errors. On error *out holds nothing that needs closing.
 Status bootstrap(const Config& config, int64_t initCount, BootstrapResult* out);
 
