@@ -8,8 +8,6 @@
 // or a TcpStoreServer on 127.0.0.1), starts three copies of itself as the ranks (KOLO_SHM as
 // given) and waits at most 120 s for them; exit status 0 only when every rank passed.
 #include <kolo.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -22,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "test/support/tcp_store_server.h"
+#include "test/support/forked_job.h"
 
 namespace {
 
@@ -138,69 +136,13 @@ int child(int oldRank, const std::string& shm, const std::string& flags) {
 }
 
 int parent(const char* self, const std::string& storeKind, const std::string& shm) {
-  char tmpl[] = "/tmp/kolo-reinit-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
-  const std::string dir = tmpl;
-  const std::string storeDir = dir + "/store", flags = dir + "/flags";
-  std::filesystem::create_directories(storeDir);
+  kolo::test::ForkedJob job("reinit", storeKind);
+  const std::string flags = job.dir() + "/flags";
   std::filesystem::create_directories(flags);
-  std::unique_ptr<kolo::TcpStoreServer> server;
-  if (storeKind == "tcp") {
-    kolo::Status s = kolo::startTcpStoreServer("127.0.0.1", 0, &server);
-    if (!s.isOk()) die("cannot start the store server: " + s.toString());
-    setEnv("KOLO_RENDEZVOUS_ADDR", "127.0.0.1");
-    setEnv("KOLO_RENDEZVOUS_PORT", std::to_string(server->port()));
-    unsetenv("KOLO_RENDEZVOUS_DIR");
-  } else {
-    setEnv("KOLO_RENDEZVOUS_DIR", storeDir);
-    unsetenv("KOLO_RENDEZVOUS_ADDR");
-    unsetenv("KOLO_RENDEZVOUS_PORT");
-  }
   setEnv("KOLO_SHM", shm);
-  setEnv("KOLO_CONTROLLER", "gloo");
-  setEnv("KOLO_START_TIMEOUT", "60");
-  if (std::getenv("KOLO_TIMEOUT_SECONDS") == nullptr) setEnv("KOLO_TIMEOUT_SECONDS", "30");
-
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 3; ++r) {
-    pid_t pid = fork();
-    if (pid < 0) die("fork failed");
-    if (pid == 0) {
-      const std::string rank = std::to_string(r);
-      execl(self, self, "--child", rank.c_str(), shm.c_str(), flags.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  const auto end = Clock::now() + std::chrono::seconds(120);
-  size_t left = pids.size();
-  while (left > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      --left;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "reinit: rank process %d failed (status %d)\n", static_cast<int>(pid),
-                     status);
-        ++failed;
-      }
-      continue;
-    }
-    if (Clock::now() > end) {
-      std::fprintf(stderr, "reinit: the ranks did not finish within 120 s; killing them\n");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      while (waitpid(-1, &status, 0) > 0) {
-      }
-      failed = 1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  const int failed = job.run(3, [&](int r) {
+    return std::vector<std::string>{self, "--child", std::to_string(r), shm, flags};
+  });
   if (failed == 0)
     std::printf("reinit: store=%s shm=%s: every rank passed\n", storeKind.c_str(), shm.c_str());
   return failed == 0 ? 0 : 1;

@@ -17,8 +17,6 @@
 // mpi on|off [INITS], no store. INITS (default 1): step 3 is repeated that many times and the
 // mean init time printed (the cost of the check: compare with a build without it).
 #include <kolo.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,12 +24,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "test/support/tcp_store_server.h"
+#include "test/support/forked_job.h"
 
 namespace {
 
@@ -169,67 +166,12 @@ int rankMain(int rank, const std::string& shm, int inits) {
 
 int parent(const char* self, const std::string& storeKind, const std::string& shm,
            const std::string& inits) {
-  char tmpl[] = "/tmp/kolo-settings-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) die("mkdtemp failed");
-  const std::string dir = tmpl;
-  std::unique_ptr<kolo::TcpStoreServer> server;
-  if (storeKind == "tcp") {
-    kolo::Status s = kolo::startTcpStoreServer("127.0.0.1", 0, &server);
-    if (!s.isOk()) die("cannot start the store server: " + s.toString());
-    setEnv("KOLO_RENDEZVOUS_ADDR", "127.0.0.1");
-    setEnv("KOLO_RENDEZVOUS_PORT", std::to_string(server->port()));
-    unsetenv("KOLO_RENDEZVOUS_DIR");
-  } else {
-    setEnv("KOLO_RENDEZVOUS_DIR", dir);
-    unsetenv("KOLO_RENDEZVOUS_ADDR");
-    unsetenv("KOLO_RENDEZVOUS_PORT");
-  }
-  setEnv("KOLO_CONTROLLER", "gloo");
+  kolo::test::ForkedJob job("settings", storeKind);
   setEnv("KOLO_SIZE", "3");
-  setEnv("KOLO_START_TIMEOUT", "60");
-  if (std::getenv("KOLO_TIMEOUT_SECONDS") == nullptr) setEnv("KOLO_TIMEOUT_SECONDS", "30");
-
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 3; ++r) {
-    pid_t pid = fork();
-    if (pid < 0) die("fork failed");
-    if (pid == 0) {
-      setEnv("KOLO_RANK", std::to_string(r));
-      const std::string rank = std::to_string(r);
-      execl(self, self, "--rank", rank.c_str(), shm.c_str(), inits.c_str(),
-            static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  const auto end = Clock::now() + std::chrono::seconds(120);
-  size_t left = pids.size();
-  while (left > 0) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid > 0) {
-      --left;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "settings: rank process %d failed (status %d)\n",
-                     static_cast<int>(pid), status);
-        ++failed;
-      }
-      continue;
-    }
-    if (Clock::now() > end) {
-      std::fprintf(stderr, "settings: the ranks did not finish within 120 s; killing them\n");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      while (waitpid(-1, &status, 0) > 0) {
-      }
-      failed = 1;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  server.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  const int failed = job.run(3, [&](int r) {
+    setEnv("KOLO_RANK", std::to_string(r));  // before the fork: the child inherits it
+    return std::vector<std::string>{self, "--rank", std::to_string(r), shm, inits};
+  });
   if (failed == 0) {
     std::printf("settings: store=%s shm=%s: every rank passed\n", storeKind.c_str(), shm.c_str());
   }
