@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when a floor uses a floor above its own, or test/bench code: by #include, by include
-directory, by compiling another floor's file, or by link; and when the Python packages import
-each other.
+directory, forced or precompiled header, by compiling another floor's file, or by link; and when
+the Python packages import each other.
 
 kolo is built in floors, bottom to top (DESIGN.md "Floors"); each is its own CMake library and
 may use only the floors below it (and itself):
@@ -10,52 +10,91 @@ may use only the floors below it (and itself):
 
 A file's floor is its top-level folder. Static libraries do not stop an upward call by
 themselves (a symbol a lower floor takes from a higher one links whenever the final binary links
-both), so this check is what holds the direction. Three parts:
+both), so this check is what holds the direction; scripts/check_symbols.py checks the built
+archives independently. Three parts:
 
-includes  Every #include (and #include_next) of a floor's C/C++/CUDA source (SOURCES below:
-          .c .cc .cpp .cxx .h .hh .hpp .hxx .cu .cuh .inl .inc .ipp .tcc) is read as the
-          preprocessor reads it: comments removed (`#include /*x*/ "core/x.h"`), backslash-newline
-          splices joined, `# include` with spaces, nothing inside a comment or a raw string. It
-          is resolved as the compiler would: a quoted include against the including file's
-          folder first ("../ops/x.h", "sub/x.h"; an explicit ./ or ../ path always so), then
-          against the repository root ("ops/x.h"); an angle include against the root
-          (<ops/x.h>). One that lands in a floor above the file's fails, and so does one that
-          lands in any top-level folder that is not a floor (test/, bench/, examples/,
-          scripts/...): library floors never include test or tool code. An include of a macro
-          (`#include SOME_HEADER`) fails: use a literal path (the tree has none to allow).
-          Headers outside the repository (system, spdlog, gloo, the generated kolo/) and
-          third_party/ (vendored dependencies) are not checked. Includes are not resolved
-          through CMake include directories: the CMake part refuses any directory that would
-          let a bare "x.h" reach a floor above instead.
-CMake     Every CMakeLists.txt and *.cmake in the tree (build trees, those holding a
-          CMakeCache.txt, skipped) is parsed for targets (add_library, add_executable; a floor
-          is declared with kolo_add_floor(NAME BELOW), third_party/cmake/KoloFloors.cmake,
-          which makes kolo_NAME and links it to kolo_BELOW). A target belongs to the top-level
-          folder that defines it; one defined at the root (kolo_engine) or imported stands for
-          what it links. For each target of a floor it reads
-            links        target_link_libraries, link_libraries(), the LINK_LIBRARIES and
-                         INTERFACE_LINK_LIBRARIES properties, $<TARGET_...:x> in a source or
-                         include list: a target of a higher floor or of a non-floor folder
-                         fails, and so does a kolo_add_floor of a name missing from FLOORS;
+includes  Every file of a floor's folder is read (whatever its name: x.def, x.txt, none; hidden
+          folders too), except README* and *.md files, CMake files, binary files (a NUL byte)
+          not named as C/C++ sources, caches and build trees, as the preprocessor reads it:
+          comments removed (`#include /*x*/ "core/x.h"`), backslash-newline splices joined, NUL
+          bytes as spaces, nothing inside a comment or a raw string. A directive is
+          `#include`, `#include_next`, `#import` or `#embed`, with `#` also as the digraph `%:`
+          or the trigraph `??=` and spaces anywhere (`  %:  include`), or a C++20 header unit
+          (`import "x.h";`). A path with a '..' segment fails, whatever it reaches: the compiler
+          tries it against each folder it searches (beside the file, the root, the build tree's
+          generated/, the floors' PUBLIC include directory), so base/p1.cc's
+          "../../core/runtime.h" is outside the tree beside the file but core's through
+          build/generated/../../; kolo's includes are written from the repository root. An
+          absolute path fails too, and so does an include of a macro (`#include SOME_HEADER`):
+          use a literal path (the tree has none to allow). The rest is resolved as the compiler
+          would: a quoted include beside the including file first, then the repository root,
+          then (with --build-dir) the build tree's include folders of the floors' targets
+          (generated/), symbolic links followed. One that lands in a floor above the file's
+          fails, and so does one that lands in any top-level folder that is not a floor (test/,
+          bench/, examples/, scripts/, a hidden folder...): library floors never include test or
+          tool code. A file reached in third_party/ or in the build tree's generated/ is read as
+          part of the floor that includes it (its includes must point down from there), and a
+          file a floor includes is read even where the walk skips it (binary, *.md, a hidden or
+          build folder). Headers outside the repository and the build tree (system, spdlog,
+          gloo) are not checked. Includes are not resolved through CMake include directories:
+          the CMake part refuses any directory that would let a bare "x.h" reach a floor above.
+CMake     Every CMakeLists.txt and *.cmake in the tree (hidden folders too; build trees, those
+          holding a CMakeCache.txt, and .git skipped) is parsed for targets (add_library,
+          add_executable; a floor is declared with kolo_add_floor(NAME BELOW),
+          third_party/cmake/KoloFloors.cmake, which makes kolo_NAME and links it to
+          kolo_BELOW). A target belongs to the top-level folder that defines it; one defined at
+          the root (kolo_engine) or in third_party/, or imported, stands for what it is made
+          of: the folders of its sources, include directories and files (IMPORTED_LOCATION...)
+          and what it links (`add_library(helper OBJECT core/negotiator.cc)` at the root brings
+          core/ to a floor that links helper). For each target of a floor it reads
+            links        target_link_libraries, link_libraries(), the LINK_LIBRARIES,
+                         INTERFACE_LINK_LIBRARIES and PRECOMPILE_HEADERS_REUSE_FROM properties,
+                         target_precompile_headers(REUSE_FROM), -lNAME in a link word, link
+                         option or flag, and $<TARGET_...:x> in any argument of the floor's
+                         target_* commands and properties (target_link_options(kolo_base PUBLIC
+                         $<TARGET_FILE:kolo_core>)) and of any other command in a floor's folder
+                         (add_custom_command...): a target of a higher floor or of a non-floor
+                         folder fails, and so does a kolo_add_floor of a name missing from FLOORS;
             paths        its sources (add_library/add_executable, target_sources, the SOURCES
-                         properties) and include directories (target_include_directories,
+                         properties), include directories (target_include_directories,
                          include_directories(), the *INCLUDE_DIRECTORIES properties,
-                         -I/-isystem/-iquote/-idirafter in target_compile_options,
-                         add_compile_options() and COMPILE_OPTIONS): one in a higher floor's
-                         folder or a non-floor folder fails (the root, third_party/, the
-                         target's own floor and those below are fine; generator expressions
-                         are read through, $<INSTALL_INTERFACE:...> and the build tree skipped).
-                         link_libraries(), include_directories() and add_compile_options() count
-                         for their folder's floor, at the root and in third_party/ (which the
-                         root includes) for every floor;
-            variables    ${X} is expanded from set(), list(APPEND/PREPEND) and foreach() of the
-                         same file (and PROJECT_SOURCE_DIR, CMAKE_CURRENT_SOURCE_DIR and the
-                         like); one left unexpanded in a floor target's links or paths fails
-                         unless it is a system library's variable (EXTERNAL_VARIABLES below)
-                         that the tree never set()s; a target name the check cannot expand
-                         fails in a floor's folder, the root or third_party/ (the body of
-                         kolo_add_floor, whose kolo_${name} is every floor and whose
-                         kolo_${below} is read at each call, excepted).
+                         -I/-isystem/-iquote/-idirafter/--include-directory in compile options),
+                         forced and precompiled headers (-include/-imacros/--include,
+                         target_precompile_headers, PRECOMPILE_HEADERS), link options and flags
+                         (target_link_options, add_link_options(), LINK_OPTIONS, LINK_FLAGS;
+                         LINKER:a,b and -Wl,a,b split) and link directories
+                         (target_link_directories, link_directories(), -L): one in a higher
+                         floor's folder or a non-floor folder fails, in the source tree or in
+                         the build tree (${PROJECT_BINARY_DIR}/core/libkolo_core.a is core's);
+                         the root, third_party/, the target's own floor and those below are
+                         fine; generator expressions are read through, $<INSTALL_INTERFACE:...>
+                         skipped. A path that leaves the build tree (${PROJECT_BINARY_DIR}/..),
+                         a relative path with '..' in a compile or link option (the compiler
+                         resolves it from its working folder) and an include-prefix option
+                         (-iprefix, -iwithprefix) fail. Compile options are those of
+                         target_compile_options, add_compile_options(), add_definitions(), the
+                         COMPILE_OPTIONS and COMPILE_FLAGS properties of targets, folders
+                         (set_property(DIRECTORY), set_directory_properties) and sources
+                         (set_source_files_properties, set_property(SOURCE)), and the
+                         CMAKE_<LANG>_FLAGS[_<CONFIG>] variables; link flags those of
+                         CMAKE_<TYPE>_LINKER_FLAGS[_<CONFIG>] and CMAKE_<LANG>_STANDARD_LIBRARIES.
+                         What is set for a folder counts for its floor, at the root and in
+                         third_party/ (which the root includes) for every floor;
+            variables    ${X} is expanded from set(), list(APPEND/PREPEND), string(APPEND/
+                         PREPEND) and foreach() of the same file (and PROJECT_SOURCE_DIR,
+                         CMAKE_CURRENT_SOURCE_DIR, PROJECT_BINARY_DIR and the like); one left
+                         unexpanded in a floor target's links or paths fails unless it is a
+                         system library's variable (EXTERNAL_VARIABLES below) that the tree
+                         never set()s; a target name the check cannot expand fails in a floor's
+                         folder, the root or third_party/ (the body of kolo_add_floor, whose
+                         kolo_${name} is every floor and whose kolo_${below} is read at each
+                         call, excepted);
+            unreadable   cmake_language(CALL|EVAL|DEFER ...) fails in any CMake file of the tree
+                         (it runs commands this check never sees; a test's folder may configure
+                         a floor's target too); in a floor's folder, the root or third_party/,
+                         include() of a file and add_subdirectory() outside the source tree or
+                         in the build tree (written at configure time), or through a variable it
+                         cannot expand, fail, and so does a CMAKE_MODULE_PATH entry there.
           Unknown names (system and third-party libraries) are not checked.
 Python    bindings/python (the `kolo` package) never imports the launcher package
           `kolo_launcher`, and bindings/launcher (`kolo_launcher` and the `kolorun` script)
@@ -64,16 +103,24 @@ Python    bindings/python (the `kolo` package) never imports the launcher packag
           inside functions too) and importlib.import_module/__import__ of a literal name count;
           a file there that does not parse fails.
 
+Not seen (scripts/README.md): #if branches (an include under #if 0 still counts), what a
+compiler launcher or wrapper, a toolchain file or the command line adds, CMake code run through
+function parameters outside the floors' files, and the uses a header makes without an include
+(the symbols a floor's objects take from a higher floor are scripts/check_symbols.py's).
+
 bench/, test/ and examples/ sit above every floor and are not checked themselves. Exit status 0
 when everything points down or sideways, 1 with one line per violation otherwise
 (file:line, what it includes, compiles or links, which floor points up to which).
 
-Usage: scripts/check_layers.py [REPO_ROOT]
+Usage: scripts/check_layers.py [REPO_ROOT] [--build-dir BUILD_DIR]
+                                         (with a build tree, includes found in its generated/
+                                         are read as part of the floor including them)
        scripts/check_layers.py --self-test   (every violating form planted in a scratch copy of
                                               this tree is found; the unplanted copy passes)
 """
 
 import ast
+import collections
 import contextlib
 import io
 import os
@@ -87,6 +134,8 @@ FLOORS = ["base", "kernels", "rendezvous", "transport", "timeline", "ops", "boot
 RANK = {name: i for i, name in enumerate(FLOORS)}
 # Vendored dependencies: neither a floor nor forbidden to one.
 EXTERNAL = {"third_party"}
+# Never walked: git's store, caches, CMake's per-target folders.
+_SKIP_DIRS = (".git", "__pycache__", "CMakeFiles")
 SOURCES = (".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh", ".inl",
            ".inc", ".ipp", ".tcc")
 ORDER = " < ".join(FLOORS)
@@ -147,15 +196,16 @@ def _forbidden(floor, folder):
 
 
 def _top_folders(root):
-    return {d for d in os.listdir(root)
-            if not d.startswith(".") and os.path.isdir(os.path.join(root, d))}
+    """Every folder at the root, hidden ones included."""
+    return {d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))}
 
 
-def _walk(top):
-    """(folder, file names) under top, sorted, without hidden folders, caches and build trees."""
+def _walk(top, hidden=False):
+    """(folder, file names) under top, sorted, without caches, build trees and (unless hidden)
+    hidden folders; never .git."""
     for dirpath, dirnames, names in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames
-                             if not d.startswith(".") and d not in ("CMakeFiles", "__pycache__")
+                             if (hidden or not d.startswith(".")) and d not in _SKIP_DIRS
                              and not os.path.exists(os.path.join(dirpath, d, "CMakeCache.txt")))
         yield dirpath, sorted(names)
 
@@ -175,20 +225,26 @@ _TOKEN = re.compile(r"""
   | (?P<char>'(?:[^'\\\n]|\\.)*'?)
   | (?P<word>\w+|[^\w\n\\/"'.]+|.)
 """, re.VERBOSE)
-_DIRECTIVE = re.compile(r"#\s*include(?:_next)?(?![\w$])\s*(.*)$")
+_DIRECTIVE = re.compile(r"""
+    (?:(?:\#|%:|\?\?=)\s*(?:include_next|include|import|embed)   # also as digraph, trigraph
+     |(?:export\s+)?(?P<unit>import)(?=\s*["<]))                  # a C++20 header unit
+    (?![\w$])\s*(?P<operand>.*)$""", re.VERBOSE)
 _LITERAL = re.compile(r'(["<])([^">]*)[">]')
+# Not read for includes: documentation and CMake files (the CMake part reads those).
+_DOCS = (".md", ".markdown")
 _code_cache = {}
 
 
 def code_lines(text):
     """(line number, text) of each logical line of C/C++ source, as the preprocessor sees it:
     comments replaced by a space, backslash-newline splices joined (the line numbered by its
-    first physical line), the body of a raw string left out."""
+    first physical line), the body of a raw string left out; a NUL byte is a space (GCC ignores
+    it)."""
     cached = _code_cache.get(text)
     if cached is not None:
         return cached
     out, cur, start, line = [], [], 1, 1
-    for m in _TOKEN.finditer(text):
+    for m in _TOKEN.finditer(text.replace("\0", " ")):
         kind, s = m.lastgroup, m.group(0)
         if kind == "newline":
             out.append((start, "".join(cur)))
@@ -207,60 +263,154 @@ def code_lines(text):
     return out
 
 
-def resolve_include(root, path, bracket, header):
-    """The repository-relative path an include names, or None when it names nothing of kolo's.
+_directives_cache = {}
 
-    `path` is the including file (absolute). Quoted: relative to its folder when written ./ or
-    ../, or when that file exists; else relative to the root. Angle: relative to the root."""
-    full = os.path.normpath(os.path.join(root, header))
-    if bracket == '"':
-        beside = os.path.normpath(os.path.join(os.path.dirname(path), header))
-        if header.startswith(("./", "../")) or os.path.exists(beside):
-            full = beside
-    rel = os.path.relpath(full, root)
-    if rel == os.pardir or rel.startswith(os.pardir + os.sep) or os.sep not in rel:
-        return None  # outside the repository, or a file at its root
+
+def directives(text):
+    """(line number, keyword as written, operand, whether a C++20 header unit) of each include
+    directive of C/C++ text (memoized)."""
+    found = _directives_cache.get(text)
+    if found is None:
+        found = _directives_cache[text] = []
+        for number, line in code_lines(text):
+            line = line.lstrip()
+            m = _DIRECTIVE.match(line)
+            if m:
+                found.append((number, line[:m.start("operand")].strip(),
+                              m.group("operand").strip(), bool(m.group("unit"))))
+    return found
+
+
+def _inside(path, top):
+    """path relative to the folder top when it lies inside it, else None."""
+    rel = os.path.relpath(path, top)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        return None
     return rel
 
 
-def include_violations(root):
-    """Yields a Violation for each include of a floor's source that points up or out, or names
-    a macro."""
+def resolve_include(root, path, bracket, header, build_dirs=()):
+    """Where an include lands: ("repo", its repository-relative path), ("build", its absolute
+    path) for a file found in one of build_dirs (the build tree's include directories), or None
+    for a header of neither (system, spdlog, gloo) or a file at the root.
+
+    Searched as the compiler does: a quoted include beside the including file `path` first,
+    then (quoted or angle) the root, then build_dirs; the first that has the file wins, symbolic
+    links followed. One found nowhere is taken beside the file when written ./, else at the
+    root. `root` and build_dirs are real paths; `header` has no '..' segment (refused before)."""
+    dirs = ([os.path.dirname(path)] if bracket == '"' else []) + [root] + list(build_dirs)
+    for folder in dirs:
+        full = os.path.join(folder, header)
+        if os.path.isfile(full):
+            break
+    else:
+        beside = bracket == '"' and header.startswith("./")
+        full = os.path.join(os.path.dirname(path) if beside else root, header)
+    full = os.path.realpath(full)
+    if any(_inside(full, b) is not None for b in build_dirs):
+        return "build", full
+    rel = _inside(full, root)
+    if rel is None or os.sep not in rel:
+        return None
+    return "repo", rel
+
+
+def _floor_files(root, floor):
+    """Every file of a floor's folder this part reads: all but documentation (README*, *.md)
+    and CMake files; hidden folders included, .git, caches and build trees not."""
+    for dirpath, names in _walk(os.path.join(root, floor), hidden=True):
+        for name in names:
+            if (name.startswith("README") or name.lower().endswith(_DOCS)
+                    or name == "CMakeLists.txt" or name.endswith(".cmake")):
+                continue
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path):
+                yield path
+
+
+def _read_source(path, included):
+    """A file's text, or None for a binary file (a NUL byte) that is neither a C/C++ source by
+    its name nor `included` by one (the compiler reads any file it is told to include, and
+    ignores NUL bytes)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if b"\0" in data and not included and not path.endswith(SOURCES):
+        return None
+    return data.decode("utf-8", errors="replace")
+
+
+def include_violations(root, build_dirs=()):
+    """Yields a Violation for each include of a floor's file that points up or out, has a '..'
+    segment or an absolute path, or names a macro; and so for each file such an include reaches
+    in third_party/ or build_dirs, read as part of the including floor."""
+    root = os.path.realpath(root)
+    build_dirs = [os.path.realpath(b) for b in build_dirs]
     folders = _top_folders(root) | set(FLOORS)
-    for floor in FLOORS:
-        for dirpath, names in _walk(os.path.join(root, floor)):
-            for name in names:
-                if not name.endswith(SOURCES):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel_path = os.path.relpath(path, root)
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    text = f.read()
-                for number, line in code_lines(text):
-                    m = _DIRECTIVE.match(line.lstrip())
-                    if not m:
-                        continue
-                    operand = m.group(1).strip()
-                    literal = _LITERAL.match(operand)
-                    if not literal:
-                        yield Violation(rel_path, number, "#include %s" % operand, floor,
-                                        operand, reason="an include of a macro (or of nothing): "
-                                        "this check cannot tell which file it names; use a "
-                                        "literal path")
-                        continue
-                    bracket, header = literal.group(1), literal.group(2).strip()
-                    rel = resolve_include(root, path, bracket, header)
-                    if rel is None:
-                        continue
-                    folder = rel.split(os.sep, 1)[0]
-                    if folder not in folders or not _forbidden(floor, folder):
-                        continue
-                    written = '"%s"' % header if bracket == '"' else "<%s>" % header
-                    shown = rel.replace(os.sep, "/")
-                    what = "includes %s" % written
-                    if shown != header:
-                        what += " (= %s)" % shown
-                    yield Violation(rel_path, number, what, floor, folder)
+    # (path, the floor it is read for, who included it (None: a file of that floor's folder))
+    todo = collections.deque((path, floor, None) for floor in FLOORS
+                             for path in _floor_files(root, floor))
+    done, resolved = set(), {}
+    while todo:
+        path, floor, origin = todo.popleft()
+        key = (os.path.realpath(path), floor)
+        if key in done:
+            continue
+        text = _read_source(path, origin is not None)
+        if text is None:
+            continue
+        done.add(key)
+        rel_path = _inside(path, root) or path
+        for number, keyword, operand, unit in directives(text):
+            literal = _LITERAL.match(operand)
+            if not literal:
+                if unit:
+                    continue  # import of a module name, not of a file
+                yield Violation(rel_path, number, "%s %s" % (keyword, operand), floor, operand,
+                                reason="an include of a macro (or of nothing): this check "
+                                "cannot tell which file it names; use a literal path")
+                continue
+            bracket, header = literal.group(1), literal.group(2).strip()
+            written = '"%s"' % header if bracket == '"' else "<%s>" % header
+            what = "includes %s" % written
+            if origin is not None:
+                what += " (reached from %s)" % origin
+            if ".." in header.split("/"):
+                yield Violation(rel_path, number, what, floor, "..", reason="an include path "
+                                "with a '..' segment, which lands somewhere else for each "
+                                "folder the compiler searches (beside the file, the root, "
+                                "the build tree's generated/): write it from the repository "
+                                "root (\"base/status.h\")")
+                continue
+            if header.startswith("/"):
+                yield Violation(rel_path, number, what, floor, "/", reason="an absolute "
+                                "include path: write it from the repository root")
+                continue
+            lookup = (os.path.dirname(path), bracket, header)
+            found = resolved.get(lookup, False)
+            if found is False:
+                found = resolved[lookup] = resolve_include(root, path, bracket, header,
+                                                           build_dirs)
+            if found is None:
+                continue
+            where, rel = found
+            here = origin or rel_path
+            if where == "build":
+                todo.append((rel, floor, here))  # a generated header: part of this floor
+                continue
+            folder = rel.split(os.sep, 1)[0]
+            if folder in EXTERNAL:
+                todo.append((os.path.join(root, rel), floor, here))
+                continue
+            if folder in RANK and not _forbidden(floor, folder):
+                # read as its own floor's (done already, unless in a folder the walk skips)
+                todo.append((os.path.join(root, rel), folder, here))
+                continue
+            if folder not in folders or not _forbidden(floor, folder):
+                continue
+            shown = rel.replace(os.sep, "/")
+            if shown != header:
+                what = what.replace(written, "%s (= %s)" % (written, shown), 1)
+            yield Violation(rel_path, number, what, floor, folder)
 
 
 # ---- CMake: links, sources, include directories --------------------------------------------------
@@ -277,18 +427,49 @@ _LINK_KEYWORDS = {"PUBLIC", "PRIVATE", "INTERFACE", "LINK_PUBLIC", "LINK_PRIVATE
 _PATH_KEYWORDS = {"PUBLIC", "PRIVATE", "INTERFACE", "SYSTEM", "BEFORE", "AFTER", "BASE_DIRS",
                   "FILES", "STATIC", "SHARED", "MODULE", "OBJECT", "UNKNOWN", "IMPORTED",
                   "GLOBAL", "EXCLUDE_FROM_ALL", "WIN32", "MACOSX_BUNDLE"}
-_INCLUDE_FLAGS = ("-isystem", "-iquote", "-idirafter", "-I")
-# Property -> what its values are, for set_target_properties and set_property(TARGET ...).
+# Compile options that name an include directory, and those that name a file the compiler reads
+# as if #included first, each alone (the path is the next word) or joined to its path; and those
+# that build include directories from pieces (refused in a floor). Longest first.
+_PREFIX_FLAGS = ("--include-prefix", "--include-with-prefix", "-iprefix", "-iwithprefix")
+_INCLUDE_FLAGS = ("--include-directory=", "--include-directory", "-isystem", "-iquote",
+                  "-idirafter", "-I")
+_FILE_FLAGS = ("--include=", "--include", "--imacros=", "--imacros", "-include", "-imacros")
+# Property -> what its values are, for set_target_properties, set_property(TARGET|DIRECTORY|
+# SOURCE ...), set_directory_properties and set_source_files_properties; any other property's
+# values are read for $<TARGET_...:x> only ("genex").
 _PROPERTIES = {"LINK_LIBRARIES": "link", "INTERFACE_LINK_LIBRARIES": "link",
+               "INTERFACE_LINK_LIBRARIES_DIRECT": "link", "PRECOMPILE_HEADERS_REUSE_FROM": "link",
                "SOURCES": "source", "INTERFACE_SOURCES": "source",
                "INCLUDE_DIRECTORIES": "dir", "INTERFACE_INCLUDE_DIRECTORIES": "dir",
                "INTERFACE_SYSTEM_INCLUDE_DIRECTORIES": "dir",
-               "COMPILE_OPTIONS": "option", "INTERFACE_COMPILE_OPTIONS": "option"}
+               "COMPILE_OPTIONS": "option", "INTERFACE_COMPILE_OPTIONS": "option",
+               "COMPILE_FLAGS": "flags",
+               "LINK_OPTIONS": "linkopt", "INTERFACE_LINK_OPTIONS": "linkopt",
+               "STATIC_LIBRARY_OPTIONS": "linkopt", "LINK_FLAGS": "linkflags",
+               "STATIC_LIBRARY_FLAGS": "linkflags",
+               "LINK_DIRECTORIES": "linkdir", "INTERFACE_LINK_DIRECTORIES": "linkdir",
+               "PRECOMPILE_HEADERS": "header", "INTERFACE_PRECOMPILE_HEADERS": "header"}
+# An imported target's files and links (IMPORTED_LOCATION_<CONFIG> ...).
+_IMPORTED_LINKS = ("IMPORTED_LOCATION", "IMPORTED_OBJECTS", "IMPORTED_IMPLIB", "IMPORTED_LINK_")
+# Variables that give every target of their folder compile or link flags, include directories
+# or libraries: CMAKE_<LANG>_FLAGS[_<CONFIG>], CMAKE_<TYPE>_LINKER_FLAGS[_<CONFIG>], ...
+_FLAG_VARIABLES = [(re.compile(r"CMAKE_REQUIRED_\w*"), None),
+                   (re.compile(r"CMAKE_\w*LINKER_FLAGS\w*"), "linkflags"),
+                   (re.compile(r"CMAKE_\w+_STANDARD_LIBRARIES"), "linkflags"),
+                   (re.compile(r"CMAKE_\w+_STANDARD_INCLUDE_DIRECTORIES"), "dir"),
+                   (re.compile(r"CMAKE_\w+_FLAGS(?:_\w+)?"), "flags")]
+# Each kind of use: how a message says it.
+_VERBS = {"link": "links", "source": "compiles", "dir": "has include directory",
+          "optdir": "has include directory", "header": "has forced include",
+          "pch": "has precompiled header",
+          "option": "has compile option", "flags": "has compile flags",
+          "linkopt": "has link option", "linkflags": "has link flags",
+          "linkdir": "has link directory", "genex": "uses"}
 _SOURCE_DIRS = ("PROJECT_SOURCE_DIR", "CMAKE_SOURCE_DIR", "kolo_SOURCE_DIR")
 _CURRENT_DIRS = ("CMAKE_CURRENT_SOURCE_DIR", "CMAKE_CURRENT_LIST_DIR")
 _BINARY_DIRS = ("PROJECT_BINARY_DIR", "CMAKE_BINARY_DIR", "CMAKE_CURRENT_BINARY_DIR",
                 "kolo_BINARY_DIR")
-_BUILD_TREE = os.path.join(os.sep, "<build tree>")
+_BUILD_TREE = os.path.join(os.sep, "@build-tree@")  # no <> (read as a generator expression)
 # A floor target kolo_add_floor's body configures: every floor (checked as the lowest).
 _EVERY_FLOOR = "kolo_${name}"
 
@@ -366,9 +547,19 @@ def _arguments(text, i, line):
     return words, i, line
 
 
+_calls_cache = {}
+
+
 def cmake_calls(text):
-    """Yields (command in lower case, [(argument word, its line)], line) for each command call
-    in CMake text."""
+    """[(command in lower case, [(argument word, its line)], line)] of each command call in
+    CMake text (memoized: the self-test reads the same files many times)."""
+    calls = _calls_cache.get(text)
+    if calls is None:
+        calls = _calls_cache[text] = list(_cmake_calls(text))
+    return calls
+
+
+def _cmake_calls(text):
     i, n, line = 0, len(text), 1
     while i < n:
         c = text[i]
@@ -394,8 +585,9 @@ def cmake_calls(text):
 
 
 def cmake_files(root):
-    """Every CMakeLists.txt and *.cmake of the tree, build trees and hidden folders left out."""
-    for dirpath, names in _walk(root):
+    """Every CMakeLists.txt and *.cmake of the tree, hidden folders included, build trees and
+    .git left out."""
+    for dirpath, names in _walk(root, hidden=True):
         for name in names:
             if name == "CMakeLists.txt" or name.endswith(".cmake"):
                 yield os.path.join(dirpath, name)
@@ -441,14 +633,55 @@ def _strip_genex(word):
     return word
 
 
+def _option_flag(token):
+    """('prefix', 'dir' or 'file', the path joined to the flag, '' when alone) for a compile
+    option that names an include prefix, an include directory or a file the compiler reads
+    first; (None, None) for another option."""
+    for kind, flags in (("prefix", _PREFIX_FLAGS), ("dir", _INCLUDE_FLAGS),
+                        ("file", _FILE_FLAGS)):
+        for flag in flags:
+            if token.startswith(flag):
+                return kind, token[len(flag):]
+    return None, None
+
+
+def _link_pieces(token):
+    """The linker arguments of a link option or flag: LINKER:a,b and -Wl,a,b split, and of an
+    option -x=value its value."""
+    if token.startswith("LINKER:"):
+        pieces = token[len("LINKER:"):].split(",")
+    elif token.startswith("-Wl,"):
+        pieces = token[len("-Wl,"):].split(",")
+    else:
+        pieces = [token]
+    return [p.split("=", 1)[1] if p.startswith("-") and "=" in p else p for p in pieces]
+
+
+def _tokens(kind, text):
+    """The items of a use's expanded text: a CMake list, or for flags (one string) its words."""
+    return [t for t in re.split(r"[;\s]+" if kind in ("flags", "linkflags") else ";", text) if t]
+
+
+def _property_kind(name):
+    if name in _PROPERTIES:
+        return _PROPERTIES[name]
+    return "link" if name.startswith(_IMPORTED_LINKS) else "genex"
+
+
+def _variable_kind(name):
+    for pattern, kind in _FLAG_VARIABLES:
+        if pattern.fullmatch(name):
+            return kind
+    return None
+
+
 class _Target:
     def __init__(self, folder, imported):
-        self.folder, self.imported, self.links = folder, imported, []
+        self.folder, self.imported, self.links, self.brings = folder, imported, [], set()
 
 
 class _Use:
-    """One word a target (or a folder's targets) uses: kind 'link', 'source', 'dir' or
-    'option'."""
+    """One word a target (or a folder's targets) uses: its kind is a key of _VERBS."""
 
     def __init__(self, subject, kind, word, expanded, unknown, allowed, rel, line, fdir, command):
         self.subject, self.kind, self.word, self.expanded = subject, kind, word, expanded
@@ -456,20 +689,34 @@ class _Use:
         self.rel, self.line, self.fdir, self.command = rel, line, fdir, command
 
 
+_HANDLED = {"add_library", "add_executable", "kolo_add_floor", "target_sources",
+            "target_include_directories", "target_link_libraries", "target_compile_options",
+            "target_link_options", "target_link_directories", "target_precompile_headers",
+            "target_compile_definitions", "target_compile_features", "set_target_properties",
+            "set_property", "set_directory_properties", "set_source_files_properties"}
+
+
 def _read_cmake(root):
     """Everything the CMake part reads: targets, aliases, uses, the variables the tree set()s,
-    kolo_add_floor calls of unknown floors and computed target names."""
+    and the problems found on the way (kolo_add_floor of unknown floors, computed target names,
+    cmake_language, CMake files or module folders outside the source tree)."""
     targets, aliases, uses, set_anywhere, problems = {}, {}, [], set(), []
     for path in cmake_files(root):
         rel = os.path.relpath(path, root)
         folder = rel.split(os.sep, 1)[0] if os.sep in rel else ""
         fdir = os.path.dirname(path)
         floor_file = folder in RANK or folder in EXTERNAL or folder == ""
+        # A directory-wide setting here reaches this floor's targets, or every floor's (at the
+        # root and in third_party/, which the root includes).
+        here = ("directory", folder if folder in RANK else "") if floor_file else None
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
         variables = {name: root for name in _SOURCE_DIRS}
         variables.update({name: fdir for name in _CURRENT_DIRS})
         variables.update({name: _BUILD_TREE for name in _BINARY_DIRS})
+        if os.path.basename(path) == "CMakeLists.txt" or folder not in EXTERNAL and folder:
+            variables["CMAKE_CURRENT_BINARY_DIR"] = os.path.normpath(
+                os.path.join(_BUILD_TREE, os.path.relpath(fdir, root)))
         function = None  # (name, parameters) of the function() being read
         for command, words, line in cmake_calls(text):
             args = [_expand(w, variables, keep=True)[0] for w, _ in words]
@@ -481,6 +728,77 @@ def _read_cmake(root):
                 continue
             in_floor_body = function is not None and function[0] == "kolo_add_floor"
             params = set(function[1]) if in_floor_body else set()
+            where = folder or "(root)"
+
+            def use(subject, kind, item):
+                word, wline = item
+                expanded, unknown = _expand(word, variables)
+                uses.append(_Use(subject, kind, word, expanded, unknown, params, rel, wline,
+                                 fdir, command))
+
+            def options(subject, items):
+                """Compile options: a flag alone (-I, -include...) takes the next word as its
+                path."""
+                i = 0
+                while i < len(items):
+                    flag, joined = _option_flag(_strip_genex(
+                        _expand(items[i][0], variables, keep=True)[0]))
+                    use(subject, "option", items[i])
+                    if flag in ("dir", "file") and joined == "" and i + 1 < len(items):
+                        use(subject, "optdir" if flag == "dir" else "header", items[i + 1])
+                        i += 1
+                    i += 1
+
+            def by_kind(subject, kind, items):
+                if kind == "option":
+                    options(subject, items)
+                else:
+                    for item in items:
+                        use(subject, kind, item)
+
+            def outside(i):
+                """Why the path of words[i] is one this check cannot read, or None."""
+                expanded, unknown = _expand(words[i][0], variables)
+                if unknown:
+                    return "%s is a variable this check cannot follow" % ", ".join(
+                        "${%s}" % n for n in unknown)
+                for p in expanded.split(";"):
+                    if p.startswith(_BUILD_TREE):
+                        return "it is in the build tree (generated at configure time)"
+                    full = os.path.realpath(os.path.join(fdir, p))
+                    rel = _inside(full, root)
+                    if rel is None:
+                        return "it is outside the source tree"
+                    while rel and rel != os.curdir:  # a build tree inside the source tree
+                        if os.path.exists(os.path.join(root, rel, "CMakeCache.txt")):
+                            return "it is in a build tree (%s/)" % rel.replace(os.sep, "/")
+                        rel = os.path.dirname(rel)
+                return None
+
+            def setting(name, items):
+                """set(), list(APPEND), string(APPEND) of a variable that reaches every target
+                of the folder (compile and link flags), or of CMAKE_MODULE_PATH."""
+                kind = _variable_kind(name)
+                if kind and here:
+                    for word, wline in items:
+                        use(here, kind, (word, wline))
+                if name == "CMAKE_MODULE_PATH" and floor_file:
+                    for i in range(len(words)):
+                        if words[i] in items and words[i][0] != "${CMAKE_MODULE_PATH}":
+                            why = outside(i)
+                            if why:
+                                problems.append(Violation(
+                                    rel, words[i][1], "CMAKE_MODULE_PATH gets %s" % words[i][0],
+                                    where, "CMAKE_MODULE_PATH", reason="a module folder this "
+                                    "check does not read: %s" % why))
+
+            if command == "cmake_language" and args and args[0] in ("CALL", "EVAL", "DEFER"):
+                # Anywhere: a test's CMake file may configure a floor's target too.
+                problems.append(Violation(
+                    rel, line, "cmake_language(%s ...)" % args[0], where, "cmake_language",
+                    reason="cmake_language CALL, EVAL and DEFER run commands this check never "
+                    "sees: call the command itself"))
+                continue
             if command == "set" and args:
                 values = args[1:]
                 if "CACHE" in values:
@@ -488,6 +806,7 @@ def _read_cmake(root):
                 values = [v for v in values if v != "PARENT_SCOPE"]
                 variables[args[0]] = ";".join(values)
                 set_anywhere.add(args[0])
+                setting(args[0], [words[i] for i in range(1, len(values) + 1)])
                 continue
             if command == "unset" and args:
                 variables.pop(args[0], None)
@@ -497,6 +816,13 @@ def _read_cmake(root):
                 new = args[2:]
                 variables[args[1]] = ";".join(old + new if args[0] == "APPEND" else new + old)
                 set_anywhere.add(args[1])
+                setting(args[1], words[2:])
+                continue
+            if command == "string" and len(args) > 1 and args[0] in ("APPEND", "PREPEND"):
+                old, new = variables.get(args[1], ""), "".join(args[2:])
+                variables[args[1]] = old + new if args[0] == "APPEND" else new + old
+                set_anywhere.add(args[1])
+                setting(args[1], words[2:])
                 continue
             if command == "foreach" and args:
                 items = args[1:]
@@ -513,53 +839,65 @@ def _read_cmake(root):
                     items = []
                 variables[args[0]] = ";".join(items)
                 continue
-
-            def use(subject, kind, i):
-                word, wline = words[i]
-                expanded, unknown = _expand(word, variables)
-                uses.append(_Use(subject, kind, word, expanded, unknown, params, rel, wline,
-                                 fdir, command))
-
-            def options(subject, first, end=None):
-                """Compile options from words[first:end]: a bare -I (-isystem...) takes the
-                next word as an include directory."""
-                i, end = first, len(words) if end is None else min(end, len(words))
-                while i < end:
-                    if _strip_genex(args[i]) in _INCLUDE_FLAGS and i + 1 < end:
-                        use(subject, "dir", i + 1)
-                        i += 2
-                    else:
-                        use(subject, "option", i)
-                        i += 1
+            if command in ("include", "add_subdirectory") and args:
+                # A module by name (no '/', no .cmake) comes from CMAKE_MODULE_PATH (above).
+                if floor_file and (command == "add_subdirectory" or "/" in args[0]
+                                   or args[0].endswith(".cmake")):
+                    why = outside(0)
+                    if why:
+                        problems.append(Violation(
+                            rel, line, "%s(%s)" % (command, words[0][0]), where, command,
+                            reason="a CMake file this check does not read: %s" % why))
+                continue
 
             # Directory-wide commands: every target of this folder (of every floor at the root
             # and in third_party/, which the root includes).
-            if command in ("include_directories", "link_libraries", "add_compile_options"):
-                if folder in RANK or folder in EXTERNAL or folder == "":
-                    subject = ("directory", folder if folder in RANK else "")
-                    if command == "add_compile_options":
-                        options(subject, 0)
-                        continue
-                    kind = "dir" if command == "include_directories" else "link"
-                    for i in range(len(words)):
-                        if args[i] not in _PATH_KEYWORDS:
-                            use(subject, kind, i)
+            if command in ("include_directories", "link_libraries", "add_compile_options",
+                           "add_definitions", "add_link_options", "link_directories"):
+                if here:
+                    kind = {"include_directories": "dir", "link_libraries": "link",
+                            "add_compile_options": "option", "add_definitions": "option",
+                            "add_link_options": "linkopt", "link_directories": "linkdir"}[command]
+                    by_kind(here, kind, [words[i] for i in range(len(words))
+                                         if args[i] not in _PATH_KEYWORDS])
                 continue
-            if command not in ("add_library", "add_executable", "kolo_add_floor",
-                               "target_sources", "target_include_directories",
-                               "target_link_libraries", "target_compile_options",
-                               "set_target_properties", "set_property") or not args:
+            if command not in _HANDLED or not args:
+                # Any other command of a floor's folder: its $<TARGET_...:x> name targets too.
+                if folder in RANK:
+                    for i in range(len(words)):
+                        if "$<" in args[i]:
+                            use(here, "genex", words[i])
                 continue
 
-            # The targets this call is about, and where their arguments start.
-            if command == "set_property":
-                if args[0] != "TARGET":
+            # The subjects this call is about (targets, or a folder's), and its properties.
+            pairs = []  # (property, first value index, end)
+            if command in ("set_property", "set_target_properties", "set_directory_properties",
+                           "set_source_files_properties"):
+                keyword = "PROPERTY" if command == "set_property" else "PROPERTIES"
+                end = args.index(keyword) if keyword in args else len(args)
+                if command == "set_property":
+                    scope = args[0]
+                    names = [a for a in args[1:end] if a not in ("APPEND", "APPEND_STRING")]
+                    if end + 1 < len(args):
+                        pairs = [(args[end + 1], end + 2, len(args))]
+                else:
+                    scope = {"set_target_properties": "TARGET",
+                             "set_directory_properties": "DIRECTORY"}.get(command, "SOURCE")
+                    names = args[:end]
+                    pairs = [(args[i], i + 1, i + 2) for i in range(end + 1, len(args), 2)]
+                if scope in ("DIRECTORY", "SOURCE"):
+                    if not here:
+                        continue
+                    # Another folder's (DIRECTORY d, or a source's TARGET_DIRECTORY t): checked
+                    # as every floor's, the strictest.
+                    other = (scope == "DIRECTORY" and bool(names) or scope == "SOURCE"
+                             and ("DIRECTORY" in names or "TARGET_DIRECTORY" in names))
+                    subject = ("directory", "") if other else here
+                    for prop, first, stop in pairs:
+                        by_kind(subject, _property_kind(prop), words[first:min(stop, len(words))])
                     continue
-                end = args.index("PROPERTY") if "PROPERTY" in args else len(args)
-                names = [a for a in args[1:end] if a not in ("APPEND", "APPEND_STRING")]
-            elif command == "set_target_properties":
-                end = args.index("PROPERTIES") if "PROPERTIES" in args else len(args)
-                names = args[:end]
+                if scope != "TARGET":
+                    continue
             else:
                 names = args[:1]
             subjects = []
@@ -570,7 +908,7 @@ def _read_cmake(root):
                     subjects.append(_EVERY_FLOOR)
                 elif floor_file:
                     problems.append(Violation(
-                        rel, line, "%s(%s ...)" % (command, name), folder or "(root)", name,
+                        rel, line, "%s(%s ...)" % (command, name), where, name,
                         reason="a target name this check cannot expand (not set() in this "
                         "file): write the target's name"))
             if not subjects:
@@ -583,9 +921,8 @@ def _read_cmake(root):
                     aliases[name] = args[2]
                     continue
                 targets[name] = _Target(folder, "IMPORTED" in args[1:])
-                for i in range(1, len(words)):
-                    if args[i] not in _PATH_KEYWORDS:
-                        use(name, "source", i)
+                by_kind(name, "source", [words[i] for i in range(1, len(words))
+                                         if args[i] not in _PATH_KEYWORDS])
             elif command == "kolo_add_floor":
                 name = "kolo_" + args[0]
                 targets[name] = _Target(folder, False)
@@ -598,44 +935,127 @@ def _read_cmake(root):
                     uses.append(_Use(name, "link", words[1][0], "kolo_" + args[1], [], set(),
                                      rel, words[1][1], fdir, command))
             elif command == "target_link_libraries":
-                for i in range(1, len(words)):
-                    if args[i] not in _LINK_KEYWORDS:
-                        use(subjects[0], "link", i)
-            elif command in ("target_sources", "target_include_directories"):
-                kind = "source" if command == "target_sources" else "dir"
-                skip = False
+                by_kind(subjects[0], "link", [words[i] for i in range(1, len(words))
+                                              if args[i] not in _LINK_KEYWORDS])
+            elif command in ("target_sources", "target_include_directories",
+                             "target_link_directories", "target_link_options"):
+                kind = {"target_sources": "source", "target_include_directories": "dir",
+                        "target_link_directories": "linkdir",
+                        "target_link_options": "linkopt"}[command]
+                skip, items = False, []
                 for i in range(1, len(words)):
                     if skip:
                         skip = False
                     elif args[i] in ("FILE_SET", "TYPE"):
                         skip = True
                     elif args[i] not in _PATH_KEYWORDS:
-                        use(subjects[0], kind, i)
+                        items.append(words[i])
+                by_kind(subjects[0], kind, items)
+            elif command == "target_precompile_headers":
+                if args[1:2] == ["REUSE_FROM"]:
+                    by_kind(subjects[0], "link", words[2:3])
+                else:
+                    by_kind(subjects[0], "pch", [words[i] for i in range(1, len(words))
+                                                 if args[i] not in _PATH_KEYWORDS])
             elif command == "target_compile_options":
-                options(subjects[0], 1)
+                options(subjects[0], [words[i] for i in range(1, len(words))
+                                      if args[i] not in ("BEFORE",) + tuple(_LINK_KEYWORDS)])
+            elif command in ("target_compile_definitions", "target_compile_features"):
+                by_kind(subjects[0], "genex", words[1:])
             else:
                 # set_property(TARGET T... PROPERTY P V...): one property, every value after it;
                 # set_target_properties(T... PROPERTIES P V P V...): one value each.
-                if command == "set_property":
-                    pairs = [(end + 1, len(args))]
-                else:
-                    pairs = [(i, i + 2) for i in range(end + 1, len(args), 2)]
-                for at, stop in pairs:
-                    kind = _PROPERTIES.get(args[at]) if at < len(args) else None
-                    for subject in subjects if kind else ():
-                        if kind == "option":
-                            options(subject, at + 1, stop)
-                        else:
-                            for i in range(at + 1, min(stop, len(words))):
-                                use(subject, kind, i)
+                for prop, first, stop in pairs:
+                    for subject in subjects:
+                        by_kind(subject, _property_kind(prop), words[first:min(stop, len(words))])
     return targets, aliases, uses, set_anywhere, problems
 
 
-def cmake_violations(root):
-    """Yields a Violation for each link, source or include directory of a floor's target that
-    points to a higher floor or out of the library, each variable or target name there that the
-    check cannot follow, and each kolo_add_floor of a floor this check does not know."""
-    targets, aliases, uses, set_anywhere, problems = _read_cmake(root)
+def _cmake_landings(root, fdir, path, loose):
+    """Where a path of a CMake use lands: [(top-level folder, path inside the tree, whether in
+    the build tree)], empty outside both trees (system) and at either root; or a string saying
+    why this check cannot tell. A relative path is taken from the CMake file's folder and, when
+    loose (the compiler or linker resolves it, not CMake), from the root too."""
+    if path.startswith(_BUILD_TREE):
+        norm = os.path.normpath(path)
+        if norm != _BUILD_TREE and not norm.startswith(_BUILD_TREE + os.sep):
+            return ("it leaves the build tree, so where it lands depends on where the build "
+                    "tree is")
+        inner = norm[len(_BUILD_TREE) + 1:]
+        return [(inner.split(os.sep, 1)[0], inner, True)] if inner else []
+    if loose and not os.path.isabs(path) and ".." in re.split(r"[\\/]", path):
+        return ("a relative path with '..' that the compiler or linker resolves from its "
+                "working folder in the build tree, which this check cannot see: write it "
+                "from ${PROJECT_SOURCE_DIR}")
+    out = []
+    for base in [fdir] + ([root] if loose and not os.path.isabs(path) else []):
+        rel = _inside(os.path.realpath(os.path.join(base, path)), root)
+        if rel is not None and rel != os.curdir:
+            out.append((rel.split(os.sep, 1)[0], rel, False))
+    return out
+
+
+def _use_paths(u):
+    """(what it is, the path, loose) for each path a use names (see _cmake_landings), and
+    ('prefix', the option, None) for an include-prefix option."""
+    tokens = _tokens(u.kind, _strip_genex(u.expanded))
+    out = []
+    for i, token in enumerate(tokens):
+        if u.kind in ("option", "flags"):
+            flag, joined = _option_flag(token)
+            if flag == "prefix":
+                out.append(("prefix", token, None))
+            elif flag:
+                what = "include directory" if flag == "dir" else "forced include"
+                if joined:
+                    out.append((what, joined, True))
+                elif u.kind == "flags" and i + 1 < len(tokens):
+                    out.append((what, tokens[i + 1], True))
+        elif u.kind in ("link", "linkopt", "linkflags"):
+            if u.kind == "link" and not token.startswith("-"):
+                if "/" in token:
+                    out.append(("links", token, False))
+                continue
+            for piece in _link_pieces(token):
+                if piece.startswith("-L") and len(piece) > 2:
+                    out.append(("link directory", piece[2:], True))
+                elif "/" in piece and not piece.startswith("-"):
+                    out.append(("links" if u.kind == "link" else "link option", piece, True))
+        elif u.kind in ("optdir", "header"):
+            out.append(("include directory" if u.kind == "optdir" else "forced include", token,
+                        True))
+        elif u.kind == "pch":
+            if token[:1] in "<\"" and token[-1:] in ">\"":
+                out.append(("precompiled header", token[1:-1], True))
+            else:
+                out.append(("precompiled header", token, False))
+        elif u.kind in ("source", "dir", "linkdir"):
+            out.append(({"source": "compiles", "dir": "include directory",
+                         "linkdir": "link directory"}[u.kind], token, False))
+    return out
+
+
+def _link_names(u):
+    """The target names a use links: each name of a link word that is not a path, each -lNAME
+    of a link word, option or flag, and $<TARGET_...:x> of any word."""
+    text = _UNEXPANDED.sub("", u.expanded)
+    names = [m.strip() for m in _TARGET_GENEX.findall(text)]
+    for token in _tokens(u.kind, text):
+        if u.kind == "link" and not token.startswith("-"):
+            if "/" not in token:
+                names.extend(_NAME.findall(token))
+        elif u.kind in ("link", "linkopt", "linkflags"):
+            names.extend(p[2:] for p in _link_pieces(token) if p.startswith("-l") and p[2:])
+    return list(dict.fromkeys(names))
+
+
+def cmake_violations(root, read=None):
+    """Yields a Violation for each link, source, include directory, forced include, link option
+    or link directory of a floor's target that points to a higher floor or out of the library,
+    each variable or target name there that the check cannot follow, each kolo_add_floor of a
+    floor this check does not know, and each CMake construct it cannot read."""
+    root = os.path.realpath(root)
+    targets, aliases, uses, set_anywhere, problems = read or _read_cmake(root)
     external = EXTERNAL_VARIABLES - set_anywhere
     folders = _top_folders(root) | set(FLOORS)
 
@@ -646,30 +1066,36 @@ def cmake_violations(root):
             name = aliases[name]
         return name
 
-    def link_names(u):
-        """The target names a use links: every name of a link word that is not a path, and
-        $<TARGET_...:x> of any word."""
-        text = _UNEXPANDED.sub("", u.expanded)
-        if u.kind == "link":
-            return [n for token in text.split(";") if "/" not in token
-                    for n in _NAME.findall(token)]
-        return [m.strip() for m in _TARGET_GENEX.findall(text)]
+    def stands_alone(t):
+        """A target of a floor's (or test/, bench/...) folder stands for that folder; one
+        defined at the root or in third_party/, or imported, for what it is made of."""
+        return t.folder and t.folder not in EXTERNAL and not t.imported
 
     for u in uses:
         t = targets.get(canonical(u.subject)) if isinstance(u.subject, str) else None
-        if t is not None:
-            t.links.extend(link_names(u))
+        if t is None:
+            continue
+        t.links.extend(_link_names(u))
+        if stands_alone(t):
+            continue
+        for _, path, loose in _use_paths(u):
+            if loose is None or _UNEXPANDED.search(path):
+                continue
+            landings = _cmake_landings(root, u.fdir, path, loose)
+            for folder, _, _ in landings if not isinstance(landings, str) else ():
+                if folder in folders:
+                    t.brings.add(folder)
 
     def stands_for(name, seen):
-        """The top-level folders a target brings: its own, or a root or imported target's
-        links'."""
+        """The top-level folders a target brings: its own, or a root, third_party or imported
+        target's sources, include directories, files and links'."""
         t = targets.get(canonical(name))
         if t is None or name in seen:
             return set()
-        if t.folder and not t.imported:
+        if stands_alone(t):
             return {t.folder}
         seen = seen | {name}
-        out = set()
+        out = set(t.brings)
         for dep in t.links:
             out |= stands_for(dep, seen)
         return out
@@ -698,13 +1124,11 @@ def cmake_violations(root):
     def variable_violation(u, floor, names):
         shown = ", ".join(u.word if "\x00" in n else n if n.startswith("$") else "${%s}" % n
                           for n in names)  # a nested ${a${b}} is shown as written
-        verb = {"link": "links", "source": "compiles", "dir": "has include directory",
-                "option": "has compile option"}[u.kind]
-        return Violation(u.rel, u.line, "%s %s %s" % (label(u), verb, u.word), floor, shown,
-                         reason="%s is a variable this check cannot follow for floor '%s' (not "
-                         "set() in this file, nor a system library's: EXTERNAL_VARIABLES in "
-                         "scripts/check_layers.py); write the target or path itself" %
-                         (shown, floor))
+        return Violation(u.rel, u.line, "%s %s %s" % (label(u), _VERBS[u.kind], u.word), floor,
+                         shown, reason="%s is a variable this check cannot follow for floor "
+                         "'%s' (not set() in this file, nor a system library's: "
+                         "EXTERNAL_VARIABLES in scripts/check_layers.py); write the target or "
+                         "path itself" % (shown, floor))
 
     for v in problems:
         yield v
@@ -717,52 +1141,51 @@ def cmake_violations(root):
             if bad:
                 yield variable_violation(u, floor, bad)
                 continue
-        paths = []  # (what it is, the path)
-        for token in _strip_genex(u.expanded).split(";"):
-            if u.kind == "option":
-                flag = next((f for f in _INCLUDE_FLAGS if token.startswith(f)), None)
-                if flag and len(token) > len(flag):
-                    paths.append(("compile option", token[len(flag):]))
-            elif u.kind == "link":
-                if "/" in token and not token.startswith("-"):
-                    paths.append(("links", token))
-            elif token:
-                paths.append(("compiles" if u.kind == "source" else "include directory", token))
-        for what, path in paths:
+        for what, path, loose in _use_paths(u):
+            head = "%s %s %s" % (label(u), _VERBS[u.kind], u.word)
+            if loose is None:
+                yield Violation(u.rel, u.line, head, floor, u.word, reason="an include prefix "
+                                "option this check cannot follow: name the include directory "
+                                "(-I)")
+                continue
             bad = unfollowed(u, path)
             if bad:
                 yield variable_violation(u, floor, bad)
                 continue
             if _UNEXPANDED.search(path):
                 continue  # a system library's path
-            full = os.path.normpath(os.path.join(u.fdir, path))
-            rel = os.path.relpath(full, root)
-            if rel == os.pardir or rel.startswith(os.pardir + os.sep) or rel == os.curdir:
-                continue  # outside the repository (system, build tree), or its root
-            folder = rel.split(os.sep, 1)[0]
-            if (what != "include directory" and os.sep not in rel) or folder not in folders:
-                continue  # a file at the root, or a folder the tree does not have
-            if not _forbidden(floor, folder):
+            landings = _cmake_landings(root, u.fdir, path, loose)
+            if isinstance(landings, str):
+                yield Violation(u.rel, u.line, head, floor, u.word, reason=landings)
                 continue
-            shown = rel.replace(os.sep, "/") + ("/" if what == "include directory" else "")
-            if what == "compiles":
-                text = "%s compiles %s" % (label(u), u.word)
-            elif what == "links":
-                text = "%s links %s" % (label(u), u.word)
-            else:
-                text = "%s has %s %s" % (label(u), what, u.word)
-            if shown.rstrip("/") != u.word.rstrip("/"):
-                text += " (= %s)" % shown
-            yield Violation(u.rel, u.line, text, floor, folder)
+            for folder, rel, built in landings:
+                if what not in ("include directory", "link directory") and os.sep not in rel:
+                    continue  # a file at the root
+                if folder not in folders or not _forbidden(floor, folder):
+                    continue
+                shown = rel.replace(os.sep, "/") + ("/" if what.endswith("directory") else "")
+                if u.kind in ("option", "flags", "linkopt", "linkflags"):
+                    text = head  # the option as written
+                elif what in ("compiles", "links"):
+                    text = "%s %s %s" % (label(u), what, u.word)
+                else:
+                    text = "%s has %s %s" % (label(u), what, u.word)
+                if built:
+                    text += " (= %s in the build tree)" % shown
+                elif shown.rstrip("/") != u.word.rstrip("/"):
+                    text += " (= %s)" % shown
+                yield Violation(u.rel, u.line, text, floor, folder)
+                break  # one finding per path
         # What it links: by name, through the target that name stands for.
-        for dep in link_names(u):
+        for dep in _link_names(u):
             d = targets.get(canonical(dep))
-            direct = d is not None and bool(d.folder) and not d.imported
+            direct = d is not None and stands_alone(d)
             if u.command == "kolo_add_floor":
                 what = "kolo_add_floor(%s %s) links %s to %s" % (u.subject[len("kolo_"):],
                                                                  u.word, u.subject, dep)
             else:
-                what = "%s links %s" % (label(u), dep)
+                linked = u.kind in ("link", "source", "linkopt", "linkflags")
+                what = "%s %s %s" % (label(u), "links" if linked else "uses", dep)
                 if dep not in u.word:
                     what += " (from %s)" % u.word
             for folder in sorted(stands_for(dep, set()), key=lambda f: (RANK.get(f, -1), f)):
@@ -842,15 +1265,58 @@ def python_violations(root):
                                     reason="%s/ may not import %s: %s" % (folder, banned, why))
 
 
+def build_include_dirs(root, build, read=None):
+    """The folders of the build tree `build` that a floor's target has as include directories
+    (the floors' PUBLIC ${PROJECT_BINARY_DIR}/generated), those that exist."""
+    targets, _, uses, _, _ = read or _read_cmake(os.path.realpath(root))
+    out = []
+    for u in uses:
+        t = targets.get(u.subject) if isinstance(u.subject, str) else None
+        floor = u.subject == _EVERY_FLOOR or isinstance(u.subject, tuple) or (
+            t is not None and t.folder in RANK)
+        if not floor or u.kind not in ("dir", "optdir", "option", "flags"):
+            continue
+        for what, path, loose in _use_paths(u):
+            if loose is None or _UNEXPANDED.search(path):
+                continue
+            landings = _cmake_landings(root, u.fdir, path, loose)
+            for _, inner, built in landings if not isinstance(landings, str) else ():
+                full = os.path.join(build, inner)
+                if built and what == "include directory" and os.path.isdir(full):
+                    if full not in out:
+                        out.append(full)
+    return out
+
+
 def main(argv):
-    root = argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), os.pardir)
-    root = os.path.abspath(root)
+    args = list(argv[1:])
+    build = None
+    if "--build-dir" in args:
+        at = args.index("--build-dir")
+        if at + 1 >= len(args):
+            print("check_layers: --build-dir needs a folder")
+            return 2
+        build = os.path.abspath(args[at + 1])
+        del args[at:at + 2]
+    root = args[0] if args else os.path.join(os.path.dirname(__file__), os.pardir)
+    root = os.path.realpath(root)
     if not os.path.isdir(os.path.join(root, "base")):
         print("check_layers: %s has no base/ folder: not a kolo checkout" % root)
         return 1
-    includes = list(include_violations(root))
-    cmake = list(cmake_violations(root))
-    python = list(python_violations(root))
+    return report(*check(root, build))
+
+
+def check(root, build=None):
+    """(include, CMake, Python violations) of the tree at root, with the build tree `build`'s
+    include folders when given."""
+    read = _read_cmake(root)
+    build_dirs = build_include_dirs(root, build, read) if build else []
+    return (list(include_violations(root, build_dirs)), list(cmake_violations(root, read)),
+            list(python_violations(root)))
+
+
+def report(includes, cmake, python):
+    """Prints the violations and a summary; the exit status."""
     for v in includes + cmake + python:
         print(v)
     if includes or cmake or python:
@@ -867,22 +1333,39 @@ def main(argv):
 # ---- self-test ---------------------------------------------------------------------------------
 
 def _copy_tree(src, dst):
-    """The files this check reads from the tree at src (sources, CMake files, Python files and
-    scripts), without build trees or hidden folders."""
+    """The files this check reads from the tree at src (every file of the floors and
+    third_party/; elsewhere sources, CMake files, Python files and scripts), without build trees
+    or hidden folders; and a scratch build tree, build/ (with a CMakeCache.txt), holding
+    generated/kolo/build_config.h."""
     for dirpath, names in _walk(src):
-        out = os.path.join(dst, os.path.relpath(dirpath, src))
+        rel = os.path.relpath(dirpath, src)
+        everything = rel.split(os.sep, 1)[0] in RANK or rel.split(os.sep, 1)[0] in EXTERNAL
+        out = os.path.join(dst, rel)
         os.makedirs(out, exist_ok=True)
         for name in names:
-            if (name.endswith(SOURCES + (".py", ".cmake")) or name == "CMakeLists.txt"
-                    or "." not in name):
+            if (everything or name.endswith(SOURCES + (".py", ".cmake"))
+                    or name == "CMakeLists.txt" or "." not in name):
                 path = os.path.join(dirpath, name)
                 if os.path.isfile(path):
                     shutil.copy(path, os.path.join(out, name))
+    _write(dst, os.path.join("build", "CMakeCache.txt"), "")
+    _write(dst, os.path.join("build", "generated", "kolo", "build_config.h"),
+           "#pragma once\n#define KOLO_HAVE_MPI 1\n")
+
+
+class _Link:
+    """A planted symbolic link to `target` (relative to the link's folder)."""
+
+    def __init__(self, target):
+        self.target = target
 
 
 def _write(root, rel, text):
     path = os.path.join(root, rel)
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    if isinstance(text, _Link):
+        os.symlink(text.target, path)
+        return
     with open(path, "w") as f:
         f.write(text)
 
@@ -900,31 +1383,34 @@ def _line_of(text, needle):
 
 
 def _run(root):
+    """main()'s exit status and output on the tree at root (with its scratch build tree), and
+    the key of each violation."""
+    found = check(os.path.realpath(root), os.path.join(root, "build"))
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["check_layers", root])
-    return status, out.getvalue()
-
-
-def _found(root):
-    return [v.key() for v in include_violations(root)] + \
-        [v.key() for v in cmake_violations(root)] + [v.key() for v in python_violations(root)]
+        status = report(*found)
+    return status, out.getvalue(), [v.key() for part in found for v in part]
 
 
 def _append(line):
     return lambda old: old + line
 
 
-# Allowed: down, sideways, relative down, a same-named folder beside the file (the compiler takes
-# that one first), system, third-party and generated headers; includes in comments, raw strings
-# and __has_include; include directories at the root, in the floor, below it, in the build tree
-# and the install tree; a system library's variable; a set() variable naming a floor below;
-# relative imports and find_spec in the Python packages.
+# Allowed: down, sideways, ./ beside, a same-named folder beside the file (the compiler takes
+# that one first), system, third-party and generated headers (and what a third_party/ or
+# generated header includes, when it points down from the floor including it), digraph, #import,
+# #include_next and header-unit forms pointing down; includes in comments, raw strings,
+# __has_include, README and markdown files and binary files nobody includes; include directories
+# at the root, in the floor, below it, in the build tree and the install tree; forced and
+# precompiled headers, link options, link directories, compile flags and $<TARGET_...:x> naming
+# what is below; a root or third_party/ target made of floors below; a system library's
+# variable; a set() variable naming a floor below; module include(), cmake_language other than
+# CALL/EVAL/DEFER; relative imports and find_spec in the Python packages.
 _ALLOWED = {
     "transport/planted_ok/ops/x.h": "",
     "transport/planted_ok/beside.h": "",
     "transport/planted_ok/ok.cc":
-        '#include "base/status.h"\n#include "../../base/status.h"\n'
+        '#include "base/status.h"\n'
         '#include "./beside.h"\n#include "beside.h"\n#include "ops/x.h"\n'
         '#include <transport/transport.h>\n#include "rendezvous/store.h"\n'
         '#include <vector>\n#include <sys/socket.h>\n#include <spdlog/spdlog.h>\n'
@@ -935,7 +1421,22 @@ _ALLOWED = {
         '// #include "ops/x.h"\n'
         'const char* kText = R"x(\n#include "core/runtime.h"\n)x";\n'
         'const int kMillion = 1\'000\'000; const char kQuote = \'"\';\n'
-        '#if __has_include("core/runtime.h")\n#endif\n',
+        '#if __has_include("core/runtime.h")\n#endif\n'
+        '%:include "base/types.h"\n#import <base/clock.h>\n#include_next "base/tensor.h"\n'
+        'import "base/log.h";\nimport kolo_module;\n'
+        '#include "third_party/planted_ok.h"\n#include "planted_ok_generated.h"\n'
+        '#include "transport/planted_ok/x.def"\n',
+    "transport/planted_ok/x.def": '#include "rendezvous/store.h"\n',
+    "transport/planted_ok/README.md": '#include "core/runtime.h"\n',
+    "transport/planted_ok/notes.md": '#include "core/runtime.h"\n',
+    "transport/planted_ok/blob.bin": '\0#include "core/runtime.h"\n',
+    "third_party/planted_ok.h": '#pragma once\n#include "rendezvous/store.h"\n',
+    "build/generated/planted_ok_generated.h": '#pragma once\n#include "base/status.h"\n',
+    "third_party/cmake/PlantedOk.cmake":
+        'add_library(kolo_planted_ok INTERFACE)\n'
+        'target_include_directories(kolo_planted_ok INTERFACE ${PROJECT_SOURCE_DIR}/base)\n'
+        'target_sources(kolo_planted_ok INTERFACE ${PROJECT_SOURCE_DIR}/rendezvous/store.cc)\n'
+        'string(APPEND CMAKE_CXX_FLAGS " -I${PROJECT_SOURCE_DIR}")\n',
     "transport/planted_ok/CMakeLists.txt":
         'set(DOWN kolo_kernels)\nset(SRCS ok.cc beside.h)\n'
         'target_sources(kolo_transport PRIVATE ${SRCS} ../../transport/planted_ok/ok.cc)\n'
@@ -950,7 +1451,29 @@ _ALLOWED = {
         '  -isystem/usr/include/x -fsanitize=${KOLO_SANITIZE})\n'
         'set_target_properties(kolo_transport PROPERTIES COMPILE_OPTIONS "" '
         'INCLUDE_DIRECTORIES "${PROJECT_SOURCE_DIR}/base;${PROJECT_SOURCE_DIR}/timeline/..")\n'
-        'foreach(f ok.cc beside.h)\n  target_sources(kolo_transport PRIVATE ${f})\nendforeach()\n',
+        'foreach(f ok.cc beside.h)\n  target_sources(kolo_transport PRIVATE ${f})\nendforeach()\n'
+        'target_link_libraries(kolo_transport PRIVATE kolo_planted_ok -lm)\n'
+        'target_link_options(kolo_transport PRIVATE $<TARGET_FILE:kolo_kernels>\n'
+        '  LINKER:--as-needed\n'
+        '  -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/ok.map -L${PROJECT_BINARY_DIR}/base\n'
+        '  ${PROJECT_BINARY_DIR}/rendezvous/librendezvous_extra.a)\n'
+        'target_link_directories(kolo_transport PRIVATE\n'
+        '  ${CMAKE_CURRENT_BINARY_DIR}/../../rendezvous)\n'
+        'target_precompile_headers(kolo_transport PRIVATE <vector> [["base/status.h"]] beside.h)\n'
+        'target_compile_options(kolo_transport PRIVATE -include base/status.h\n'
+        '  -imacros ${PROJECT_SOURCE_DIR}/kernels/copy.h --include=transport/transport.h)\n'
+        'target_compile_definitions(kolo_transport PRIVATE K=$<TARGET_FILE_DIR:kolo_kernels>)\n'
+        'string(APPEND CMAKE_CXX_FLAGS " -I${PROJECT_SOURCE_DIR}/rendezvous")\n'
+        'set(CMAKE_SHARED_LINKER_FLAGS "${CMAKE_SHARED_LINKER_FLAGS} -lm -Wl,-z,defs")\n'
+        'add_custom_command(TARGET kolo_transport POST_BUILD\n'
+        '  COMMAND echo $<TARGET_FILE:kolo_base>)\n'
+        'include(CheckCXXSourceCompiles)\n'
+        'include(${PROJECT_SOURCE_DIR}/third_party/cmake/KoloSanitize.cmake)\n'
+        'cmake_language(GET_MESSAGE_LOG_LEVEL planted_level)\n'
+        'set_property(SOURCE ok.cc APPEND PROPERTY INCLUDE_DIRECTORIES\n'
+        '  ${PROJECT_SOURCE_DIR}/base)\n'
+        'set_property(DIRECTORY APPEND PROPERTY COMPILE_OPTIONS\n'
+        '  -I${PROJECT_SOURCE_DIR}/timeline/..)\n',
     "bindings/python/kolo/planted_ok.py":
         "from . import common\nimport kolo.common\n\n\ndef f():\n    from .basics import init\n",
     "bindings/launcher/kolo_launcher/planted_ok.py":
@@ -970,15 +1493,77 @@ def _cases():
         ("plain quoted", "transport/planted.cc", '#include "base/status.h"\n'
          '  #  include "ops/x.h"\n', 2, "transport", "ops", 'includes "ops/x.h"'),
         ("relative ../", "transport/planted.cc", '#include "../ops/x.h"\n', 1,
-         "transport", "ops", 'includes "../ops/x.h" (= ops/x.h)'),
+         "transport", "..", "includes \"../ops/x.h\": an include path with a '..' segment"),
         ("relative ../../", "rendezvous/planted_sub/f.cc", '#include <vector>\n'
-         '#include "../../core/runtime.h"\n', 2, "rendezvous", "core",
-         "floor 'rendezvous' may not use 'core'"),
+         '#include "../../core/runtime.h"\n', 2, "rendezvous", "..", "'..' segment"),
+        # base/p1.cc's "../../core/runtime.h" is outside the repository beside the file, but
+        # build/generated/../../core/runtime.h (the floors' PUBLIC include directory) is core's.
+        ("'..' out of the tree, back in through build/generated", "base/p1.cc",
+         '#include "../../core/runtime.h"\n', 1, "base", "..", "base/p1.cc:1: includes "
+         "\"../../core/runtime.h\": an include path with a '..' segment"),
+        ("'..' in an angle include", "base/p1.cc", '#include <../../core/runtime.h>\n', 1,
+         "base", "..", "includes <../../core/runtime.h>"),
+        ("'..' to a floor below", "transport/planted.cc", '#include "../base/status.h"\n',
+         1, "transport", "..", "write it from the repository root"),
+        ("'..' in the middle", "kernels/planted.cc", '#include "base/../core/runtime.h"\n',
+         1, "kernels", "..", "'..' segment"),
+        ("an absolute include", "kernels/planted.cc", '#include "/work/kolo/core/runtime.h"\n',
+         1, "kernels", "/",
+         "an absolute include path"),
+        ("a digraph include", "base/planted.cc", '%:include "core/runtime.h"\n', 1, "base",
+         "core", "base/planted.cc:1: includes \"core/runtime.h\""),
+        ("a digraph include with spaces", "base/planted.h", '#pragma once\n  %:  include '
+         '<ops/x.h>\n', 2, "base", "ops", "floor 'base' may not use 'ops'"),
+        ("#import", "rendezvous/planted.cc", '#import "core/runtime.h"\n', 1, "rendezvous",
+         "core", 'includes "core/runtime.h"'),
+        ("#include_next", "timeline/planted.h", '#include_next <ops/x.h>\n', 1, "timeline",
+         "ops", "includes <ops/x.h>"),
+        ("#embed", "kernels/planted.cc", 'const char k[] = {\n#embed "core/runtime.h"\n};\n',
+         2, "kernels", "core", "floor 'kernels' may not use 'core'"),
+        ("a trigraph include", "kernels/planted.c", '??=include "ops/x.h"\n', 1, "kernels",
+         "ops", "kernels/planted.c:1:"),
+        ("a C++20 header unit", "ops/planted.cc", 'import "core/runtime.h";\n', 1, "ops",
+         "core", "floor 'ops' may not use 'core'"),
+        ("a macro #import", "base/planted.cc", '#import KOLO_UP\n', 1, "base", "KOLO_UP",
+         "use a literal path"),
+        # Every file of a floor's folder is read, whatever its name, in hidden folders too (not
+        # README*, *.md or CMake files); and any file an include reaches, even binary or
+        # documentation, in third_party/ or in the build tree's generated/ too.
+        ("a hidden folder", "ops/.planted/x.h", '#include "core/runtime.h"\n', 1, "ops", "core",
+         "ops/.planted/x.h:1:"),
+        ("a NUL byte in a source", "kernels/planted.cc", '\0#include "core/runtime.h"\n', 1,
+         "kernels", "core", "kernels/planted.cc:1:"),
+        ("an included binary file", "base/planted.bin", '\0\x01\n#include "core/runtime.h"\n', 2,
+         "base", "core", "(reached from base/planted.cc)",
+         {"base/planted.cc": '#include "base/planted.bin"\n'}),
+        ("an included markdown file", "base/planted.md", '#include "core/runtime.h"\n', 1,
+         "base", "core", "base/planted.md:1: includes \"core/runtime.h\" (reached from "
+         "base/planted.cc)", {"base/planted.cc": '#include "base/planted.md"\n'}),
+        ("a header in third_party/", "third_party/planted.h", '#include "core/runtime.h"\n', 1,
+         "base", "core", "third_party/planted.h:1: includes \"core/runtime.h\" (reached from "
+         "base/planted.cc): floor 'base' may not use 'core'",
+         {"base/planted.cc": '#include "third_party/planted.h"\n'}),
+        ("a generated header", "build/generated/planted.h",
+         '#pragma once\n#include "core/runtime.h"\n', 2, "timeline", "core",
+         "build/generated/planted.h:2: includes \"core/runtime.h\" (reached from "
+         "timeline/planted.cc)", {"timeline/planted.cc": '#include "planted.h"\n'}),
+        ("a symbolic link to a floor above", "base/planted.cc",
+         '#include "base/planted_link.h"\n', 1, "base", "core", "(= core/planted_target.h)",
+         {"core/planted_target.h": "", "base/planted_link.h": _Link("../core/planted_target.h")}),
+        ("a linked folder", "kernels/planted.cc",
+         '#include "kernels/planted_up/planted_target.h"\n', 1, "kernels", "core",
+         "(= core/planted_target.h)",
+         {"core/planted_target.h": "", "kernels/planted_up": _Link("../core")}),
+    ] + [
+        ("a %s file" % (ext or "extensionless"), "base/planted" + ext,
+         '#include "core/runtime.h"\n', 1, "base", "core", "base/planted%s:1:" % ext)
+        for ext in (".def", ".inc", ".ipp", ".tcc", ".hpp", ".cuh", ".inl", ".txt", "")
+    ] + [
         ("angle", "kernels/planted.cc", "#include <ops/x.h>\n", 1, "kernels", "ops",
          "includes <ops/x.h>"),
         ("test header", "ops/planted.h", '#pragma once\n#include "test/support/x.h"\n', 2,
          "ops", "test", "may not use test/"),
-        ("bench header, relative", "core/planted/f.cc", '#include "../../bench/b.h"\n', 1,
+        ("bench header", "core/planted/f.cc", '#include "bench/b.h"\n', 1,
          "core", "bench", "may not use bench/"),
         ("test header, angle", "bindings/c/planted.cc", "#include <test/x.h>\n", 1,
          "bindings", "test", "includes <test/x.h>"),
@@ -1026,10 +1611,10 @@ def _cases():
          _append("target_link_libraries(kolo_timeline PRIVATE ${KOLO_UPPER})\n"),
          "${KOLO_UPPER}", "timeline", "${KOLO_UPPER}", "a variable this check cannot follow"),
         ("a system variable the tree set()s", "rendezvous/CMakeLists.txt",
-         _append("target_link_libraries(kolo_rendezvous PRIVATE ${KOLO_NCCL_LIBRARY})\n"),
-         "${KOLO_NCCL_LIBRARY}", "rendezvous", "${KOLO_NCCL_LIBRARY}",
+         _append("target_link_libraries(kolo_rendezvous PRIVATE ${MPI_C_LIBRARIES})\n"),
+         "${MPI_C_LIBRARIES}", "rendezvous", "${MPI_C_LIBRARIES}",
          "a variable this check cannot follow",
-         {"CMakeLists.txt": _append("set(KOLO_NCCL_LIBRARY kolo_core)\n")}),
+         {"CMakeLists.txt": _append("set(MPI_C_LIBRARIES kolo_core)\n")}),
         ("a computed target name", "kernels/CMakeLists.txt",
          _append("target_link_libraries(kolo_${KOLO_FLOOR} PUBLIC kolo_core)\n"),
          "kolo_${KOLO_FLOOR}", "kernels", "kolo_${KOLO_FLOOR}", "a target name this check "
@@ -1098,6 +1683,129 @@ def _cases():
         ("another floor's objects", "kernels/CMakeLists.txt",
          _append("target_sources(kolo_kernels PRIVATE $<TARGET_OBJECTS:kolo_transport>)\n"),
          "TARGET_OBJECTS", "kernels", "transport", "kolo_kernels links kolo_transport"),
+        # A target defined at the root or in third_party/ (or imported) brings what it is made
+        # of: its sources, include directories and files, as well as its links.
+        ("a root library of a floor above's sources", "base/CMakeLists.txt",
+         _append("target_link_libraries(kolo_base PRIVATE helper)\n"), "helper", "base",
+         "core", "kolo_base links helper (which brings core/)",
+         {"CMakeLists.txt": _append("add_library(helper OBJECT core/negotiator.cc)\n")}),
+        ("a third_party library with an include directory above", "kernels/CMakeLists.txt",
+         _append("target_link_libraries(kolo_kernels PUBLIC kolo_planted_inc)\n"),
+         "kolo_planted_inc", "kernels", "ops",
+         "kolo_kernels links kolo_planted_inc (which brings ops/)",
+         {"third_party/cmake/Planted.cmake": "add_library(kolo_planted_inc INTERFACE)\n"
+          "target_include_directories(kolo_planted_inc INTERFACE ${PROJECT_SOURCE_DIR}/ops)\n"}),
+        ("an imported archive of a floor above", "rendezvous/CMakeLists.txt",
+         _append("target_link_libraries(kolo_rendezvous PRIVATE planted::core)\n"),
+         "planted::core", "rendezvous", "core", "links planted::core (which brings core/)",
+         {"CMakeLists.txt": _append("add_library(planted::core STATIC IMPORTED)\n"
+                                    "set_target_properties(planted::core PROPERTIES\n"
+                                    "  IMPORTED_LOCATION ${PROJECT_BINARY_DIR}/core/libkolo_core.a)"
+                                    "\n")}),
+        # $<TARGET_...:x> in link options and anywhere else; other ways to link.
+        ("a link option naming a target above", "base/CMakeLists.txt",
+         _append("target_link_options(kolo_base PUBLIC $<TARGET_FILE:kolo_core>)\n"),
+         "TARGET_FILE", "base", "core",
+         "kolo_base links kolo_core: floor 'base' may not use 'core'"),
+        ("a LINKER: option", "kernels/CMakeLists.txt",
+         _append('target_link_options(kolo_kernels PRIVATE\n'
+                 '  "LINKER:--whole-archive,$<TARGET_LINKER_FILE:kolo_ops>")\n'), "LINKER:",
+         "kernels", "ops", "kolo_kernels links kolo_ops"),
+        ("a link option with an archive of the build tree", "timeline/CMakeLists.txt",
+         _append("set_property(TARGET kolo_timeline APPEND PROPERTY LINK_OPTIONS\n"
+                 "  ${PROJECT_BINARY_DIR}/ops/libkolo_ops.a)\n"), "libkolo_ops.a", "timeline",
+         "ops", "(= ops/libkolo_ops.a in the build tree)"),
+        ("a -Wl, link word", "kernels/CMakeLists.txt",
+         _append("target_link_libraries(kolo_kernels PRIVATE\n"
+                 "  -Wl,--whole-archive,${PROJECT_BINARY_DIR}/core/libkolo_core.a)\n"),
+         "-Wl,", "kernels", "core", "(= core/libkolo_core.a in the build tree)"),
+        ("-lNAME of a floor above", "transport/CMakeLists.txt",
+         _append("target_link_libraries(kolo_transport PRIVATE -lkolo_bootstrap)\n"),
+         "-lkolo_bootstrap", "transport", "bootstrap", "kolo_transport links kolo_bootstrap"),
+        ("a link directory in the build tree above", "rendezvous/CMakeLists.txt",
+         _append("target_link_directories(kolo_rendezvous PRIVATE\n"
+                 "  ${CMAKE_CURRENT_BINARY_DIR}/../timeline)\n"), "/../timeline",
+         "rendezvous", "timeline", "(= timeline/ in the build tree)"),
+        ("a path that leaves the build tree", "base/CMakeLists.txt",
+         _append("target_include_directories(kolo_base PRIVATE ${PROJECT_BINARY_DIR}/../core)\n"),
+         "PROJECT_BINARY_DIR", "base", "${PROJECT_BINARY_DIR}/../core",
+         "it leaves the build tree"),
+        ("a generator expression of another command", "kernels/CMakeLists.txt",
+         _append("add_custom_command(TARGET kolo_kernels POST_BUILD\n"
+                 "  COMMAND echo $<TARGET_FILE:kolo_core>)\n"), "TARGET_FILE", "kernels", "core",
+         "add_custom_command() in kernels/ uses kolo_core"),
+        ("a generator expression in a compile definition", "ops/CMakeLists.txt",
+         _append("target_compile_definitions(kolo_ops PRIVATE UP=$<TARGET_FILE_DIR:kolo_core>)\n"),
+         "TARGET_FILE_DIR", "ops", "core", "kolo_ops uses kolo_core"),
+        ("a generator expression in another property", "timeline/CMakeLists.txt",
+         _append("set_target_properties(kolo_timeline PROPERTIES\n"
+                 "  LINK_DEPENDS $<TARGET_FILE:kolo_ops>)\n"), "LINK_DEPENDS", "timeline",
+         "ops", "kolo_timeline uses kolo_ops"),
+        # Commands this check cannot read.
+        ("cmake_language(CALL)", "base/CMakeLists.txt",
+         _append("cmake_language(CALL target_link_libraries kolo_base PUBLIC kolo_core)\n"),
+         "cmake_language", "base", "cmake_language", "cmake_language CALL, EVAL and DEFER"),
+        ("cmake_language(EVAL) in a test's folder", "test/CMakeLists.txt",
+         _append('cmake_language(EVAL CODE "target_link_libraries(kolo_base PUBLIC kolo_core)")'
+                 '\n'), "cmake_language", "test", "cmake_language", "cmake_language(EVAL ...)"),
+        ("cmake_language(DEFER)", "ops/CMakeLists.txt",
+         _append("cmake_language(DEFER CALL target_link_libraries kolo_ops PUBLIC kolo_core)\n"),
+         "cmake_language", "ops", "cmake_language", "cmake_language(DEFER ...)"),
+        ("include() of a generated file", "base/CMakeLists.txt",
+         _append("include(${PROJECT_BINARY_DIR}/planted.cmake)\n"), "planted.cmake", "base",
+         "include", "it is in the build tree"),
+        ("add_subdirectory() outside the tree", "kernels/CMakeLists.txt",
+         _append("add_subdirectory(/tmp/planted planted)\n"), "/tmp/planted", "kernels",
+         "add_subdirectory", "it is outside the source tree"),
+        ("include() from a build tree inside the source tree", "transport/CMakeLists.txt",
+         _append("include(${PROJECT_SOURCE_DIR}/build/planted.cmake)\n"), "planted.cmake",
+         "transport", "include", "it is in a build tree (build/)"),
+        ("a CMake file in a hidden folder", "ops/.planted/CMakeLists.txt",
+         "target_link_libraries(kolo_ops PRIVATE kolo_core)\n", 1, "ops", "core",
+         "kolo_ops links kolo_core"),
+        ("a module folder in the build tree", "CMakeLists.txt",
+         _append("list(APPEND CMAKE_MODULE_PATH ${CMAKE_BINARY_DIR}/modules)\n"), "/modules)",
+         "(root)", "CMAKE_MODULE_PATH", "a module folder this check does not read"),
+        # Compile options, flags and properties that include a file or add an include directory.
+        ("a forced include", "base/CMakeLists.txt",
+         _append("target_compile_options(kolo_base PRIVATE -include core/runtime.h)\n"),
+         "-include", "base", "core", "kolo_base has forced include core/runtime.h"),
+        ("a forced include joined to its flag", "kernels/CMakeLists.txt",
+         _append("target_compile_options(kolo_kernels PRIVATE\n"
+                 "  --include=${PROJECT_SOURCE_DIR}/ops/x.h)\n"), "--include=", "kernels", "ops",
+         "has compile option --include=${PROJECT_SOURCE_DIR}/ops/x.h"),
+        ("an include prefix option", "rendezvous/CMakeLists.txt",
+         _append("target_compile_options(kolo_rendezvous PRIVATE\n"
+                 "  -iprefix${PROJECT_SOURCE_DIR}/)\n"),
+         "-iprefix", "rendezvous", "-iprefix${PROJECT_SOURCE_DIR}/", "an include prefix option"),
+        ("a relative '..' in a compile option", "base/CMakeLists.txt",
+         _append("target_compile_options(kolo_base PRIVATE -I../core)\n"), "-I../core", "base",
+         "-I../core", "a relative path with '..'"),
+        ("a precompiled header above", "base/CMakeLists.txt",
+         _append("target_precompile_headers(kolo_base PRIVATE <core/runtime.h>)\n"),
+         "target_precompile_headers", "base", "core",
+         "kolo_base has precompiled header <core/runtime.h> (= core/runtime.h)"),
+        ("a precompiled header of a floor above", "kernels/CMakeLists.txt",
+         _append("target_precompile_headers(kolo_kernels REUSE_FROM kolo_ops)\n"), "REUSE_FROM",
+         "kernels", "ops", "kolo_kernels links kolo_ops"),
+        ("CMAKE_CXX_FLAGS in a floor's folder", "base/CMakeLists.txt",
+         _append('string(APPEND CMAKE_CXX_FLAGS " -I${PROJECT_SOURCE_DIR}/core")\n'),
+         "CMAKE_CXX_FLAGS", "base", "core", "string() in base/ has compile flags"),
+        ("linker flags at the root", "CMakeLists.txt",
+         _append('set(CMAKE_SHARED_LINKER_FLAGS "${CMAKE_SHARED_LINKER_FLAGS} '
+                 '-lkolo_test_support")\n'), "CMAKE_SHARED_LINKER_FLAGS", "base", "test",
+         "set() in the root (every floor) links kolo_test_support"),
+        ("a source's include directory", "kernels/CMakeLists.txt",
+         _append("set_source_files_properties(copy.cc PROPERTIES\n"
+                 "  INCLUDE_DIRECTORIES ${PROJECT_SOURCE_DIR}/timeline)\n"), "/timeline)",
+         "kernels", "timeline", "set_source_files_properties() in kernels/ has include directory"),
+        ("a folder's compile options", "transport/CMakeLists.txt",
+         _append("set_property(DIRECTORY APPEND PROPERTY COMPILE_OPTIONS\n"
+                 "  -I${PROJECT_SOURCE_DIR}/ops)\n"), "-I${PROJECT_SOURCE_DIR}/ops", "transport",
+         "ops", "set_property() in transport/ has compile option -I${PROJECT_SOURCE_DIR}/ops"),
+        ("add_definitions() with an include directory", "timeline/CMakeLists.txt",
+         _append("add_definitions(-DX=1 -I${PROJECT_SOURCE_DIR}/core)\n"), "add_definitions",
+         "timeline", "core", "add_definitions() in timeline/ has compile option"),
         ("the kolo package imports kolo_launcher", "bindings/python/kolo/planted.py",
          "import os\n\n\ndef hosts():\n    from kolo_launcher.hosts import parse_hosts\n"
          "    return parse_hosts\n", 5, "bindings/python", "kolo_launcher",
@@ -1123,13 +1831,13 @@ def self_test():
     cases = _cases()
     with tempfile.TemporaryDirectory() as root:
         _copy_tree(real, root)
-        status, out = _run(root)
+        status, out, _ = _run(root)
         if status != 0:
             errors.append("the unplanted tree fails:\n" + out)
 
         for rel, text in _ALLOWED.items():
             _write(root, rel, text)
-        status, out = _run(root)
+        status, out, _ = _run(root)
         if status != 0:
             errors.append("allowed forms were reported:\n" + out)
         for rel in _ALLOWED:
@@ -1153,8 +1861,7 @@ def self_test():
             if isinstance(line, str):
                 line = _line_of(new, line)
             want = [(rel.replace("/", os.sep), line, floor, used)]
-            found = _found(root)
-            status, out = _run(root)
+            status, out, found = _run(root)
             if found != want:
                 errors.append("%s: found %r, expected %r" % (name, found, want))
             elif status != 1 or phrase not in out or "%s:%d:" % (want[0][0], line) not in out:
