@@ -37,11 +37,19 @@ Status ringAllreduce(Transport& t, void* data, size_t count, DataType dtype, Red
 // order. recv may alias the rank's own block position (then send is not read).
 Status ringAllgatherv(Transport& t, const void* send, size_t sendBytes, void* recv,
                       const std::vector<size_t>& recvBytes);
-// In place from root: pipelined chain for large messages, binomial tree for small ones.
+// In place from root, by p2pBroadcastShape: the binomial tree for small messages (< 64 KiB);
+// from 4 ranks, scatter-allgather while bytes / ranks < segmentBytes (or segmentBytes == 0);
+// otherwise the pipelined chain (broadcast.cc's essay: the alpha-beta costs behind the rule).
 Status p2pBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes);
-// The two shapes of p2pBroadcast on their own (any root, any size, any rank count).
+enum class BroadcastShape { kTree, kChain, kScatterAllgather };
+BroadcastShape p2pBroadcastShape(int ranks, size_t bytes, size_t segmentBytes);
+// The three shapes of p2pBroadcast on their own (any root, any size, any rank count).
 Status binomialBroadcast(Transport& t, void* data, size_t bytes, int root);
 Status chainBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes);
+// Binomial scatter of n blocks (block r = chunkRange(bytes, n, r), real rank order), then
+// bruckAllgatherv in place: 2 ceil(log2 n) latencies, at most 2 (n-1)/n of the bytes in and
+// out per rank. Tags: broadcast's for the scatter, allgather's for the allgather.
+Status scatterAllgatherBroadcast(Transport& t, void* data, size_t bytes, int root);
 // sendBytes[r] go to rank r (consecutive blocks of send); recvBytes[r] arrive from rank r.
 Status p2pAlltoallv(Transport& t, const void* send, const std::vector<size_t>& sendBytes,
                     void* recv, const std::vector<size_t>& recvBytes);
@@ -122,11 +130,14 @@ bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_
 bool allreduceCrossoversUsed(const Transport& t, const AlgorithmConfig& cfg);
 
 // What the entry point above runs for `bytes` of payload (never kAuto): rule in select.cc.
+// Broadcast's kRing is the chain when named; under auto (or native without one) it stands for
+// both large shapes, the chain and scatter-allgather (p2pBroadcastShape): plannedStep names
+// which.
 Algorithm selectAlgorithm(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 // The timeline name of what the entry point above would run for `bytes` of payload
 // ("RING_ALLREDUCE", "RECURSIVE_DOUBLING_ALLREDUCE", "HALVING_DOUBLING_ALLREDUCE",
-// "MPI_ALLREDUCE", "TREE_BROADCAST", "PIPELINED_BROADCAST", "BRUCK_ALLGATHER", ...), without
-// running it.
+// "MPI_ALLREDUCE", "TREE_BROADCAST", "PIPELINED_BROADCAST", "SCATTER_ALLGATHER_BROADCAST",
+// "BRUCK_ALLGATHER", ...), without running it.
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes);
 
 // ---- the coordinator's control plane (select.cc) ------------------------------------------------
@@ -136,8 +147,11 @@ std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType o
 // In-place allreduce of a small buffer (the round's bit / byte vector: kMin, kBitAnd, ...):
 // recursiveDoublingAllreduce.
 Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, ReduceOp op);
-// In place from root: binomialBroadcast below internal::kTreeBroadcastMaxBytes (64 KiB), the
-// pipelined chain above (a long response list), with the default segment.
+// In place from root: binomialBroadcast below internal::kTreeBroadcastMaxBytes (64 KiB); from
+// there (a long response list: a first round of thousands of new tensors)
+// scatterAllgatherBroadcast at 4 ranks or more, whatever the size, so the round stays
+// O(log n) latencies; the pipelined chain (default segment) at 2 and 3 ranks, where its n - 1
+// hops are as few.
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root);
 // Every rank's request list to root: binomialGatherv.
 Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,

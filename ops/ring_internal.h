@@ -28,8 +28,12 @@ constexpr uint32_t kTagGather = 7;
 // 8 is transport::kSetupTag (transport/transport.h: set-up exchanges inside transports).
 
 // Broadcasts below this size use the binomial tree (latency bound), larger ones the pipelined
-// chain (bandwidth bound). select.cc reports the name of the one that ran.
+// chain or scatter-allgather (broadcast.cc's essay). select.cc reports the name of the one that
+// ran.
 constexpr size_t kTreeBroadcastMaxBytes = 64 * 1024;
+// Scatter-allgather broadcast only from this many ranks: at 2 and 3 the chain's n - 1 hops are
+// no more than its 2 ceil(log2 n) latencies, and it moves fewer bytes (broadcast.cc).
+constexpr int kScatterAllgatherMinRanks = 4;
 
 // Elements per pipeline segment: segmentBytes rounded down to whole elements, at least one.
 // segmentBytes == 0 means "do not segment".

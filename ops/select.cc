@@ -20,8 +20,12 @@
 //     TCP (README "Algorithm choice"). The allreduce crossovers of that table can be replaced
 //     (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
 //     KOLO_ALLREDUCE_RING_MIN_BYTES, or the autotuner while it searches).
+//     Broadcast's large shape under auto (kRing here) is the chain or scatter-allgather by
+//     p2pBroadcastShape (broadcast.cc: scatter-allgather from 4 ranks while a rank's block is
+//     smaller than a chain segment); a named "ring" stays the chain at every size.
 // controlAllreduce / controlBroadcast (the coordinator's round) skip this rule: always ours,
-// recursive doubling and the binomial tree (the chain for a long response list).
+// recursive doubling and the binomial tree (scatter-allgather for a long response list from 4
+// ranks, the chain at 2 and 3).
 // The chosen name is the timeline activity: "RING_ALLREDUCE", "<TRANSPORT>_ALLREDUCE", ...
 #include <algorithm>
 #include <cctype>
@@ -142,7 +146,8 @@ std::string nativeName(const Transport& t, const char* op) {
   return n + "_" + op;
 }
 
-// The timeline name of `a` (already resolved: not kAuto) running `op`.
+// The timeline name of `a` (already resolved: not kAuto) running `op` (broadcast, whose name
+// depends on more than `a`: broadcastStepName).
 std::string stepName(const Transport& t, OpType op, Algorithm a) {
   switch (op) {
     case OpType::kAllreduce:
@@ -153,15 +158,36 @@ std::string stepName(const Transport& t, OpType op, Algorithm a) {
     case OpType::kAllgather:
       if (a == Algorithm::kNative) return nativeName(t, "ALLGATHER");
       return a == Algorithm::kBruck ? "BRUCK_ALLGATHER" : "RING_ALLGATHER";
-    case OpType::kBroadcast:
-      if (a == Algorithm::kNative) return nativeName(t, "BROADCAST");
-      return a == Algorithm::kTree ? "TREE_BROADCAST" : "PIPELINED_BROADCAST";
     case OpType::kAlltoall:
       return a == Algorithm::kNative ? nativeName(t, "ALLTOALL") : "P2P_ALLTOALL";
     case OpType::kReducescatter:
       return a == Algorithm::kNative ? nativeName(t, "REDUCESCATTER") : "RING_REDUCESCATTER";
     default:
       return std::string(toString(op));
+  }
+}
+
+// Which of our broadcast shapes runs for `a` (resolved: kTree or kRing): a named "ring" is the
+// chain at every size; kRing reached by auto (or native without one) is the large shape that
+// p2pBroadcast picks (bytes >= 64 KiB here, so the chain or scatter-allgather).
+BroadcastShape broadcastShape(const Transport& t, const AlgorithmConfig& cfg, Algorithm a,
+                              size_t bytes) {
+  if (a == Algorithm::kTree) return BroadcastShape::kTree;
+  if (configured(cfg, OpType::kBroadcast) == Algorithm::kRing) return BroadcastShape::kChain;
+  const BroadcastShape s = p2pBroadcastShape(t.size(), bytes, cfg.segmentBytes);
+  return s == BroadcastShape::kTree ? BroadcastShape::kChain : s;
+}
+
+std::string broadcastStepName(const Transport& t, const AlgorithmConfig& cfg, Algorithm a,
+                              size_t bytes) {
+  if (a == Algorithm::kNative) return nativeName(t, "BROADCAST");
+  switch (broadcastShape(t, cfg, a, bytes)) {
+    case BroadcastShape::kTree:
+      return "TREE_BROADCAST";
+    case BroadcastShape::kScatterAllgather:
+      return "SCATTER_ALLGATHER_BROADCAST";
+    default:
+      return "PIPELINED_BROADCAST";
   }
 }
 
@@ -231,7 +257,9 @@ bool spansAllreduceApplies(const Transport& t, const AlgorithmConfig& cfg, size_
 }
 
 std::string plannedStep(const Transport& t, const AlgorithmConfig& cfg, OpType op, size_t bytes) {
-  return stepName(t, op, selectAlgorithm(t, cfg, op, bytes));
+  const Algorithm a = selectAlgorithm(t, cfg, op, bytes);
+  if (op == OpType::kBroadcast) return broadcastStepName(t, cfg, a, bytes);
+  return stepName(t, op, a);
 }
 
 Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,
@@ -267,12 +295,13 @@ Status allgatherv(Transport& t, const AlgorithmConfig& cfg, const void* send, si
 Status broadcast(Transport& t, const AlgorithmConfig& cfg, void* data, size_t bytes, int root,
                  std::string* usedName) {
   const Algorithm a = selectAlgorithm(t, cfg, OpType::kBroadcast, bytes);
-  setName(usedName, stepName(t, OpType::kBroadcast, a));
-  switch (a) {
-    case Algorithm::kNative:
-      return t.broadcast(data, bytes, root);
-    case Algorithm::kTree:
+  setName(usedName, broadcastStepName(t, cfg, a, bytes));
+  if (a == Algorithm::kNative) return t.broadcast(data, bytes, root);
+  switch (broadcastShape(t, cfg, a, bytes)) {
+    case BroadcastShape::kTree:
       return binomialBroadcast(t, data, bytes, root);
+    case BroadcastShape::kScatterAllgather:
+      return scatterAllgatherBroadcast(t, data, bytes, root);
     default:
       return chainBroadcast(t, data, bytes, root, cfg.segmentBytes);
   }
@@ -283,7 +312,12 @@ Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, 
 }
 
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root) {
-  return p2pBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);
+  // Not p2pBroadcast's rule: past n segments it would take the chain back, n - 1 latencies.
+  if (bytes < internal::kTreeBroadcastMaxBytes) return binomialBroadcast(t, data, bytes, root);
+  if (t.size() >= internal::kScatterAllgatherMinRanks) {
+    return scatterAllgatherBroadcast(t, data, bytes, root);
+  }
+  return chainBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);
 }
 
 Status controlGather(Transport& t, const std::vector<uint8_t>& mine, int root,

@@ -1,5 +1,6 @@
 // The latency-optimal algorithms (recursive doubling and halving-doubling allreduce, Bruck
-// allgatherv, binomial-tree and chain broadcast) over loopback thread ranks, N = 1..9 (powers of
+// allgatherv, binomial-tree and chain broadcast; scatter-allgather broadcast in
+// broadcast_test.cc) over loopback thread ranks, N = 1..9 (powers of
 // two and not), with 0 elements, 1, fewer than ranks, and large buffers.
 //
 // Allreduce results are checked bitwise against a reference built with the same reduce_cpu
@@ -399,6 +400,8 @@ TEST_CASE("a silent peer is named in the error of every algorithm") {
        }},
       {"tree", [&] { return ops::binomialBroadcast(*ts[0], buf.data(), 8, 1); }},
       {"chain", [&] { return ops::chainBroadcast(*ts[0], buf.data(), 8, 1, 4); }},
+      {"scatter_allgather",
+       [&] { return ops::scatterAllgatherBroadcast(*ts[0], buf.data(), 8, 1); }},
   };
   for (const auto& [name, run] : runs) {
     auto start = Clock::now();
