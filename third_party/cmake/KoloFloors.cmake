@@ -12,8 +12,8 @@
 # floor's target linking a floor above, taking an include directory there or compiling a source
 # from there, reading these kolo_add_floor calls and the floors' target_* commands (its header
 # lists every form); scripts/check_symbols.py (CTest kolo_layers_symbols) reads the built
-# archives for kolo symbols a floor takes from a higher one. kolo_engine is every floor at once, for the C library, tests and
-# benchmarks that reach inside.
+# archives for kolo symbols a floor takes from a higher one. kolo_engine is every floor at once,
+# for the C library, tests and benchmarks that reach inside.
 
 function(kolo_add_floor name below)
   add_library(kolo_${name} STATIC)
