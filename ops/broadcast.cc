@@ -37,30 +37,46 @@
 //     gets back the blocks it forwarded: Bruck's n - 1 blocks, whatever the scatter left.
 // Time ~ 2 L alpha + 2 (n-1)/n m beta, and at most 2 (n-1)/n m bytes in and out per rank.
 //
-// Which one (p2pBroadcastShape; ops/select.cc's auto, and controlBroadcast). The chain's time
-// minus scatter-allgather's is
+// Which one. The chain's time minus scatter-allgather's is
 //   (n - 2 + k - 2L) alpha + (n - 2) (s - m/n) beta.
 // The beta term is positive exactly while m/n < s -- a rank's block is smaller than a chain
-// segment -- i.e. while the chain's pipeline fill, (n-2) segments, costs more than the second
-// pass over (n-2)/n m that scatter-allgather adds. The alpha term is positive from n = 8 on
-// whatever k; below that it is negative only for a message of one or two segments (n = 4..6),
-// by at most 2 alpha, against a beta term of at least 1.5 s beta there (~50 us against ~400 us
-// with the measured alpha ~25 us, beta ~1 ns/B and the default 256 KiB segment). Past m = n s
-// the beta term turns against scatter-allgather and grows with m, while the chain's k alpha
-// grows ~10x slower (alpha / (s beta) ~ 0.1 with those figures), so the crossover sits a little
-// above m = n s (~9 s at 8 ranks). Hence, for m >= 64 KiB:
-//  - n >= 4 and m / n < s (or s = 0, an unsegmented chain: (n-1) (alpha + m beta)):
-//    scatter-allgather. 256 KiB segments: below 1 MiB at 4 ranks, 2 MiB at 8, 256 MiB at 1,024.
-//  - otherwise the chain: huge messages at few ranks, where it moves m per rank against ~2 m
-//    (64 MiB at 8 ranks: ~1.02 m beta against ~1.75 m beta).
-//  - n <= 3: the chain is already as short as anything: n - 1 <= 2 hops, as many as the tree's
-//    rounds and fewer than scatter-allgather's 2 L = 2 or 4 latencies, while it moves m per rank
-//    against 2 (n-1)/n m = m (n = 2: two half messages for one whole) or 4/3 m (n = 3).
+// segment -- i.e. while the chain's pipeline fill, (n-2) segments (n - 1 whole-message hops when
+// m <= s), costs more than the second pass over (n-2)/n m that scatter-allgather adds. Past
+// m = n s it turns against scatter-allgather and grows with m, while the chain's k alpha grows
+// ~10x slower (alpha / (s beta) ~ 0.1 for alpha ~20-25 us, beta ~0.8-1 ns/B -- a 10 GbE link,
+// or the README's fit on loopback -- and 256 KiB segments), so the crossover sits a little
+// above m = n s (~9 s at 8 ranks). The alpha term counts latencies: the chain's n - 1 hops
+// (plus k - 1 segments) against 2 L. Up to 7 ranks n - 1 <= 2 L (3 against 4 at 4 ranks, 6 and
+// 6 at 7); from 8 on 2 L < n - 1 (but 8 and 8 at 9), and the gap grows: 7 against 6 at 8 ranks,
+// 1,023 against 20 at 1,024.
+// Hence p2pBroadcastShape (the data plane's auto, ops/select.cc), for m >= 64 KiB:
+//  - n >= 8 (internal::kScatterAllgatherMinRanks) and m / n < s (or s = 0, an unsegmented
+//    chain: (n-1) (alpha + m beta)): scatter-allgather. With 256 KiB segments: below 2 MiB at 8
+//    ranks, 256 MiB at 1,024.
+//  - otherwise the chain. For huge messages (m >= n s) it moves m per rank against ~2 m (64 MiB
+//    at 8 ranks: ~1.02 m beta against ~1.75 m beta). Below 8 ranks scatter-allgather has no
+//    fewer latencies and gains only the beta term, and measured over TCP on this 2-core machine
+//    (kolo-bench, np 4, KOLO_SHM=off: a one-way 64 KiB hop cost ~5 us, a Bruck exchange step
+//    ~25-30 us) the chain was ahead below 1 MiB: 12-22 against 114-156 us at 64 KiB, 165-243
+//    against 265-447 us at 512 KiB. Where beta is larger than loopback's the beta term can win
+//    at 4-7 ranks too (10 GbE: 256 KiB at 4 ranks ~690 us chain, ~400 us scatter-allgather), so
+//    a cluster that measures so lowers kScatterAllgatherMinRanks. At 8 ranks (4 per core here:
+//    README's caveat for such sweeps) the chain was ahead up to 256 KiB (40-300 against 280-560
+//    us) and scatter-allgather from 512 KiB (650-890 against 1,450-1,520 us; 1 MiB: 1,140-1,450
+//    against 4,680-5,350 us); the rule follows the model there.
+//  - n <= 3 in particular: n - 1 <= 2 hops, as many as the tree's rounds and fewer than
+//    scatter-allgather's 2 L = 2 or 4 latencies, and the chain moves m per rank against
+//    2 (n-1)/n m = m (n = 2: two half messages for one whole) or 4/3 m (n = 3).
 // Below 64 KiB the tree (measured: README "Algorithm choice"), whatever n.
 // The coordinator's control round (controlBroadcast in select.cc) takes the tree below 64 KiB
-// and scatter-allgather from 64 KiB at n >= 4 whatever the size, so a first round with thousands
-// of new tensors costs 2 L latencies, not n - 1: the response list is rarely past a few MiB,
-// where the chain could win back at most (n-2)/n m beta - (n - 2 + k - 2L) alpha at small n.
+// and scatter-allgather from 64 KiB at n >= 4 (internal::kControlScatterAllgatherMinRanks)
+// whatever the size: a round's worst case must stay O(log n) latencies -- a first round with
+// thousands of new tensors at 1,024 ranks would wait ~1,000 hops on the chain -- and a response
+// list is rarely past a few MiB, where the chain could win back at most
+// (n-2)/n m beta - (n - 2 + k - 2L) alpha at small n. At 4-7 ranks that costs at most 2
+// latencies more than the chain (5 ranks: 6 against 4). On this machine's loopback TCP, where a
+// one-way hop is far cheaper than an exchange step, a 64 KiB list took ~100 us more at 4 ranks
+// and ~250 us more at 8, once per round whose list reaches 64 KiB.
 //
 // p2pBroadcast picks by that rule; binomialBroadcast, chainBroadcast and
 // scatterAllgatherBroadcast run one shape whatever the size (ops/select.cc's "tree" and "ring"

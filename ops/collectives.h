@@ -38,7 +38,7 @@ Status ringAllreduce(Transport& t, void* data, size_t count, DataType dtype, Red
 Status ringAllgatherv(Transport& t, const void* send, size_t sendBytes, void* recv,
                       const std::vector<size_t>& recvBytes);
 // In place from root, by p2pBroadcastShape: the binomial tree for small messages (< 64 KiB);
-// from 4 ranks, scatter-allgather while bytes / ranks < segmentBytes (or segmentBytes == 0);
+// from 8 ranks, scatter-allgather while bytes / ranks < segmentBytes (or segmentBytes == 0);
 // otherwise the pipelined chain (broadcast.cc's essay: the alpha-beta costs behind the rule).
 Status p2pBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes);
 enum class BroadcastShape { kTree, kChain, kScatterAllgather };

@@ -31,9 +31,13 @@ constexpr uint32_t kTagGather = 7;
 // chain or scatter-allgather (broadcast.cc's essay). select.cc reports the name of the one that
 // ran.
 constexpr size_t kTreeBroadcastMaxBytes = 64 * 1024;
-// Scatter-allgather broadcast only from this many ranks: at 2 and 3 the chain's n - 1 hops are
-// no more than its 2 ceil(log2 n) latencies, and it moves fewer bytes (broadcast.cc).
-constexpr int kScatterAllgatherMinRanks = 4;
+// p2pBroadcast (the data plane's auto) takes scatter-allgather from this many ranks: below 8 the
+// chain's n - 1 hops are no more than its 2 ceil(log2 n) latencies, and the chain measured
+// ahead at 4 ranks below 1 MiB (broadcast.cc).
+constexpr int kScatterAllgatherMinRanks = 8;
+// controlBroadcast takes it from 4: the control round's worst case stays O(log n) latencies; at
+// 2 and 3 ranks the chain is as short (n - 1 <= 2 hops) and moves fewer bytes.
+constexpr int kControlScatterAllgatherMinRanks = 4;
 
 // Elements per pipeline segment: segmentBytes rounded down to whole elements, at least one.
 // segmentBytes == 0 means "do not segment".

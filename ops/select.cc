@@ -21,7 +21,7 @@
 //     (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
 //     KOLO_ALLREDUCE_RING_MIN_BYTES, or the autotuner while it searches).
 //     Broadcast's large shape under auto (kRing here) is the chain or scatter-allgather by
-//     p2pBroadcastShape (broadcast.cc: scatter-allgather from 4 ranks while a rank's block is
+//     p2pBroadcastShape (broadcast.cc: scatter-allgather from 8 ranks while a rank's block is
 //     smaller than a chain segment); a named "ring" stays the chain at every size.
 // controlAllreduce / controlBroadcast (the coordinator's round) skip this rule: always ours,
 // recursive doubling and the binomial tree (scatter-allgather for a long response list from 4
@@ -312,9 +312,10 @@ Status controlAllreduce(Transport& t, void* data, size_t count, DataType dtype, 
 }
 
 Status controlBroadcast(Transport& t, void* data, size_t bytes, int root) {
-  // Not p2pBroadcast's rule: past n segments it would take the chain back, n - 1 latencies.
+  // Not p2pBroadcast's rule: from 4 ranks, not 8, and past n segments it would take the chain
+  // back, n - 1 latencies (broadcast.cc's essay).
   if (bytes < internal::kTreeBroadcastMaxBytes) return binomialBroadcast(t, data, bytes, root);
-  if (t.size() >= internal::kScatterAllgatherMinRanks) {
+  if (t.size() >= internal::kControlScatterAllgatherMinRanks) {
     return scatterAllgatherBroadcast(t, data, bytes, root);
   }
   return chainBroadcast(t, data, bytes, root, AlgorithmConfig().segmentBytes);

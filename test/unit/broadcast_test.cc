@@ -97,28 +97,26 @@ TEST_CASE("control and p2p broadcast: every rank count, several roots and sizes,
   }
 }
 
-TEST_CASE("broadcast shape rule: tree < 64 KiB, scatter-allgather from 4 ranks below n segments") {
+TEST_CASE("broadcast shape rule: tree < 64 KiB, scatter-allgather from 8 ranks below n segments") {
   using ops::BroadcastShape;
   const size_t seg = 256 * 1024;
   for (int n : {1, 2, 3, 4, 8, 1024}) {
     CHECK(ops::p2pBroadcastShape(n, 0, seg) == BroadcastShape::kTree);
     CHECK(ops::p2pBroadcastShape(n, 64 * 1024 - 1, seg) == BroadcastShape::kTree);
   }
-  // 2 and 3 ranks: the chain from 64 KiB, whatever the size or segment.
-  for (int n : {2, 3}) {
+  // Up to 7 ranks: the chain from 64 KiB, whatever the size or segment.
+  for (int n : {2, 3, 4, 7}) {
     CHECK(ops::p2pBroadcastShape(n, 64 * 1024, seg) == BroadcastShape::kChain);
     CHECK(ops::p2pBroadcastShape(n, 64 * 1024, 0) == BroadcastShape::kChain);
   }
-  // From 4 ranks: scatter-allgather while a rank's block is below a segment (bytes < n * seg).
-  CHECK(ops::p2pBroadcastShape(4, 64 * 1024, seg) == BroadcastShape::kScatterAllgather);
-  CHECK(ops::p2pBroadcastShape(4, 4 * seg - 1, seg) == BroadcastShape::kScatterAllgather);
-  CHECK(ops::p2pBroadcastShape(4, 4 * seg, seg) == BroadcastShape::kChain);
+  // From 8 ranks: scatter-allgather while a rank's block is below a segment (bytes < n * seg).
+  CHECK(ops::p2pBroadcastShape(8, 64 * 1024, seg) == BroadcastShape::kScatterAllgather);
   CHECK(ops::p2pBroadcastShape(8, 8 * seg - 1, seg) == BroadcastShape::kScatterAllgather);
   CHECK(ops::p2pBroadcastShape(8, 8 * seg, seg) == BroadcastShape::kChain);
   CHECK(ops::p2pBroadcastShape(8, size_t{64} << 20, seg) == BroadcastShape::kChain);
   CHECK(ops::p2pBroadcastShape(1024, size_t{255} << 20, seg) == BroadcastShape::kScatterAllgather);
   // An unsegmented chain (segment 0) is n - 1 whole-message hops: scatter-allgather at any size.
-  CHECK(ops::p2pBroadcastShape(4, size_t{1} << 30, 0) == BroadcastShape::kScatterAllgather);
+  CHECK(ops::p2pBroadcastShape(9, size_t{1} << 30, 0) == BroadcastShape::kScatterAllgather);
 }
 
 TEST_CASE("broadcast selection: auto names scatter-allgather, a named ring stays the chain") {
@@ -140,18 +138,24 @@ TEST_CASE("broadcast selection: auto names scatter-allgather, a named ring stays
   cfg.broadcast = ops::Algorithm::kTree;
   CHECK(planned(1 << 20) == "TREE_BROADCAST");
 
-  // The entry point runs what it names, for each setting, at 5 ranks (a non-power of two).
-  const int n = 5;
-  const size_t bytes = 300001;  // < 5 * 256 KiB
+  // Up to 7 ranks auto keeps the chain.
+  std::vector<std::unique_ptr<Transport>> ts7;
+  REQUIRE(createLoopbackGroup(7, &ts7).isOk());
+  CHECK(ops::plannedStep(*ts7[0], ops::AlgorithmConfig(), OpType::kBroadcast, 1 << 20) ==
+        "PIPELINED_BROADCAST");
+
+  // The entry point runs what it names, for each setting, at 9 ranks (a non-power of two).
+  const int n = 9;
+  const size_t bytes = 300001;  // < 9 * 256 KiB
   const Bytes want = message(bytes, 77);
   for (ops::Algorithm a : {ops::Algorithm::kAuto, ops::Algorithm::kRing, ops::Algorithm::kTree}) {
     ops::AlgorithmConfig c;
     c.broadcast = a;
     std::vector<Bytes> bufs(static_cast<size_t>(n), Bytes(bytes, 0));
     std::vector<std::string> names(static_cast<size_t>(n));
-    bufs[3] = want;
+    bufs[6] = want;
     requireAllOk(runRanks(n, [&](Transport& t, int r) {
-      return ops::broadcast(t, c, bufs[r].data(), bytes, 3, &names[r]);
+      return ops::broadcast(t, c, bufs[r].data(), bytes, 6, &names[r]);
     }));
     const char* expect = a == ops::Algorithm::kAuto   ? "SCATTER_ALLGATHER_BROADCAST"
                          : a == ops::Algorithm::kRing ? "PIPELINED_BROADCAST"

@@ -265,8 +265,8 @@ TEST_CASE("ring allgatherv with different block sizes, including empty ones") {
   }
 }
 
-// p2pBroadcast's three shapes: the tree below 64 KiB; from 4 ranks scatter-allgather with 256 KiB
-// segments (bytes < n segments), the chain with 4 KiB ones and at 2 and 3 ranks.
+// p2pBroadcast's three shapes: the tree below 64 KiB; at 8 ranks scatter-allgather with 256 KiB
+// segments (bytes < n segments), the chain with 4 KiB ones and below 8 ranks.
 TEST_CASE("broadcast from every root, tree, pipelined chain and scatter-allgather") {
   for (int n : kRankCounts) {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{1000}, size_t{64 * 1024 - 1},
