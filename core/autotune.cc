@@ -4,8 +4,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops/collectives.h"
+#include "ops/hierarchical.h"
 
 namespace kolo {
 
@@ -62,7 +64,8 @@ void ParameterSearch::advance() {
       auto [d, dir] = pending_.back();
       pending_.pop_back();
       const auto here = static_cast<std::ptrdiff_t>(center_[d]);
-      const auto there = here + dir * static_cast<std::ptrdiff_t>(step_);
+      const size_t step = dims_[d].categorical ? 1 : step_;
+      const auto there = here + dir * static_cast<std::ptrdiff_t>(step);
       if (there < 0 || there >= static_cast<std::ptrdiff_t>(dims_[d].levels.size())) continue;
       std::vector<size_t> point = center_;
       point[d] = static_cast<size_t>(there);
@@ -102,16 +105,34 @@ ParameterSearch::Dim dim(std::vector<double> levels, double start, bool fixed) {
   return d;
 }
 
+double level(ops::Hierarchical h) { return static_cast<double>(static_cast<int>(h)); }
+
+// Whether the search includes hierarchical allreduce: it chooses something on this topology
+// (hierarchicalUsed) and the user left it auto.
+bool hierarchicalTunable(const Config& c, bool hierarchicalUsed) {
+  return hierarchicalUsed && c.algorithms.hierarchicalAllreduce == ops::Hierarchical::kAuto;
+}
+
 // The grids: Horovod searches 0-64 MB of fusion and 1-100 ms of cycle time; kolo's defaults
 // (128 MB, 1 ms) and its faster rounds widen both. The crossovers span the sizes where the
 // measured table (ops/select.cc) puts them at 2 to 4 ranks and beyond.
-std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool crossoversUsed) {
+std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool crossoversUsed,
+                                           bool hierarchicalUsed) {
   std::vector<double> fusion = {0};
   for (int mb = 1; mb <= 128; mb *= 2) fusion.push_back(mb * kMiB);
   const ops::AllreduceCrossovers x =
       ops::effectiveCrossovers(c.algorithms.allreduceCrossovers, ranks);
   const auto& at = c.autotune;
   std::vector<ParameterSearch::Dim> dims(Autotuner::kKnobs);
+  // Hierarchical (auto) first, where it starts; flat (off). Untuned: the configured value alone.
+  const ops::Hierarchical configured = c.algorithms.hierarchicalAllreduce;
+  if (hierarchicalTunable(c, hierarchicalUsed)) {
+    dims[Autotuner::kHierarchical].levels = {level(ops::Hierarchical::kAuto),
+                                             level(ops::Hierarchical::kOff)};
+    dims[Autotuner::kHierarchical].categorical = true;
+  } else {
+    dims[Autotuner::kHierarchical] = dim({}, level(configured), true);
+  }
   dims[Autotuner::kFusion] =
       dim(fusion, static_cast<double>(c.fusionThresholdBytes), at.fusionThresholdSet);
   dims[Autotuner::kCycle] =
@@ -127,8 +148,8 @@ std::vector<ParameterSearch::Dim> makeDims(const Config& c, int ranks, bool cros
 // Halving-doubling from above the ring's crossover never runs: such a point measures the same
 // thing as hd == ring, so the search steps over it (the start, from the table or the
 // environment, is measured as it is).
-ParameterSearch makeSearch(const Config& c, int ranks, bool crossoversUsed) {
-  std::vector<ParameterSearch::Dim> dims = makeDims(c, ranks, crossoversUsed);
+ParameterSearch makeSearch(const Config& c, int ranks, bool crossoversUsed, bool hierarchicalUsed) {
+  std::vector<ParameterSearch::Dim> dims = makeDims(c, ranks, crossoversUsed, hierarchicalUsed);
   auto ordered = [hd = dims[Autotuner::kHdMin].levels,
                   ring = dims[Autotuner::kRingMin].levels](const std::vector<size_t>& point) {
     return hd[point[Autotuner::kHdMin]] <= ring[point[Autotuner::kRingMin]];
@@ -138,14 +159,19 @@ ParameterSearch makeSearch(const Config& c, int ranks, bool crossoversUsed) {
 
 }  // namespace
 
-Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossoversUsed)
+Autotuner::Autotuner(const Config& config, int ranks, Logger log, bool crossoversUsed,
+                     bool hierarchicalUsed)
     : opts_(config.autotune),
       hierarchicalAllreduce_(config.hierarchicalAllreduce),
       cacheEnabled_(config.cacheCapacity > 0),
+      tunesHierarchical_(hierarchicalTunable(config, hierarchicalUsed)),
       log_(std::move(log)),
-      search_(makeSearch(config, ranks, crossoversUsed)) {
+      search_(makeSearch(config, ranks, crossoversUsed, hierarchicalUsed)) {
   warmupRemaining_ = opts_.warmupSamples;
   active_ = !search_.done();
+  if (log_ && tunesHierarchical_) {
+    log_->info("autotune: hierarchical allreduce is tuned too (hierarchical or flat)");
+  }
   if (log_ && !crossoversUsed) {
     log_->info(
         "autotune: the allreduce crossovers are not tuned (the transport's native "
@@ -173,6 +199,8 @@ TuningParams Autotuner::paramsAt(const std::vector<size_t>& point, bool active) 
   p.cycleTimeMs = search_.value(kCycle, point[kCycle]);
   p.allreduceHdMinBytes = static_cast<int64_t>(search_.value(kHdMin, point[kHdMin]));
   p.allreduceRingMinBytes = static_cast<int64_t>(search_.value(kRingMin, point[kRingMin]));
+  p.hierarchicalAllreduce = static_cast<ops::Hierarchical>(
+      static_cast<int>(search_.value(kHierarchical, point[kHierarchical])));
   p.active = active;
   return p;
 }
@@ -221,22 +249,16 @@ void Autotuner::sampleDone(double score) {
   const TuningParams measured = paramsAt(search_.current(), true);
   writeLine(measured, score);
   if (log_) {
-    log_->info(
-        "autotune: sample {} [fusion {} B, cycle {} ms, hd from {} B, ring from {} B] "
-        "score {:.0f} B/s",
-        search_.samples() + 1, measured.fusionThresholdBytes, measured.cycleTimeMs,
-        measured.allreduceHdMinBytes, measured.allreduceRingMinBytes, score);
+    log_->info("autotune: sample {} [{}] score {:.0f} B/s", search_.samples() + 1,
+               describe(measured), score);
   }
   if (search_.report(score)) {
     active_ = false;
     pending_ = paramsAt(search_.best(), false);
     writeLine(pending_, search_.bestScore());
     if (log_) {
-      log_->info(
-          "autotune: best after {} samples [fusion {} B, cycle {} ms, hd from {} B, "
-          "ring from {} B] score {:.0f} B/s; fixed from now on",
-          search_.samples(), pending_.fusionThresholdBytes, pending_.cycleTimeMs,
-          pending_.allreduceHdMinBytes, pending_.allreduceRingMinBytes, search_.bestScore());
+      log_->info("autotune: best after {} samples [{}] score {:.0f} B/s; fixed from now on",
+                 search_.samples(), describe(pending_), search_.bestScore());
     }
   } else {
     pending_ = paramsAt(search_.current(), true);
@@ -258,12 +280,41 @@ void Autotuner::applied(Clock::time_point now) {
   steps_.clear();
 }
 
+std::string Autotuner::describe(const TuningParams& p) const {
+  std::string s;
+  if (tunesHierarchical_) {
+    s = p.hierarchicalAllreduce == ops::Hierarchical::kOff ? "flat, " : "hierarchical, ";
+  }
+  return s + "fusion " + std::to_string(p.fusionThresholdBytes) + " B, cycle " +
+         formatDouble(p.cycleTimeMs) + " ms, hd from " + std::to_string(p.allreduceHdMinBytes) +
+         " B, ring from " + std::to_string(p.allreduceRingMinBytes) + " B";
+}
+
 void Autotuner::writeLine(const TuningParams& p, double score) {
   if (!file_.is_open()) return;
-  file_ << (hierarchicalAllreduce_ ? 1 : 0) << ",0," << (cacheEnabled_ ? 1 : 0) << ","
-        << p.cycleTimeMs << "," << static_cast<double>(p.fusionThresholdBytes) / kMiB << ","
-        << p.allreduceHdMinBytes << "," << p.allreduceRingMinBytes << "," << std::llround(score)
-        << std::endl;
+  // hierarchical_allreduce: the tried value while tuned (1 hierarchical, 0 flat), otherwise the
+  // configured one.
+  const bool hierarchical = tunesHierarchical_ ? p.hierarchicalAllreduce != ops::Hierarchical::kOff
+                                               : hierarchicalAllreduce_;
+  file_ << (hierarchical ? 1 : 0) << ",0," << (cacheEnabled_ ? 1 : 0) << "," << p.cycleTimeMs << ","
+        << static_cast<double>(p.fusionThresholdBytes) / kMiB << "," << p.allreduceHdMinBytes << ","
+        << p.allreduceRingMinBytes << "," << std::llround(score) << std::endl;
+}
+
+bool hierarchicalAllreduceUsed(const ops::AlgorithmConfig& cfg, const ops::HostLayout* layout) {
+  return layout != nullptr &&
+         ops::useHierarchical(cfg, *layout, std::numeric_limits<size_t>::max());
+}
+
+bool applyTuningParams(const TuningParams& p, Config* config) {
+  config->fusionThresholdBytes = p.fusionThresholdBytes;
+  config->cycleTimeMs = p.cycleTimeMs;
+  ops::AlgorithmConfig& a = config->algorithms;
+  a.allreduceCrossovers.hdMinBytes = static_cast<size_t>(p.allreduceHdMinBytes);
+  a.allreduceCrossovers.ringMinBytes = static_cast<size_t>(p.allreduceRingMinBytes);
+  const bool changed = a.hierarchicalAllreduce != p.hierarchicalAllreduce;
+  a.hierarchicalAllreduce = p.hierarchicalAllreduce;
+  return changed;
 }
 
 }  // namespace kolo

@@ -59,7 +59,13 @@ Coordinator::Coordinator(Deps deps)
   if (d_.rank == 0 && d_.config.autotune.enabled) {
     const bool crossoversUsed =
         d_.global == nullptr || ops::allreduceCrossoversUsed(*d_.global, d_.config.algorithms);
-    autotune_ = std::make_unique<Autotuner>(d_.config, d_.size, d_.log, crossoversUsed);
+    // Hierarchical allreduce is searched where it chooses something for the global set.
+    ProcessSet world;
+    const ops::HostLayout* layout =
+        d_.sets != nullptr && d_.sets->get(0, &world) ? hierarchy_.layout(world) : nullptr;
+    const bool hierarchicalUsed = hierarchicalAllreduceUsed(d_.config.algorithms, layout);
+    autotune_ =
+        std::make_unique<Autotuner>(d_.config, d_.size, d_.log, crossoversUsed, hierarchicalUsed);
     Status s = autotune_->open();
     if (!s.isOk()) d_.log->warn("autotune runs without a log: {}", s.message());
   }
@@ -625,16 +631,17 @@ void Coordinator::updateCache(const std::vector<Response>& fromNegotiation) {
 }
 
 void Coordinator::applyTuning(const TuningParams& p) {
-  d_.config.fusionThresholdBytes = p.fusionThresholdBytes;
-  d_.config.cycleTimeMs = p.cycleTimeMs;
-  d_.config.algorithms.allreduceCrossovers.hdMinBytes = static_cast<size_t>(p.allreduceHdMinBytes);
-  d_.config.algorithms.allreduceCrossovers.ringMinBytes =
-      static_cast<size_t>(p.allreduceRingMinBytes);
+  // Every rank, this same round, before executing it: the batches of this round on take the new
+  // values everywhere. A changed hierarchical setting moves the piggyback rule (which small
+  // cached allreduces ride in the control round), so the next round plans again, on every rank.
+  // The host groups (hierarchy_) stay: built at a set's first hierarchical allreduce, kept.
+  if (applyTuningParams(p, &d_.config)) piggyPlanned_ = false;
   d_.log->info(
       "autotune: round {} applies fusion threshold {} B, cycle time {} ms, allreduce "
-      "halving-doubling from {} B, ring from {} B ({})",
+      "halving-doubling from {} B, ring from {} B, hierarchical allreduce {} ({})",
       rounds_, p.fusionThresholdBytes, p.cycleTimeMs, p.allreduceHdMinBytes,
-      p.allreduceRingMinBytes, p.active ? "searching" : "fixed");
+      p.allreduceRingMinBytes, ops::toString(p.hierarchicalAllreduce),
+      p.active ? "searching" : "fixed");
   if (autotune_) autotune_->applied(Clock::now());
 }
 

@@ -153,8 +153,8 @@ class Coordinator {
   void completeEntry(const OpKey& key, const Status& s);
   // Whether a global-set allreduce of `bytes` may ride in the control round (core/piggyback.h):
   // the global transport is not shared memory (null rule: none may) and the data path would not
-  // be hierarchical. Neither changes while the runtime lives (autotune moves only the fusion
-  // threshold, the cycle time and the crossovers), so it is taken once.
+  // be hierarchical. Taken once, and again after autotune switched hierarchical allreduce
+  // (applyTuning; the same round on every rank).
   std::function<bool(size_t)> piggybackRule();
   // Completes the carried op of cache slot `bit` from the reduced control buffer.
   void deliverPiggyback(uint32_t bit, const std::vector<uint8_t>& control);

@@ -329,6 +329,7 @@ std::vector<uint8_t> encode(const ResponseList& list) {
     w.i64(list.tuning.allreduceHdMinBytes);
     w.i64(list.tuning.allreduceRingMinBytes);
     w.boolean(list.tuning.active);
+    w.i32(static_cast<int32_t>(list.tuning.hierarchicalAllreduce));
   }
   return w.take();
 }
@@ -369,6 +370,12 @@ Status decode(const uint8_t* data, size_t n, ResponseList* out, int32_t fromRank
     list.tuning.allreduceHdMinBytes = rd.i64("tuning halving-doubling crossover");
     list.tuning.allreduceRingMinBytes = rd.i64("tuning ring crossover");
     list.tuning.active = rd.boolean("tuning active flag");
+    const int32_t hierarchical = rd.i32("tuning hierarchical allreduce");
+    if (rd.ok() && (hierarchical < static_cast<int32_t>(ops::Hierarchical::kAuto) ||
+                    hierarchical > static_cast<int32_t>(ops::Hierarchical::kOff))) {
+      rd.fail("bad tuning hierarchical allreduce " + std::to_string(hierarchical));
+    }
+    if (rd.ok()) list.tuning.hierarchicalAllreduce = static_cast<ops::Hierarchical>(hierarchical);
     const TuningParams& t = list.tuning;
     if (rd.ok() && (t.fusionThresholdBytes < 0 || !std::isfinite(t.cycleTimeMs) ||
                     t.cycleTimeMs < 0 || t.allreduceHdMinBytes < 0 ||

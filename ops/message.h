@@ -12,7 +12,7 @@
 // allocation), every enum against its known values, and rejects trailing bytes. It checks
 // structure only: value ranges (negative dims, ranks outside a set) are the Negotiator's job.
 // A response list ends with a bool "has tuning" and, when 1, the TuningParams (int64, f64,
-// int64, int64, bool).
+// int64, int64, bool, then the hierarchical setting as an enum).
 #pragma once
 
 #include <cstddef>
@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/algorithm.h"
 #include "base/status.h"
 #include "base/types.h"
 
@@ -123,10 +124,14 @@ struct TuningParams {
   int64_t allreduceHdMinBytes = 0;  // ops::AllreduceCrossovers
   int64_t allreduceRingMinBytes = 0;
   bool active = false;  // false: the search is over, these are the fixed values
+  // AlgorithmConfig::hierarchicalAllreduce (host tensors): kAuto (hierarchical where the set's
+  // hosts allow it) or kOff (flat) while it is tuned; otherwise the configured value.
+  ops::Hierarchical hierarchicalAllreduce = ops::Hierarchical::kAuto;
   bool operator==(const TuningParams& o) const {
     return fusionThresholdBytes == o.fusionThresholdBytes && cycleTimeMs == o.cycleTimeMs &&
            allreduceHdMinBytes == o.allreduceHdMinBytes &&
-           allreduceRingMinBytes == o.allreduceRingMinBytes && active == o.active;
+           allreduceRingMinBytes == o.allreduceRingMinBytes && active == o.active &&
+           hierarchicalAllreduce == o.hierarchicalAllreduce;
   }
 };
 

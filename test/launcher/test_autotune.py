@@ -1,12 +1,16 @@
 """Autotune end to end: kolorun --autotune on 2 ranks (Gloo mode and --mpi) running a loop of
-allreduces.
+allreduces, and on 4 ranks faked as 2 hosts x 2 (test/mp/fake_hosts.sh), where hierarchical
+allreduce is tuned too.
 
 With a small sample budget the job must write the CSV log (Horovod's header plus kolo's
 crossover columns, one line per scored sample, the best last), the samples must try different
 parameters, every rank must apply each new parameter set in the same round (the coordinator
 logs "autotune: round R applies ..." at info level on every rank; checked in Gloo mode, where
 kolorun keeps each rank's lines whole), nothing may change after the best set is fixed, and
-every allreduce result stays exact throughout (each rank checks its sums).
+every allreduce result stays exact throughout (each rank checks its sums). On one host
+hierarchical allreduce is not tuned (its column keeps the configured value); on the fake hosts
+the search tries hierarchical (the start, auto) and then flat (off) before anything else, the
+hierarchical_allreduce column shows 1 and 0, and every rank switches in the same round.
 """
 
 import os
@@ -49,7 +53,19 @@ open("%s/done.%d" % (sys.argv[1], r), "w").close()
 
 APPLY = re.compile(r"\[kolo rank (\d)\] info: autotune: round (\d+) applies fusion threshold "
                    r"(\d+) B, cycle time ([0-9.e+-]+) ms, allreduce halving-doubling from (\d+) "
-                   r"B, ring from (\d+) B \((searching|fixed)\)")
+                   r"B, ring from (\d+) B, hierarchical allreduce (auto|on|off) "
+                   r"\((searching|fixed)\)")
+FAKE_HOSTS = os.path.join(REPO, "test", "mp", "fake_hosts.sh")
+
+
+def applied_sets(stderr, ranks):
+    """{rank: [(round, fusion, cycle, hd, ring, hierarchical, state), ...]} from the info lines."""
+    applied = {rank: [] for rank in range(ranks)}
+    for line in stderr.splitlines():
+        m = APPLY.search(line)
+        if m:
+            applied[int(m.group(1))].append(m.groups()[1:])
+    return applied
 
 
 @pytest.mark.parametrize("mode", ["gloo", "mpi"])
@@ -75,6 +91,7 @@ def test_autotune_searches_then_fixes_the_best_on_every_rank(mode, tmp_path):
     assert len(rows) == 4 + 1, lines  # 4 samples, then the best
     assert all(len(row) == 8 for row in rows), lines
     samples, best = rows[:-1], rows[-1]
+    assert all(row[0] == "0" for row in rows), lines  # one host: not tuned, as configured
     params = [tuple(row[3:7]) for row in samples]
     assert len(set(params)) == 4, lines  # every sample tried another point
     scores = [float(row[7]) for row in samples]
@@ -86,14 +103,11 @@ def test_autotune_searches_then_fixes_the_best_on_every_rank(mode, tmp_path):
         return  # mpirun may cut a line of one rank's output in two: the rest reads the logs
 
     # Every rank applies the same sets in the same rounds: 3 new points, then the fixed best.
-    applied = {0: [], 1: []}
-    for line in r.stderr.splitlines():
-        m = APPLY.search(line)
-        if m:
-            applied[int(m.group(1))].append(m.groups()[1:])
+    applied = applied_sets(r.stderr, 2)
     assert applied[0] == applied[1], r.stderr
     sets = applied[0]
     assert [s[-1] for s in sets] == ["searching"] * 3 + ["fixed"], r.stderr
+    assert all(s[5] == "auto" for s in sets), r.stderr
     rounds = [int(s[0]) for s in sets]
     assert rounds == sorted(rounds) and len(set(rounds)) == 4
     # The points applied while searching are the ones samples 2..4 measured, in order; the fixed
@@ -109,3 +123,45 @@ def test_autotune_searches_then_fixes_the_best_on_every_rank(mode, tmp_path):
     assert float(cycle) == float(best[3]) and int(fusion) == float(best[4]) * mib
     assert (hd, ring) == (best[5], best[6])
     assert "autotune: best after 4 samples" in r.stderr
+
+
+def test_autotune_tries_hierarchical_and_flat_on_two_hosts(tmp_path):
+    """2 hosts x 2 ranks (fake): hierarchical allreduce is a choice, so the search tries it."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    log = tmp_path / "autotune.csv"
+    env = base_env(KOLO_LIBRARY=LIBKOLO)
+    env["PYTHONPATH"] = os.path.join(REPO, "bindings", "python")
+    r = kolorun(["--gloo", "-np", "4", "--autotune", "--autotune-log-file", str(log),
+                 "--autotune-warmup-samples", "1", "--autotune-steps-per-sample", "2",
+                 "--autotune-bayes-opt-max-samples", "3", "--log-level", "info",
+                 FAKE_HOSTS, "2", PY, str(script), str(tmp_path)], env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in range(4):
+        assert (tmp_path / ("done.%d" % rank)).exists(), r.stdout + r.stderr
+    assert "autotune: hierarchical allreduce is tuned too" in r.stderr, r.stderr
+
+    lines = log.read_text().splitlines()
+    assert lines[0] == HEADER
+    rows = [line.split(",") for line in lines[1:]]
+    assert len(rows) == 3 + 1 and all(len(row) == 8 for row in rows), lines
+    samples, best = rows[:-1], rows[-1]
+    # The start is hierarchical (auto); the first point polled is flat with nothing else moved.
+    assert samples[0][0] == "1" and samples[1][0] == "0", lines
+    assert samples[1][1:7] == samples[0][1:7], lines
+    scores = [float(row[7]) for row in samples]
+    assert all(s > 0 for s in scores), lines
+    assert best[:7] == samples[scores.index(max(scores))][:7], lines
+    assert float(best[7]) == max(scores), lines
+
+    # Every rank applies the same sets in the same rounds: 2 new points, then the fixed best,
+    # each with the hierarchical value its log line shows (auto = 1, off = 0).
+    applied = applied_sets(r.stderr, 4)
+    assert applied[0] and all(applied[rank] == applied[0] for rank in range(4)), r.stderr
+    sets = applied[0]
+    assert [s[-1] for s in sets] == ["searching"] * 2 + ["fixed"], r.stderr
+    rounds = [int(s[0]) for s in sets]
+    assert rounds == sorted(rounds) and len(set(rounds)) == 3, r.stderr
+    column = {"auto": "1", "off": "0"}
+    assert [column[s[5]] for s in sets] == [row[0] for row in samples[1:] + [best]], (sets, rows)
+    assert "autotune: best after 3 samples" in r.stderr

@@ -1,11 +1,14 @@
 // The autotuner without threads (core/autotune.h): the compass search on synthetic scores
 // converges to the best point and fixes it after its budget, never moves a fixed knob; the
 // Autotuner discards warm-up samples, logs one CSV line per scored sample plus the best, and
-// stops proposing once fixed; the response list carries the parameters; Config reads the knobs.
+// stops proposing once fixed; hierarchical allreduce is searched only where the hosts make it a
+// choice and the user left it auto, and applying a set switches the config; the response list
+// carries the parameters; Config reads the knobs.
 #include "core/autotune.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
@@ -16,8 +19,9 @@
 #include <sstream>
 
 #include "base/config.h"
-#include "ops/message.h"
 #include "ops/collectives.h"
+#include "ops/hierarchical.h"
+#include "ops/message.h"
 
 using namespace kolo;
 
@@ -138,7 +142,8 @@ struct Driver {
   Clock::time_point t = Clock::now();
   std::vector<TuningParams> applied;
 
-  Driver(const Config& c, int ranks) : tuner(c, ranks, nullptr) {
+  Driver(const Config& c, int ranks, bool hierarchicalUsed = false)
+      : tuner(c, ranks, nullptr, true, hierarchicalUsed) {
     now = tuner.paramsAt(tuner.search().current(), true);
   }
   void round(double throughput, double bytes) {
@@ -369,18 +374,215 @@ TEST_CASE("an explicitly set knob is fixed; nothing tunable means no tuning") {
   CHECK(s.message().find("KOLO_AUTOTUNE_STEPS_PER_SAMPLE='0'") != std::string::npos);
 }
 
+namespace {
+
+// The layout of the global set of ranks on these hosts (rank 0's view), as the coordinator
+// computes it; null when the host names are unknown (empty).
+bool hierarchicalUsedOn(const std::vector<std::string>& hostOfRank,
+                        const ops::AlgorithmConfig& cfg = {}) {
+  ops::HierarchyCache cache(hostOfRank, false);
+  ProcessSet world;
+  for (size_t r = 0; r < std::max<size_t>(hostOfRank.size(), 4); ++r) {
+    world.ranks.push_back(static_cast<int32_t>(r));
+  }
+  world.myIndex = 0;
+  return hierarchicalAllreduceUsed(cfg, cache.layout(world));
+}
+
+Config configFrom(const std::map<std::string, std::string>& env) {
+  auto get = [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  Config c;
+  REQUIRE(Config::fromEnvironment(&c, get).isOk());
+  return c;
+}
+
+// Drives `drv` until its set is fixed and applied; returns the sets applied.
+template <typename Throughput>
+std::vector<TuningParams> tuneToEnd(Driver& drv, Throughput throughput) {
+  drv.round(1e9, 1000);
+  for (int i = 0; i < 20000 && drv.tuner.active(); ++i) drv.round(throughput(drv.now), 1000);
+  drv.round(throughput(drv.now), 1000);  // applies the fixed set
+  REQUIRE_FALSE(drv.tuner.active());
+  return drv.applied;
+}
+
+}  // namespace
+
+TEST_CASE("autotune searches hierarchical allreduce only where the hosts allow it and it is auto") {
+  // The topology rule (ops::useHierarchical for some size): several hosts, each with the same
+  // number > 1 of the set's ranks, and KOLO_ALLREDUCE_ALGORITHM auto.
+  CHECK(hierarchicalUsedOn({"a", "a", "b", "b"}));
+  CHECK(hierarchicalUsedOn({"a", "a", "b", "b", "c", "c"}));
+  CHECK_FALSE(hierarchicalUsedOn({"a", "a", "a", "a"}));  // one host (shared memory)
+  CHECK_FALSE(hierarchicalUsedOn({"a", "b", "c", "d"}));  // one rank per host
+  CHECK_FALSE(hierarchicalUsedOn({"a", "a", "a", "b"}));  // uneven: 3 + 1
+  CHECK_FALSE(hierarchicalUsedOn({}));                    // host names unknown
+  ops::AlgorithmConfig named;
+  named.allreduce = ops::Algorithm::kRing;  // "the ring over the whole set": flat
+  CHECK_FALSE(hierarchicalUsedOn({"a", "a", "b", "b"}, named));
+  CHECK(hierarchicalUsedOn({"a", "a", "b", "b"},
+                           configFrom({{"KOLO_ALLREDUCE_ALGORITHM", "auto"}}).algorithms));
+  CHECK_FALSE(hierarchicalUsedOn({"a", "a", "b", "b"},
+                                 configFrom({{"KOLO_ALLREDUCE_ALGORITHM", "ring"}}).algorithms));
+
+  // Unset or auto, on such a topology: searched, starting at auto (hierarchical).
+  for (const char* value : {"", "auto"}) {
+    std::map<std::string, std::string> env = {{"KOLO_AUTOTUNE", "1"}};
+    if (*value != '\0') env["KOLO_HIERARCHICAL_ALLREDUCE"] = value;
+    const Config c = configFrom(env);
+    Autotuner t(c, 4, nullptr, true, true);
+    CHECK(t.tunesHierarchical());
+    CHECK(t.active());
+    CHECK(t.paramsAt(t.search().current(), true).hierarchicalAllreduce == ops::Hierarchical::kAuto);
+    Autotuner flatTopology(c, 4, nullptr, true, false);
+    CHECK_FALSE(flatTopology.tunesHierarchical());
+  }
+  // Set by the user: never searched; every set carries the configured value.
+  for (const auto& [value, want] : {std::make_pair("1", ops::Hierarchical::kOn),
+                                    std::make_pair("0", ops::Hierarchical::kOff)}) {
+    const Config c = configFrom({{"KOLO_AUTOTUNE", "1"}, {"KOLO_HIERARCHICAL_ALLREDUCE", value}});
+    Driver drv(c, 4, true);
+    CHECK_FALSE(drv.tuner.tunesHierarchical());
+    for (const TuningParams& p : tuneToEnd(drv, throughputOf)) {
+      CHECK(p.hierarchicalAllreduce == want);
+    }
+  }
+  // Only hierarchical allreduce left free, but the topology has no hierarchy: nothing to tune.
+  Config fixedRest = configFrom({{"KOLO_AUTOTUNE", "1"},
+                                 {"KOLO_FUSION_THRESHOLD", "1048576"},
+                                 {"KOLO_CYCLE_TIME", "2"},
+                                 {"KOLO_ALLREDUCE_ALGORITHM", "ring"}});
+  CHECK_FALSE(Autotuner(fixedRest, 4, nullptr, false, false).active());
+  fixedRest.algorithms.allreduce = ops::Algorithm::kAuto;
+  CHECK(Autotuner(fixedRest, 4, nullptr, false, true).active());
+  CHECK_FALSE(Autotuner(fixedRest, 4, nullptr, false, false).active());
+
+  // Not searched: every point the search visits keeps the configured auto.
+  Driver untuned(tuningConfig(0, 1, 20), 4, false);
+  for (const TuningParams& p : tuneToEnd(untuned, throughputOf)) {
+    CHECK(p.hierarchicalAllreduce == ops::Hierarchical::kAuto);
+  }
+}
+
+TEST_CASE("autotune tries flat right after hierarchical, logs both and keeps the better") {
+  char path[] = "/tmp/kolo_autotune_test_XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  // Everything else set: the search is hierarchical vs flat alone, two samples.
+  Config c = tuningConfig(0, 1, 20);
+  c.autotune.logPath = path;
+  c.autotune.fusionThresholdSet = c.autotune.cycleTimeSet = true;
+  c.autotune.hdMinSet = c.autotune.ringMinSet = true;
+  for (bool flatWins : {true, false}) {
+    INFO("flat wins: " << flatWins);
+    Driver drv(c, 4, true);
+    REQUIRE(drv.tuner.open().isOk());
+    auto throughput = [flatWins](const TuningParams& p) {
+      const bool flat = p.hierarchicalAllreduce == ops::Hierarchical::kOff;
+      return flat == flatWins ? 2e9 : 1e9;
+    };
+    const std::vector<TuningParams> applied = tuneToEnd(drv, throughput);
+    CHECK(drv.tuner.scoredSamples() == 2);
+    REQUIRE(applied.size() == 2);
+    CHECK(applied[0].hierarchicalAllreduce == ops::Hierarchical::kOff);
+    CHECK(applied[0].active);
+    CHECK(applied[1].hierarchicalAllreduce ==
+          (flatWins ? ops::Hierarchical::kOff : ops::Hierarchical::kAuto));
+    CHECK_FALSE(applied[1].active);
+    auto log = lines(path);
+    REQUIRE(log.size() == 1 + 2 + 1);
+    CHECK(log[0] == Autotuner::kCsvHeader);
+    CHECK(split(log[1])[0] == "1");  // the start: hierarchical
+    CHECK(split(log[2])[0] == "0");  // flat
+    CHECK(split(log[3])[0] == (flatWins ? "0" : "1"));
+    for (size_t i = 1; i < log.size(); ++i) CHECK(split(log[i]).size() == 8);
+  }
+  std::remove(path);
+
+  // Every knob free: hierarchical is polled first (the first new point is flat, all else as
+  // configured), and the search still finds the best of the others.
+  Driver all(tuningConfig(0, 1, 60), 4, true);
+  const TuningParams start = all.now;
+  auto throughput = [](const TuningParams& p) {
+    return throughputOf(p) * (p.hierarchicalAllreduce == ops::Hierarchical::kOff ? 1.5 : 1);
+  };
+  const std::vector<TuningParams> applied = tuneToEnd(all, throughput);
+  REQUIRE(applied.size() > 2);
+  TuningParams firstNew = applied[0];
+  CHECK(firstNew.hierarchicalAllreduce == ops::Hierarchical::kOff);
+  firstNew.hierarchicalAllreduce = start.hierarchicalAllreduce;
+  CHECK(firstNew == start);
+  const TuningParams& best = applied.back();
+  CHECK(best.hierarchicalAllreduce == ops::Hierarchical::kOff);
+  CHECK(best.fusionThresholdBytes == 8 << 20);
+  CHECK(best.cycleTimeMs == 5);
+}
+
+TEST_CASE("applying autotune parameters switches the config, hierarchical allreduce included") {
+  Config c;
+  TuningParams p{1 << 20, 2.5, 4096, 262144, true};
+  p.hierarchicalAllreduce = ops::Hierarchical::kOff;
+  CHECK(applyTuningParams(p, &c));  // auto -> off: changed
+  CHECK(c.fusionThresholdBytes == 1 << 20);
+  CHECK(c.cycleTimeMs == 2.5);
+  CHECK(c.algorithms.allreduceCrossovers.hdMinBytes == 4096);
+  CHECK(c.algorithms.allreduceCrossovers.ringMinBytes == 262144);
+  CHECK(c.algorithms.hierarchicalAllreduce == ops::Hierarchical::kOff);
+  CHECK_FALSE(c.hierarchicalAllreduce);  // CUDA tensors' setting: not the autotuner's
+  // What the executors decide from it: 2 hosts x 2 ranks now run flat, then hierarchical again.
+  ops::HierarchyCache cache({"a", "a", "b", "b"}, false);
+  ProcessSet world;
+  world.ranks = {0, 1, 2, 3};
+  world.myIndex = 0;
+  const ops::HostLayout* layout = cache.layout(world);
+  REQUIRE(layout != nullptr);
+  CHECK_FALSE(ops::useHierarchical(c.algorithms, *layout, 1 << 20));
+  p.cycleTimeMs = 5;
+  CHECK_FALSE(applyTuningParams(p, &c));  // the hierarchical setting did not change
+  CHECK(c.cycleTimeMs == 5);
+  p.hierarchicalAllreduce = ops::Hierarchical::kAuto;
+  CHECK(applyTuningParams(p, &c));
+  CHECK(c.algorithms.hierarchicalAllreduce == ops::Hierarchical::kAuto);
+  CHECK(ops::useHierarchical(c.algorithms, *layout, 1 << 20));
+}
+
 TEST_CASE("the response list carries tuning parameters; the crossovers default to the table") {
   ResponseList in;
   in.responses.push_back(Response{});
   in.hasTuning = true;
   in.tuning = {8 << 20, 2.5, 65536, 8 << 20, true};
+  in.tuning.hierarchicalAllreduce = ops::Hierarchical::kOff;
   auto bytes = encode(in);
   ResponseList out;
   REQUIRE(decode(bytes.data(), bytes.size(), &out).isOk());
   CHECK(out.hasTuning);
   CHECK(out.tuning == in.tuning);
+  CHECK(out.tuning.hierarchicalAllreduce == ops::Hierarchical::kOff);
   CHECK(out.responses.size() == 1);
+  for (ops::Hierarchical h :
+       {ops::Hierarchical::kAuto, ops::Hierarchical::kOn, ops::Hierarchical::kOff}) {
+    in.tuning.hierarchicalAllreduce = h;
+    auto b = encode(in);
+    REQUIRE(decode(b.data(), b.size(), &out).isOk());
+    CHECK(out.tuning == in.tuning);
+  }
+  // The hierarchical setting is the last field, an int32 enum: unknown values are refused.
+  std::vector<uint8_t> bad = bytes;
+  bad[bad.size() - 4] = 3;
+  auto error = [&out](const std::vector<uint8_t>& b) {
+    return decode(b.data(), b.size(), &out).message();
+  };
+  CHECK(error(bad).find("bad tuning hierarchical allreduce 3") != std::string::npos);
+  std::fill(bad.end() - 4, bad.end(), uint8_t{0xff});  // -1
+  CHECK(error(bad).find("bad tuning hierarchical allreduce -1") != std::string::npos);
   bytes.pop_back();
+  CHECK(decode(bytes.data(), bytes.size(), &out).message().find("tuning hierarchical allreduce") !=
+        std::string::npos);
+  bytes.resize(bytes.size() - 4);
   CHECK(decode(bytes.data(), bytes.size(), &out).message().find("tuning active flag") !=
         std::string::npos);
   ResponseList plain;
