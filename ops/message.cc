@@ -26,7 +26,7 @@ namespace {
 // nonsense.
 constexpr uint8_t kRequestMagic[4] = {'K', 'O', 'L', 'Q'};
 constexpr uint8_t kResponseMagic[4] = {'K', 'O', 'L', 'R'};
-constexpr uint8_t kVersion = 2;  // 2: Request.refusal
+constexpr uint8_t kVersion = 3;  // 2: Request.refusal; 3: TuningParams.hierarchicalAllreduce
 
 // Smallest possible encodings (every vector and string empty). Used to cap list counts by the
 // remaining bytes before reserving memory.

@@ -184,7 +184,7 @@ TEST_CASE("the encoding is little-endian with magic and version up front") {
   auto b = encode(in);
   REQUIRE(b.size() == 4 + 1 + 4 + 1 + 4);
   CHECK(std::string(b.begin(), b.begin() + 4) == "KOLQ");
-  CHECK(b[4] == 2);  // version 2: a request carries its refusal
+  CHECK(b[4] == 3);  // version 3: tuning carries the hierarchical choice (2: a request refusal)
   CHECK(b[5] == 0x04);
   CHECK(b[8] == 0x01);
   ResponseList rs;
