@@ -14,7 +14,8 @@
 
 namespace kolo::ops {
 
-// kRing is each collective's bandwidth-optimal form (for broadcast: the pipelined chain). The
+// kRing is each collective's bandwidth-optimal form (for broadcast: the pipelined chain; auto's
+// large broadcasts from 8 ranks take scatter-allgather, ops/broadcast.cc). The
 // latency-optimal ones: kRecursiveDoubling and kHalvingDoubling (allreduce), kTree (broadcast),
 // kBruck (allgather). A value that has no form for a collective (kBruck for an allreduce) is
 // treated as kAuto by the entry points below.

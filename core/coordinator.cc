@@ -491,7 +491,8 @@ Status Coordinator::exchangeCacheView(std::vector<uint8_t>* view) {
   // out waiting for receive from rank 2"), which is the first thing a user needs when a job dies
   // (a transport's native collective, Gloo's, reports only a socket address). They are the
   // latency-optimal ones (ops::controlAllreduce: recursive doubling; ops::controlBroadcast: a
-  // binomial tree), so a round costs ceil(log2 N) message latencies rather than the ring's 2 (N-1).
+  // binomial tree, scatter-allgather for a list of 64 KiB or more from 4 ranks), so a round costs
+  // O(log2 N) message latencies rather than the ring's 2 (N-1).
   if (piggy_.payloadBytes() == 0) {
     return ops::controlAllreduce(*d_.global, view->data(), view->size(), DataType::kUInt8,
                                  ReduceOp::kMin);
