@@ -17,6 +17,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
 
 #include "base/config.h"
 #include "ops/collectives.h"
@@ -181,13 +182,24 @@ Config tuningConfig(int warmupSamples, int stepsPerSample, int maxSamples) {
   return c;
 }
 
+// A fresh, empty file for an autotune log, removed when the test ends (also when it fails).
+struct TempLog {
+  std::string path;
+  TempLog() {
+    char name[] = "/tmp/kolo_autotune_test_XXXXXX";
+    const int fd = mkstemp(name);
+    REQUIRE(fd >= 0);
+    close(fd);
+    path = name;
+  }
+  ~TempLog() { std::remove(path.c_str()); }
+};
+
 }  // namespace
 
 TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes the best") {
-  char path[] = "/tmp/kolo_autotune_test_XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
+  const TempLog temp;
+  const std::string& path = temp.path;
   Config c = tuningConfig(2, 3, 8);
   c.autotune.logPath = path;
   c.autotune.hdMinSet = true;  // as if KOLO_ALLREDUCE_HD_MIN_BYTES were set
@@ -222,7 +234,6 @@ TEST_CASE("the autotuner discards warm-up samples, logs each sample and fixes th
   CHECK(drv.applied.back() == fixed);
 
   auto log = lines(path);
-  std::remove(path);
   REQUIRE(log.size() == 1 + 8 + 1);  // header, 8 samples, the best
   CHECK(log[0] == Autotuner::kCsvHeader);
   double best = 0;
@@ -468,10 +479,8 @@ TEST_CASE("autotune searches hierarchical allreduce only where the hosts allow i
 }
 
 TEST_CASE("autotune tries flat right after hierarchical, logs both and keeps the better") {
-  char path[] = "/tmp/kolo_autotune_test_XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
+  const TempLog temp;
+  const std::string& path = temp.path;
   // Everything else set: the search is hierarchical vs flat alone, two samples.
   Config c = tuningConfig(0, 1, 20);
   c.autotune.logPath = path;
@@ -501,7 +510,6 @@ TEST_CASE("autotune tries flat right after hierarchical, logs both and keeps the
     CHECK(split(log[3])[0] == (flatWins ? "0" : "1"));
     for (size_t i = 1; i < log.size(); ++i) CHECK(split(log[i]).size() == 8);
   }
-  std::remove(path);
 
   // Every knob free: hierarchical is polled first (the first new point is flat, all else as
   // configured), and the search still finds the best of the others.
