@@ -6,12 +6,5 @@
 if(KOLO_HAVE_GLOO)
   add_executable(kolo_mp_reinit_test reinit_mp_test.cc)
   target_link_libraries(kolo_mp_reinit_test PRIVATE kolo kolo_test_support)
-  foreach(store file tcp)
-    foreach(shm on off)
-      add_test(NAME kolo_mp_reinit_${store}_shm_${shm}
-        COMMAND $<TARGET_FILE:kolo_mp_reinit_test> ${store} ${shm})
-      set_tests_properties(kolo_mp_reinit_${store}_shm_${shm} PROPERTIES LABELS "mp"
-        TIMEOUT 150 ENVIRONMENT "KOLO_TIMEOUT_SECONDS=30")
-    endforeach()
-  endforeach()
+  kolo_forked_mp_tests(reinit kolo_mp_reinit_test)
 endif()

@@ -7,14 +7,7 @@
 add_executable(kolo_mp_settings_test settings_mp_test.cc)
 target_link_libraries(kolo_mp_settings_test PRIVATE kolo kolo_test_support)
 if(KOLO_HAVE_GLOO)
-  foreach(store file tcp)
-    foreach(shm on off)
-      add_test(NAME kolo_mp_settings_${store}_shm_${shm}
-        COMMAND $<TARGET_FILE:kolo_mp_settings_test> ${store} ${shm})
-      set_tests_properties(kolo_mp_settings_${store}_shm_${shm} PROPERTIES LABELS "mp"
-        TIMEOUT 150 ENVIRONMENT "KOLO_TIMEOUT_SECONDS=30")
-    endforeach()
-  endforeach()
+  kolo_forked_mp_tests(settings kolo_mp_settings_test)
 endif()
 if(KOLO_HAVE_MPI AND MPIEXEC_EXECUTABLE)
   foreach(shm on off)
