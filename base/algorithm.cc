@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Names of the algorithm values (base/algorithm.h).
 #include "base/algorithm.h"
 

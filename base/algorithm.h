@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The names of kolo's collective algorithms and the per-collective choice (AlgorithmConfig) that
 // Config carries (KOLO_<OP>_ALGORITHM, the allreduce crossovers, KOLO_HIERARCHICAL_ALLREDUCE).
 //

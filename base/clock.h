@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one clock of kolo and the deadline type every blocking call takes.
 //
 // Ownership: none (type aliases, msUntil, clampTimeout, deadlineAfter). Threading: steady_clock

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Config: every KOLO_* knob, read once from the environment, validated and printable.
 // Each KOLO_X is also accepted as HOROVOD_X (KOLO_ wins when both are set), so Horovod job
 // scripts keep working. A bad value is an init error naming the variable and the value.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Little-endian integers in byte buffers, the one codec of kolo's wire formats (the op codec in
 // ops/message.cc, the rendezvous store's protocol, the tcp transport's message headers): explicit
 // shifts rather than a memcpy of host integers, so the bytes are the same on any host.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging: one spdlog logger per Runtime, its lines prefixed with the rank ("[kolo rank 3]").
 // Level from KOLO_LOG_LEVEL (trace|debug|info|warning|error|fatal|off). Output to stderr.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status: the one error type of kolo. Every fallible function returns a [[nodiscard]] Status;
 // ErrorCode maps 1:1 to the C API's kolo_status_t values and to Python exceptions.
 #pragma once

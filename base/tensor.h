@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorView: a non-owning view of a dense, contiguous tensor. The caller keeps the memory alive
 // until the op that uses it completes.
 #pragma once

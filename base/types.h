@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Data types, reduction ops and op types. Values are part of the C ABI (kolo.h); append only.
 #pragma once
 

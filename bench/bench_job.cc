@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Mirrors Runtime::create's launch path (config -> launcher variables -> store -> hostnames ->
 // createTransport) without starting a coordinator: the benchmarks drive the transport from the
 // main thread, the way the coordinator thread does inside the runtime.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Joining the multi-process job a benchmark was started in, without the runtime: the same
 // Config, launcher detection and transport factory (bootstrap/registry.h) the runtime uses, so
 // the benchmarks measure the transports exactly as kolo creates them.

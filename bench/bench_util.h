@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small command-line helpers shared by kolo-bench and kolo-runtime-bench. Pure functions.
 #pragma once
 

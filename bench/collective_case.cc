@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Each case keeps its data where the collective leaves it during the timed loop (allreduce and
 // broadcast are in place, so repeated sums grow; the patterns are chosen so products stay +-1
 // and integer sums wrap harmlessly). Only the check run starts again from the pattern, with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One benchmark case of kolo-bench: a collective at one size, dtype and reduction, run through
 // ops/collectives.h with the algorithm forced to kolo's own (ring / p2p) or the transport's
 // native one, plus the deterministic fill and the wrong-element check of bench/pattern.h.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Alpha-beta cost model of kolo's coordinator round and small-op latency, fitted to the
 measurements of bench/scaling.py (its scaling.csv), and its prediction at large rank counts on
 a cluster with a core per rank, for the old round (ring), the new one (recursive doubling +

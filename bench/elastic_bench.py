@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training's two costs at 4 ranks on this machine (issue 14, "Measured"), from the
 timestamped lines of examples/elastic_train.py under kolorun's elastic mode:
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gloo's ring and halving-doubling allreduce, called directly (see gloo_algorithms.h).
 //
 // The context: connected with the Gloo transport's own rendezvous (gloo_detail::connectGroup,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Gloo's own allreduce algorithms, called directly, as a baseline of kolo-runtime-bench: Gloo's
 // ring (gloo::allreduce with AllreduceOptions::RING, what kolo's Gloo transport runs as its
 // native allreduce) and Gloo's halving-doubling (gloo::AllreduceHalvingDoubling, the algorithm

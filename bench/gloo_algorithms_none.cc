@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gloo_algorithms.h for a build without Gloo (bench/CMakeLists.txt picks this file then).
 #include "bench/gloo_algorithms.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-gpu-bench: allreduce of CUDA tensors through the runtime (C API, the NCCL device path)
 // against ncclAllReduce called directly on a communicator this program makes itself, in the
 // same job, one GPU per process (device = local rank):

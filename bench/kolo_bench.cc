@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-bench: an nccl-tests-style sweep of kolo's collectives over one transport, run as a
 // multi-process job. For every collective x dtype x redop x size it runs kolo's own algorithm
 // (ring / p2p over the transport's point-to-point API) and the transport's native collective

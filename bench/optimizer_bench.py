@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Per-step cost of kolo.torch.DistributedOptimizer against torch's DistributedDataParallel
 (Gloo) and against no communication at all, in the same job on the same model.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The patterns are integers so that the expected result can be computed exactly in int64 (with
 // unsigned wrap-around for sums and products, which is what the integer dtypes do modulo
 // 2^bits once truncated) and then encoded once, bitwise-comparable with what the collective

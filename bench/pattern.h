@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deterministic input patterns for the benchmarks, and the exact result each collective must
 // produce from them, so a benchmark can count wrong elements after its timed loop.
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots kolo-bench CSV files: one PNG per collective, bus bandwidth against message size.
 
     /usr/bin/python3 bench/plot.py mpi.csv [gloo.csv ...] [--out-dir DIR]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-reduce-bench: single-thread throughput of kernels::reduceInto (kSum) on host buffers.
 //
 // Usage: kolo-reduce-bench [seconds-per-case]   (default 0.3)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-runtime-bench: what the runtime costs on top of the collective it runs, measured through
 // the public C API (libkolo.so) in a multi-process job:
 //

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Scaling sweep: kolo-runtime-bench and kolo-bench at several rank counts over Gloo TCP, each
 against Gloo's own ring and halving-doubling allreduce in the same job.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Times are taken per iteration on every rank and reduced with MAX over the ranks (a ring
 // allreduce of the whole vector after the loop, so the reduction never sits inside the timed
 // region), exactly as kolo-runtime-bench does for the runtime cases.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The baselines of kolo-runtime-bench: the same work as the runtime cases, run directly on a
 // transport this process creates itself (bench_job.h, store keys under
 // "kolo-runtime-bench/"), without the runtime -- once with the transport's native allreduce and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The init path, step by step (bootstrap.h): launcher -> store -> round -> host names and
 // job-wide settings -> transport -> topology -> device executor.
 #include "bootstrap/bootstrap.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bootstrap: everything one kolo init does before the engine starts, in one call. From a Config
 // (the environment, read once) to the parts a Runtime owns:
 //

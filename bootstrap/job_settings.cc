@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job-wide settings (job_settings.h): the list, its text and digest, the comparison that names
 // what differs, and the two host-name exchanges that carry the digest.
 #include "bootstrap/job_settings.h"

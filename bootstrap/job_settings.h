@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job-wide settings: the knobs every rank must hold the same value of, compared at init.
 //
 // Some knobs change which messages a collective or a control round sends: the algorithm of each

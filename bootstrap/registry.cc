@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The transport registry. The #if blocks below are the only build-configuration switches of the
 // engine; everything else asks transportBuilt() or goes through createTransport().
 #include "bootstrap/registry.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The transport registry (part of bootstrap/): which transports this build contains, where this
 // process was launched from, and the one factory that turns a Config into a connected Transport
 // (and the one that makes the device executor). The only file of kolo that looks at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Topology from the list of hostnames: Horovod's local and cross numbering read off the host
 // layout (ops::planHosts) that the hierarchical algorithms use too.
 #include "bootstrap/topology.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Topology: where a rank sits among the processes of a job, with Horovod's definitions.
 //
 // - local ranks: the ranks whose hostname equals this rank's, ordered by global rank;

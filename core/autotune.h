@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Autotune (KOLO_AUTOTUNE, Horovod's HOROVOD_AUTOTUNE): while a job runs, rank 0 measures the
 // throughput of its allreduces under one set of knobs after another (hierarchical allreduce on
 // or off, the fusion threshold, the cycle time and the two allreduce crossovers of

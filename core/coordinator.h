@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Coordinator: the background thread of a Runtime. Each round it
 //   1. drains this rank's new ops and computes its view: a byte per response-cache slot (1 =
 //      "pending here, cached"), plus "nothing new to negotiate" and "idle" flags;

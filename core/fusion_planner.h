@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusionPlanner: packs the responses of one round into batches that ops::execute runs as one
 // collective over a fusion buffer. Pure function of its inputs, so every rank (which holds the
 // same ordered response list) computes the same plan.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Negotiator: the coordinator rank's message table. Every rank sends the coordinator rank the
 // requests it wants to run; the Negotiator collects them per op key (process set, name: the same
 // name in two sets is two ops, as Horovod keeps a table per set) and decides, purely from what

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Piggyback: small cached allreduces ride in the coordinator's control round.
 //
 // Why: over TCP a cached op costs two allreduces in a row -- the round's MIN of the cache view,

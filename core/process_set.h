@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProcessSetTable: the process sets this rank knows, and their one owner (the Negotiator reads
 // membership through ProcessSetMembers; nothing keeps a copy). Set 0 is every rank. Ids are
 // assigned in creation order (1, 2, ...) and never reused, so they agree on every rank:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProcessSetMembers: read access to the membership of the process sets, for code that must not
 // own a copy of it (the Negotiator). ProcessSetTable is the one owner of the sets and implements
 // this; unit tests use a small map.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ResponseCache: Horovod-style cache of negotiated responses, so that a steady training loop
 // skips the coordinator round trip. Each cached response owns a bit (a stable slot index in
 // [0, capacity)); a round where every rank's pending names are hits is settled by one bitwise-AND

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runtime: one kolo instance in one process. Owns the Config, the rendezvous Store, the global
 // Transport, the process sets, the TensorQueue, the Timeline and the Coordinator thread. The
 // store, transport, topology and device executor come from bootstrap/ (bootstrap.h), which

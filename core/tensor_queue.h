@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorQueue: this rank's ops in flight, keyed by (process set, name) (OpKey).
 //
 // Callers (any thread) add entries; the thread running a round (the coordinator's, or a caller

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A small C program that uses only kolo.h: every rank allreduces a vector, gathers a ragged
  * tensor and checks the results. Build: cc allreduce.c $(pkg-config --cflags --libs kolo)
  * Run:   kolorun -np 2 ./kolo-example-allreduce */

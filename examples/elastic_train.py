@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training with kolo, Horovod style (horovod.torch.elastic with one changed import):
 workers may die, be added or be removed while the job trains; after a death the survivors roll
 back to the last commit, take new ranks, receive the state from the new rank 0 and go on; added

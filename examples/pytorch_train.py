@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Data-parallel training with kolo, Horovod style: the script is a horovod.torch script with
 one changed import. It trains a small MLP to classify synthetic Gaussian blobs (no download)
 and exits non-zero if the model did not learn.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The same training as pytorch_train.py, written as a LightningModule-style module and fitted
 by kolo.torch.Trainer (sharding, DistributedOptimizer, broadcasts, metric averaging and rank-0
 checkpoints are the Trainer's job). Exits non-zero if the model did not learn.

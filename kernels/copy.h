@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // copyBytes: the memcpy of the data path's bulk copies (shared-memory staging and results).
 //
 // Why not std::memcpy: glibc's memcpy moves mid-sized copies with `rep movsb` (from a few KiB up

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device data path's kernels (contract in cuda_kernels.h). Why they look like this:
 //  - batchedCopy: a fused batch of small tensors would cost one cudaMemcpyAsync each (a few
 //    microseconds of launch overhead apiece, more than the copy). One launch handles up to 64

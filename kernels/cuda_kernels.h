@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA kernels of the device data path: batched copies into and out of a fusion buffer, scaling
 // with reduce_cpu.h's semantics, and reductions for the types NCCL cannot reduce.
 //

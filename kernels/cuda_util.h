@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small CUDA runtime helpers for the NCCL transport and the device executor: errors as Status,
 // a scoped current device, grow-only device and pinned host buffers, shared events.
 //

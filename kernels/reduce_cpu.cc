@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise reductions on host memory (contract in reduce_cpu.h).
 //
 // Why it looks like this:

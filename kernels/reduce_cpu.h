@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise reductions and scaling on host memory, for every DataType x ReduceOp.
 //
 // Semantics (shared by the ring algorithms, fusion and the tests' reference):

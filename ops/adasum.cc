@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Adasum allreduce: vector-halving, distance-doubling (VHDD), as Horovod's Adasum (the semantics
 // are in ops/adasum.h).
 //

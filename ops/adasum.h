@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Adasum: the adaptive summation of Maleki et al. (2020), Horovod's op=Adasum, as an in-place
 // allreduce over a Transport's point-to-point API. The algorithm and its cost are described at
 // the top of ops/adasum.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pairwise-exchange alltoallv.
 //
 // Rank r's send buffer holds n consecutive blocks, block d (sendBytes[d] bytes) destined for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The batch plan (contract in batch_plan.h). How each collective is laid out, and why:
 //
 //  - Allreduce. Tensor i has counts[i] elements; its slot starts at slots[i] (elements), right

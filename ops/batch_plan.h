@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BatchPlan: what one batch does on this rank, worked out once from the agreed responses and this
 // rank's entries before a byte moves -- the fusion-buffer slots and the copies into and out of
 // them, the zero slots of a joined rank, the output shapes and sizes, the scale factors, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Broadcast from any root, in place: three shapes for three regimes.
 //
 // Ranks are renumbered relative to the root, v = (r - root) mod n, so the root is always 0.

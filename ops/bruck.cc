@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bruck allgatherv: the latency-optimal allgather, for any rank count and per-rank block sizes.
 //
 // Steps: rank r first places its own block at offset sum(recvBytes[0..r)) of recv (skipped when

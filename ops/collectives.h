@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The collective algorithms over a Transport's point-to-point API (no threads, no state between
 // calls), and the one entry point per collective that picks one of them or the transport's
 // native collective by size and rank count (ops/select.cc).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // DeviceExecutor: the data path for CUDA tensors, behind an interface so that core/ and ops/
 // compile the same way with or without CUDA. ops/device implements it (the NCCL, host-staged and
 // auto executors); the registry creates one when the build has CUDA (createDeviceExecutor,

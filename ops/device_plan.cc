@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side planning for the device path (contract in device_plan.h). The exchanges force the
 // ring algorithm: they run over whatever CPU transport the set has, and must not depend on a
 // native collective's quirks for a few hundred bytes.

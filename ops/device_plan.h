@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side planning shared by the host and device data paths, free of CUDA so that it builds
 // and is tested everywhere (the name is historical):
 //  - where a process set's members sit (HostLayout, planHosts): the Topology's local and cross

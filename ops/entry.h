@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorEntry: one op this rank submitted, as the executors (ops/execute.h, the device executor)
 // see it: the request, the tensors, the output allocator and the handle the op completes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // execute: the host backend of the batch plan. ops/batch_plan.cc lays the batch out (slots,
 // copies, zero slots, outputs, scale factors, splits: the same plan the device backend in
 // ops/device carries out); this file moves the bytes with kernels::copyBytes and runs the

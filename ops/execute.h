@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // execute: runs one planned batch of agreed responses on this rank — pack into the fusion
 // buffer, run the selected collective over the set's transport, unpack, scale — and records
 // each step on the timeline. It completes no handle: the coordinator does, with the Status

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private helpers of the power-of-two allreduces (recursive_doubling.cc, halving_doubling.cc):
 // folding a rank count that is not a power of two onto its largest power of two, and the one
 // operand order every combine uses. Not a public header.

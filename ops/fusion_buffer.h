@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FusionBuffer: a grow-only, 64-byte aligned staging buffer (one per device; CPU here). The
 // coordinator packs a batch's tensors into it, runs one collective and unpacks. Never shrinks,
 // so steady-state training does no allocation. Not thread-safe (coordinator thread only).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Binomial-tree gather of variable-length byte blocks: the coordinator's request gather.
 //
 // Why a tree: a gather straight to the root costs the root n-1 receives in a row, so a round

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Halving-doubling (Rabenseifner) allreduce: for medium messages, where recursive doubling moves
 // too many bytes and the ring takes too many steps.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HandleState: the shared completion state behind every op's handle.
 //
 // Completed exactly once (later complete() calls are ignored and return false). Thread safety:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The hierarchical allreduce (reduce-scatter form), over H hosts with L members each (N = H L),
 // of S bytes:
 //

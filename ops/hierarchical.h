@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The hierarchical allreduce of host tensors: shared memory inside a host, the network only
 // between hosts, and each rank carrying 1/local_size of the cross-host bytes.
 //

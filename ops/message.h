@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request / Response: what ranks tell the coordinator rank about the ops they want to run, and
 // what the coordinator rank answers. Plus the binary codec that carries them over the transport.
 //

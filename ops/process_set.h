@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ProcessSet: a process set as an executor runs an op on it: its id, its global ranks, this
 // rank's position and the set's transport. A plain value copied out of the engine's
 // ProcessSetTable (core/process_set.h), which owns the transports; the copy is valid while the

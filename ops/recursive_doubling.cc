@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Recursive-doubling allreduce: the latency-optimal allreduce for small messages.
 //
 // Steps, for a power-of-two rank count p: in step k (k = 0, 1, ..., log2(p) - 1) rank v and its

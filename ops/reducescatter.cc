@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring reducescatter with uneven blocks: send holds sum(recvCounts) elements on every rank;
 // block b (recvCounts[b] elements at offset sum(recvCounts[0..b))) is reduced over all ranks
 // and the result lands on rank b only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring allgatherv: every rank contributes a block of its own size (possibly zero bytes) and
 // ends with all blocks concatenated in rank order.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ring allreduce.
 //
 // The n ranks form a ring: each sends only to rank+1 and receives only from rank-1, so every

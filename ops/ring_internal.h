@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private helpers shared by the ring / point-to-point algorithms in ops/ (not a public header:
 // only ring_allreduce.cc, ring_allgatherv.cc, broadcast.cc, alltoallv.cc, reducescatter.cc,
 // adasum.cc and select.cc include it).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Choosing the algorithm of each collective: the transport's native one, or one of kolo's own
 // over point-to-point (ring, recursive doubling, halving-doubling, binomial tree, Bruck).
 //

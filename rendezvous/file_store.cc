@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // FileStore: the rendezvous store on a directory every rank can see (local disk for one host, a
 // shared file system for several).
 //

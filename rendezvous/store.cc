@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The in-process store and the prefix view. The file and TCP stores live in file_store.cc and
 // tcp_store.cc; what all of them share (counter encoding, deadlines) is in store_wire.h.
 #include "rendezvous/store.h"

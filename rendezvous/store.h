@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Store: the rendezvous key-value store ranks use to find each other (Gloo addresses, NCCL ids,
 // process-set keys). Three implementations: in-memory (thread ranks in one process), a file
 // store on a shared directory, and a TCP client of the server that kolorun runs (tests also

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Private to the store implementations (store.cc, file_store.cc, tcp_store.cc,
 // test/support/tcp_store_server.cc): the TCP wire protocol's constants (documented in
 // rendezvous/store.h), the counter encoding every store shares, and the timeout message (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP store client: one connection per TcpStore, speaking the wire protocol documented in
 // rendezvous/store.h (constants in store_wire.h). The server is in tcp_store_server.cc.
 //

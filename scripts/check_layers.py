@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fails when a floor uses a floor above its own, or test/bench code: by #include, by include
 directory, forced or precompiled header, by compiling another floor's file, or by link; and when
 the Python packages import each other.

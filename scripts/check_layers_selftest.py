@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """The self-test of scripts/check_layers.py: every violating form it knows, planted alone in a
 scratch copy of this tree, is the one finding (file, line, floors) and fails its main() with a
 message naming it; the copy without plants and the planted files of allowed forms pass.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fails when a floor's compiled code takes a kolo symbol that only a floor above it defines:
 the built archives' own word on the floors' direction, independent of scripts/check_layers.py.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the libFuzzer targets with Clang (ASan + UBSan + coverage) and runs each for a bounded
 # time from its checked-in seed corpus; then the Python host-list fuzzer. Exits non-zero when any
 # target finds a crash (the crashing input is left in $KOLO_FUZZ_OUT/<target>/).

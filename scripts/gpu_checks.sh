@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every GPU check of kolo in one run, for a machine with a CUDA device and a CUDA + NCCL build
 # (../shared/gpu/README.md: `bash .gpu-deps/build-gpu.sh` makes build-gpu/): the CTest label
 # gpu (C++ and kolo.torch tests: NCCL, the host-staged path with ranks sharing one device,

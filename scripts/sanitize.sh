@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds kolo with a sanitizer and runs a representative subset of the tests under it.
 #
 #   scripts/sanitize.sh address|thread [extra ctest arguments...]

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Idempotent set-up for a fresh Debian 12 machine: installs the missing Debian packages, builds
 # kolo (RelWithDebInfo, CUDA/NCCL when /usr/local/cuda has them) and installs it into /usr/local
 # (libkolo.so, kolo.h, the CMake package, kolorun, the Python package for /usr/bin/python3).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds kolo with its tests and runs every suite: CTest (unit, multi-process over MPI, Gloo and
 # shared memory, launcher, Python, fault injection and soak; gpu tests skip without a device),
 # then the sanitizer subsets (ASan+UBSan, TSan) and a bounded libFuzzer run. This is what CI

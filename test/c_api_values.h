@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Values of any kolo dtype, read and written as doubles, for test programs that use the public
 // C API (kolo.h): the fault/soak tests and the multi-process runtime test. The half and bfloat16
 // conversions are written here, independently of kernels/reduce_cpu, so that tests check the

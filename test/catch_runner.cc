@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Catch2's implementation without a main(), compiled once (OBJECT library kolo_catch_runner),
 // and the session wrapper declared in test/catch_runner.h.
 #define CATCH_CONFIG_RUNNER

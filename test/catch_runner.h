@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Catch2's session for test programs with their own main() (they initialise kolo, or skip
 // without a GPU, before any test case runs). Catch's implementation, and with it
 // Catch::Session, is compiled once in test/catch_runner.cc (OBJECT library kolo_catch_runner);

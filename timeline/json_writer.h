@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small helpers that append JSON text to a std::string: just what the timeline's trace-event
 // output needs, so no JSON library is pulled in. All functions are pure, allocation happens only
 // in `out`, and they are safe to call from any thread on distinct strings.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-timeline-repair FILE...: makes timeline files cut short by a killed writer valid JSON
 // again (Timeline::repair: cut back to the last complete event, closed with
 // "state":"truncated"). A complete file is left as it is. Exit status 0 when every file is now

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Why it is built this way (Horovod's timeline is the reference; these are its faults avoided):
 // - Horovod's writer thread polls a lock-free queue in a loop; ours sleeps on a condition
 //   variable. Producers notify only on the edges that matter (first event after idle, a full

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timeline: records what the coordinator does with each tensor as a Chrome trace-event JSON file
 // (opens in chrome://tracing and https://ui.perfetto.dev), enabled by KOLO_TIMELINE=<path>.
 //

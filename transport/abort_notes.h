@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Abort notes: how a survivor names the rank that was really lost, not the neighbour that passed
 // the failure on.
 //

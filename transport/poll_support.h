@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the transports that complete requests on their own (MPI polls with the
 // Backoff below; tcp and Gloo block and use only the rest): the first abort cause, the
 // transports split from one (which abort with it), how a peer is named in errors, and the

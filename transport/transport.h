@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Transport: the small interface every collective algorithm in ops/ is written against.
 //
 // A Transport connects `size()` ranks of one group (the global job, or a process set split from

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C API: converts C structs to kolo types, keeps the handle table, and holds the only
 // process-wide singleton of kolo (the current Runtime). Every function catches everything:
 // no C++ exception crosses this boundary.

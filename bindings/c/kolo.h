@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* kolo.h - the C API of kolo, the one stable boundary of the library (C99).
  *
  * Contract for every function below:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """setuptools hook: metadata lives in pyproject.toml. The only logic here: a wheel built from a
 checkout carries libkolo.so when one is at hand ($KOLO_LIBRARY, kolo/libkolo.so, or the most
 recently built ../../build*/bindings/c/libkolo.so), so the installed package finds its library

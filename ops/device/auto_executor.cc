@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The auto device executor (design and contract in auto_executor.h): one route per process
 // set, decided at its first device batch.
 #include "ops/device/auto_executor.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AutoDeviceExecutor: KOLO_GPU_OPERATIONS=auto in a build with NCCL. CUDA tensors go over NCCL,
 // except in a process set where two member ranks drive the same physical GPU (the same PCI bus
 // id on the same machine): NCCL refuses one communicator over them ("Duplicate GPU detected"),

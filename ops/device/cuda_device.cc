@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The submission side shared by the CUDA executors (contract in cuda_device.h).
 #include "ops/device/cuda_device.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CudaDeviceBase: the submission side every CUDA executor shares (the NCCL one, and the host-staged
 // one of KOLO_GPU_OPERATIONS=host): which device this rank drives, the checks on a device tensor,
 // and the ready event recorded on its producer's stream. Plus the two CUDA queries the registry

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host-staged CUDA path (design and contract in host_staged_executor.h). The one layout
 // question is where each tensor sits in the pinned buffer: every input, then every planned
 // output, each starting on a 64-byte boundary. An allreduce or broadcast runs in place on its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HostStagedExecutor: CUDA tensors reduced on the host (KOLO_GPU_OPERATIONS=host; Horovod's
 // HOROVOD_GPU_OPERATIONS=MPI or GLOO; every CUDA tensor in a build without NCCL). For jobs where NCCL cannot be used -- typically several
 // ranks sharing one GPU, which NCCL refuses -- at the cost of two copies over PCIe per batch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device backend of the batch plan (design in nccl_executor_impl.h). ops/batch_plan.cc lays
 // each batch out -- slots, copies, a joined rank's zero slots, outputs, scale factors, splits --
 // exactly as for the host backend (ops/execute.cc), so a tensor gives the same result on either

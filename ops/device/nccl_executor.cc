@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NcclExecutor: submission checks, device choice, lazy communicator setup per process set, and
 // the plumbing every batch shares (design in nccl_executor_impl.h; data paths in
 // nccl_collectives.cc).

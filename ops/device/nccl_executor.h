@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device executor over NCCL: what the transport registry creates for a build with NCCL.
 // See ops/device_executor.h for the contract and nccl_executor_impl.h for the design.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NcclExecutor: runs batches of CUDA tensors (ops::DeviceExecutor over NCCL). Internal to
 // ops/device; nccl_executor.cc holds setup and dispatch, nccl_collectives.cc the data paths.
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """bench/scaling.py and bench/cost_model.py: a CI-size sweep at np 2 and the model fit on it
 (fails when either script breaks, or when the benchmarks stop printing the Gloo baselines the
 sweep reads), and the fit against synthetic points with known parameters (fails when the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the C API bad-input tests (c_api_bad_input_test.cc, c_api_bad_state_test.cc):
 // one process, a job of one rank. Every bad call must return the documented code with a message
 // naming what is wrong and leave the runtime usable (expectUsable: a correct, checked op).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad input through the C API (libkolo.so, kolo.h only), in one process (a job of one rank:
 // no launcher, loopback transport): null pointers, negative and overflowing sizes, unknown dtype,
 // op, scale and device, zero-dimension tensors, mismatched buffers. c_api_bad_state_test.cc

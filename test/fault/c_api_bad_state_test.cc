@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bad input through the C API, continued (see c_api_bad_input_test.cc): names (empty, too long,
 // duplicate in flight), released and forged handles, bad timeouts, the lifecycle (before init,
 // twice, after shutdown, again) and invalid KOLO_* values.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pytest hooks of the fault tests: print the figures the tests collected (faultlib)."""
 
 import faultlib

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fault_worker: one rank of a fault-injection job, driven by test_faults.py (or kolorun/mpirun).
 // It uses only the public C API (kolo.h), like a user program would.
 //

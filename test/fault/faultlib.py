@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Helpers of the fault-injection tests: start a store server and N fault_worker ranks, bound
 every wait, parse FAULT_RESULT lines, and find processes a test left behind.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // probe_worker: one rank of an adversarial probe of the runtime through the C API (kolo.h),
 // driven by test_probes.py (or by hand under kolorun / mpirun). Every rank runs the same cases
 // in the same order; each case prints one line per rank

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo_fault_soak: T threads per rank submit random collectives (soak_ops.h) through the C API
 // for a bounded number of ops, each thread keeping a window of ops in flight, and verify every
 // result: integers and copies bitwise, AVERAGE within a rounding tolerance. Run it as N ranks

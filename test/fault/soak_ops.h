@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The soak test's op generator and reference data (soak.cc runs them).
 //
 // Every op is a pure function of (seed, thread, index): every rank derives the same kind,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault injection, multi-process: a rank killed, stopped, exiting or closing its sockets; the
 rendezvous store gone; the same faults under kolorun and mpirun.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Adversarial probes of the runtime through the C API at 2-8 ranks: cross-rank mismatches the
 negotiator must catch, ranks submitting in different orders or not at all (the stall check must
 name them), zero-size and > 2^31-byte tensors, 2000 ops in flight, ops from 8 threads at once, a

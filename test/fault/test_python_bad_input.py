@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad input through the Python front ends (kolo with numpy arrays, kolo.torch), one process.
 
 Every bad call must raise the documented exception (ValueError for arguments the runtime

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: Config::fromEnvironment (base/config.h) through its getenv hook.
 //
 // Input: lines "NAME=VALUE" (split at the first '='; a later line for the same name wins, a line

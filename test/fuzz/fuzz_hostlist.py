@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Coverage-guided mutation fuzzer for kolorun's host-list parsers (not libFuzzer).
 
 Debian packages no atheris, so this is a small fuzzer in the standard library: it replays the

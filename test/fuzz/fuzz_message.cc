@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the coordinator wire codec (ops/message.h).
 //
 // The same bytes go to both decoders (the magic picks at most one). Whenever a decode succeeds,

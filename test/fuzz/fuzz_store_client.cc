@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the rendezvous store's TCP client (makeTcpStore, rendezvous/store.h) reading
 // replies from a server that sends arbitrary bytes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: the rendezvous store's TCP protocol as TcpStoreServer (rendezvous/store.h) serves
 // it. The input is one client's byte stream: the harness starts a fresh server on 127.0.0.1 for
 // every input (so runs are independent and reproducible), sends the bytes over a real loopback

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the fuzz targets share: how a broken property is reported, and an independent
 // little-endian reader (the targets model the wire format themselves, not through core/).
 // KOLO_FUZZ_NAME is the target's name, defined by test/fuzz/CMakeLists.txt.

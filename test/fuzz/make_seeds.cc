@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo_fuzz_make_seeds: writes the valid seed inputs checked in under test/fuzz/corpus.
 //
 //   kolo_fuzz_make_seeds message DIR          encoded RequestLists and ResponseLists

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host-staged path for CUDA tensors (KOLO_GPU_OPERATIONS=host,
 // ops/device/host_staged_executor.h) with three ranks sharing one GPU -- its use case, which
 // NCCL refuses -- as three thread ranks of one process over the loopback transport, each with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device path as N processes, one GPU each (device = local rank), through the C API:
 // fused and averaged allreduces, the int16/bool kernel path, uneven allgather, broadcast,
 // uneven alltoall, uneven reducescatter, a second process set (its own communicator), and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the GPU tests that drive a Runtime directly (gpu_test.cc, gpu_host_staged_test.cc):
 // a TensorView of device memory on device 0, and a bounded wait on a handle.
 #pragma once

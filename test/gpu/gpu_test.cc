@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device path on one process and one GPU: the CUDA kernels against the host reductions
 // (bitwise), the NCCL transport on a single rank (a real communicator: NCCL runs its kernels
 // even for one rank), and the runtime end to end through the executor -- fusion, scaling,

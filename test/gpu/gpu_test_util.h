@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers of the GPU tests: device arrays, the "skip without a device" entry point.
 #pragma once
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch with CUDA tensors, as a user's training script runs it: every collective on CUDA
 tensors (values checked exactly on every rank), asynchronous handles, allreduce with a joined
 rank (hvd.join(device): its slots are zeros or the op's identity on the device), autograd through

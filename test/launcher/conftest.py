@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the launcher tests (run with /usr/bin/python3 -m pytest test/launcher)."""
 
 import json

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """--hold-replacements for the elastic test workers (elastic_worker.py, elastic_trainer_worker.py):
 the only host's first death is forgiven and kolorun starts a replacement there at once; a test
 that checks the job ends on the survivors keeps it out, whatever the machine's speed."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch.Trainer(elastic=True) under kolorun's elastic mode (test_elastic.py): a linear
 regression module; rank --die-rank of the first round SIGKILLs itself at optimizer step
 --die-step. Prints "RESULT {json}" (rank, size, round, final parameters, loss before/after,

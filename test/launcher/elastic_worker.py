@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A worker for the elastic tests (test_elastic*.py): trains a small linear regression with
 kolo.torch.elastic (TorchState, ElasticSampler, DistributedOptimizer) under kolorun's elastic
 mode, and prints one "RESULT {json}" line at the end: rank, size, round, worker id, the final

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The driver side of test_run_hosts.py: runs in the launcher namespace, calls kolo.run or
 KoloRunner with network-namespace hosts and prints one line "OUTCOME <json>"."""
 

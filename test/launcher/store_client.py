@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A blocking client of the rendezvous store protocol (rendezvous/store.h), for the tests.
 
 Test code (issue 13: test-only code lives under test/): kolorun serves the store and never

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo_launcher_store_interop: the C++ TCP store client (rendezvous/tcp_store.cc) against whatever
 // server listens on HOST:PORT; test_store_interop.py points it at kolorun's Python server.
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Command line, host lists, topology, the mpirun line and the remote script (no processes)."""
 
 import random

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Autotune end to end: kolorun --autotune on 2 ranks (Gloo mode and --mpi) running a loop of
 allreduces, and on 4 ranks faked as 2 hosts x 2 (test/mp/fake_hosts.sh), where hierarchical
 allreduce is tuned too.

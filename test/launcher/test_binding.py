@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Core binding: kolorun binds the ranks it starts on this machine to disjoint cores when there
 are enough (binding.py), --no-bind / --binding-args change that, and MPI mode passes mpirun the
 equivalent flags. The ranks report os.sched_getaffinity; kolorun's own affinity is narrowed

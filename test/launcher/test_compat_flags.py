@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolorun as a drop-in for horovodrun (Horovod 0.28): its flags parse, the HOROVOD_* variables
 reach the ranks with horovodrun's values, --check-build prints horovodrun's block, the elastic
 flags start an elastic job, --config-file reads horovodrun's YAML file, the flags kolo cannot

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training end to end on this machine (issue 14's scenarios 0-6): kolorun's elastic
 driver with a discovery script, workers training with kolo.torch.elastic (elastic_worker.py)
 on the libkolo.so of the build (KOLO_LIBRARY, set by CTest). Each worker that "dies" SIGKILLs

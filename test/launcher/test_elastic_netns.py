@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training over two network-namespace hosts (test_netns.py's topology: hosts A and B
 with one address each, kolorun in namespace L serving the store on the bridge). Four workers,
 two per host, train with kolo.torch.elastic (elastic_worker.py):

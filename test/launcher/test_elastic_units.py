@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolorun's elastic parts without a kolo runtime: the flags, the discovery script's output, the
 blacklist's cool-down, and the driver with stand-in workers (standard-library Python that read
 their round's assignment from kolorun's store, as kolo.elastic does)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A rank dies mid-training: the survivors see it (KoloInternalError naming the rank), get the
 failure grace window to exit by themselves, and are then stopped (SIGTERM, then SIGKILL).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gloo mode with local ranks: topology, environment, output, failures, signals, orphans."""
 
 import os

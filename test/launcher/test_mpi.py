@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MPI mode: kolorun becomes Open MPI's mpirun (skips without mpirun)."""
 
 import os

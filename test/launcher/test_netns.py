@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Multi-host topology with network namespaces: two "hosts" A and B (one address each) and a
 launcher namespace L, joined by veth pairs to a bridge in L:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A kolorun that dies without stopping its ranks (kill -9, the OOM killer) leaves nothing
 behind: the orphan guard (kolo_launcher/orphan_guard.py) stops every local rank's process group,
 in Gloo and in elastic mode; SIGQUIT stops the job as SIGTERM does. Also the guard's own rules,

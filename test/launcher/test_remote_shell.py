@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The remote-start path (remote script, watcher channel, environment passing) on this machine:
 KOLO_LAUNCHER_FORCE_REMOTE=1 with KOLO_LAUNCHER_REMOTE_SHELL="sh -c" instead of ssh."""
 

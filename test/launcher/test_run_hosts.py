@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.run(hosts=...) and KoloRunner(np>0) across two network-namespace hosts (test_netns.py's
 topology): the driver (run_hosts_driver.py) runs in the launcher namespace L, kolorun starts
 the ranks in A and B through its remote-shell path (KOLO_LAUNCHER_REMOTE_SHELL="ip netns exec

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.run (bindings/python/kolo/runner.py) on this machine, as horovod.run: a SIGTERM to the
 calling process stops its ranks and removes the temporary folder, then ends the process as
 SIGTERM would; a SIGKILLed caller's ranks (and their children) kill themselves (the lifeline),

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The ssh path against a real sshd on this machine (Debian openssh-server), started by the test
 on a free port with a temporary host key and a temporary authorized key. Skips when sshd or
 ssh-keygen is missing. KOLO_LAUNCHER_FORCE_REMOTE=1 makes kolorun use ssh for localhost."""

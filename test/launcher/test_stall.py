@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The stall inspector and barrier naming under kolorun, at 2 and 3 ranks (a job per case).
 
 - A rank that submits an op late: rank 0 logs a stall warning naming the op, its set and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rendezvous store server: the wire protocol of rendezvous/store.h, byte for byte."""
 
 import socket

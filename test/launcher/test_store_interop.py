@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python store (kolorun's server, store_client) against the C++ one (rendezvous/tcp_store.cc,
 test/support/tcp_store_server.cc), both directions. CMake passes the binaries' paths; without them the
 tests skip."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A rank that trains with the kolo runtime (allreduces of numpy arrays) until one rank dies.
 
   train_worker.py DIR [--hang RANK] [--victim RANK]

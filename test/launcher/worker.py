@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A stand-in rank for the launcher tests: reads kolorun's environment, talks to its store.
 
   worker.py topo [--ring]     publish host/<rank>, check the topology through the store, sum

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The latency-optimal algorithms forced through KOLO_<OP>_ALGORITHM, under Gloo at np 2 and 3 (a
 # power of two and not) and under mpirun at np 3: transport_mp_test's hidden "[algorithms]" case
 # checks that the selected entry points run the configured algorithm, with every dtype x op x

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Makes one machine look like several hosts to kolo, for the hierarchical-allreduce tests and
 # benchmarks: run by a launcher (kolorun, or mpirun) that set KOLO_RANK (or OMPI_COMM_WORLD_RANK),
 # it gives this rank the host name "fakehostH" with H = rank / PER_HOST, the matching

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The hierarchical allreduce of host tensors: 4 ranks under kolorun (Gloo), made into 2 hosts x 2
 # ranks by fake_hosts.sh (per-rank KOLO_HOSTNAME, KOLO_LOCAL_*; Gloo on loopback). One run checks
 # the unset (auto), =1 and =0 settings in turn, under kolorun and under mpirun; the fault run

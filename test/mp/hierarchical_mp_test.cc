@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The hierarchical allreduce of host tensors (ops/hierarchical.h) through the C API, as 4
 // processes on one machine that test/mp/fake_hosts.sh makes look like 2 hosts x 2 ranks: the
 // job runs over Gloo TCP between the "hosts", shared memory inside each.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test data for the multi-process transport tests: every rank can compute every rank's input
 // (a pure function of rank, index and seed) and hence the expected result of any collective,
 // without communicating. The reference reduction is written independently of kernels/reduce_cpu:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Small allreduces through the control round (core/piggyback.h), over TCP at 2 and 3 ranks, and
 # with the piggyback off (KOLO_CONTROL_PIGGYBACK_BYTES=0): the same exact results both ways.
 add_executable(kolo_mp_piggyback_test piggyback_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})

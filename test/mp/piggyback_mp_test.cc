@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small cached allreduces riding in the control round (core/piggyback.h), as N processes over
 // TCP (KOLO_SHM=off, set by CTest). Each iteration submits, on every rank: float32 and int32 SUM
 // tensors of 1..64 elements, an AVERAGE with prescale and postscale, an int32 AVERAGE (truncated

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Re-init in one process (bootstrap/): 3 ranks init and allreduce, shut down, 2 of them init
 # again as a world of 2 (ranks renumbered), again at the same size and at an explicit
 # KOLO_RENDEZVOUS_ROUND, while the third, a stale first-round worker, must be refused at once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Re-init in one process (bootstrap/bootstrap.h): three processes init as a world of 3 and
 // allreduce, shut down; two of them init again as a world of 2 with their ranks swapped and
 // allreduce, then once more at the same size, then once more at an explicit

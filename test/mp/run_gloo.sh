@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Starts NP ranks of a program over the Gloo transport on this host, the way kolorun will:
 #
 #   run_gloo.sh NP STORE_SERVER TIME_LIMIT_S PROGRAM [ARGS...]

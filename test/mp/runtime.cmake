@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The runtime through the C API as N processes: under kolorun (Gloo) and under mpirun, N = 2,3,4.
 add_executable(kolo_mp_runtime_test runtime_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})
 target_link_libraries(kolo_mp_runtime_test PRIVATE kolo kolo_engine Catch2::Catch2)

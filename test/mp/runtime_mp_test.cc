@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime through the C API as N processes (kolorun/Gloo or mpirun): every op x dtype,
 // in place and out of place, many async ops at once, errors on every rank followed by a good
 // op, duplicate names, join, barrier, process sets, re-init, stall shutdown. Every rank runs the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Job-wide settings (bootstrap/job_settings.h): 3 ranks started with a different
 # KOLO_ALLREDUCE_ALGORITHM on one rank and HOROVOD_CACHE_CAPACITY on another, then a different
 # KOLO_SHM, must each fail init at once on every rank naming the variable, the values and the

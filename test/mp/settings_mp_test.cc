@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job-wide settings (bootstrap/job_settings.h): ranks started with different values of a knob
 // that changes the messages of a collective must all fail init at once, with an error naming
 // the variable, the value here and the rank that differs -- not hang until KOLO_TIMEOUT_SECONDS

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The shared-memory transport (transport/shm) under the multi-process suites: KOLO_SHM=on puts it
 # over the launcher's transport -- Gloo under kolorun at N = 2, 3, 4, MPI under mpirun at N = 2 --
 # for the transport tests (every collective, ring and native, every dtype) and the runtime tests.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The timeline through the runtime, under kolorun (shared memory over Gloo) at 2 and 3 ranks,
 # and at 2 ranks over TCP only (KOLO_SHM=off: fused batches go through the fusion buffer).
 add_executable(kolo_mp_timeline_test timeline_mp_test.cc ${KOLO_CATCH_MAIN_OBJECTS})

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The timeline through the runtime as N processes: KOLO_TIMELINE with all-ranks mode and cycle
 // marks, then start/stop/start at run time. Every rank checks its own files: valid JSON (parsed
 // by python3's json module), the tensor names, NEGOTIATE_ALLREDUCE, ALLREDUCE, the activities,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Multi-process transport tests: one program, started N times by mpirun or by run_gloo.sh,
 // that builds its transport from the environment (bootstrap/registry) and runs every collective
 // of ops/collectives.h -- ring, native where the transport has one, and the selected entry

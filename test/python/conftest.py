@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared set-up of the Python suites. Every file runs under a launcher with N ranks
 (`kolorun -np N /usr/bin/python3 -m pytest -x -q test/python/<file>`), so every rank runs the
 same tests in the same order; a test that skips must skip on every rank (decide on size, not

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A minimal local launcher for the Python tests: run_ranks.py -np N [--timeout S] CMD ...
 
 Starts N copies of CMD with the environment kolo's runtime reads (KOLO_RANK, KOLO_SIZE,

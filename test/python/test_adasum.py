@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """op=Adasum (runs at 2, 3 and 4 ranks): allreduce of float16/bfloat16/float32/float64 tensors
 against a float64 NumPy evaluation of the same tree (rank p+i folded into rank i, p the largest
 power of two <= size, then pairs (0,1), (2,3), ..., then pairs of pairs), fused batches (per

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch driven the way a Horovod user gets it wrong, at 2 and 3 ranks: process sets (ops on
 a set this rank is not in, a set removed with an op in flight, registrations the ranks disagree
 on, dynamic sets, one name in flight in overlapping sets), names (automatic names in a different

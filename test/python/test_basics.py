@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo (no torch): lifecycle, topology, argument validation, process sets, numpy collectives,
 timeline. Runs under a launcher with N ranks."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.elastic and kolo.torch.elastic in one process: State/ObjectState/TorchState commit,
 restore and sync, the @run decorator's recovery path (with the driver's side stubbed), and
 ElasticSampler's re-sharding. The multi-worker behaviour runs under kolorun in

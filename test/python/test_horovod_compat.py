@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch against horovod.torch 0.28's documented API: every public name, the signatures and
 defaults, the reduction-op values, the exception types, and the documented results of each call
 (checked with exact values on every rank). Runs under kolorun on 2 and 3 ranks."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Horovod parity, at 2 and 3 ranks: an op's name is scoped to its process set (the same name in
 two sets is two ops, for every collective, through negotiation, the response cache and the
 timeline); join with allreduce for every first-joining rank, with and without the names in the

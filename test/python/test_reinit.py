@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.init -> kolo.shutdown -> kolo.init in one process through the public API, with a new
 rank and world size read from os.environ in between (bootstrap/README.md, rendezvous rounds).
 Runs in one process (CTest python_reinit) and starts its own three ranks over a file store in a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.run and KoloRunner: a function on N local ranks, results in rank order, errors
 surfaced. Runs in ONE process (not under a launcher): kolo.run starts the ranks itself, or has
 kolorun start them (hosts="localhost:N" with np=None; the several-host path over ssh is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The timeline against what Horovod users expect (Horovod 0.28's docs/timeline.rst and
 horovod/common/timeline.cc): a NEGOTIATE_<OP> bar per tensor with a tick per rank, the <OP> bar
 with the transport step nested in it, the end's dtype and shape, CYCLE_START marks, and a file

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gradients of kolo.torch's differentiable collectives, checked against closed forms. Each
 rank r uses a loss weighted by (r + 1), so the expected gradients involve W = sum(r + 1)."""
 

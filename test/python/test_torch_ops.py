@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch collectives: every op and dtype with checked results, async and fused ops, errors
 on every rank with the job continuing, duplicate names, join, barrier, process sets."""
 

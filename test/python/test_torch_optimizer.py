@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DistributedOptimizer and the state helpers (broadcast_parameters, broadcast_optimizer_state,
 broadcast_object, allgather_object). The reference for data-parallel training is one local
 model trained on the whole batch: N ranks with batch B each must match it."""

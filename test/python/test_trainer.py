@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch.Trainer end to end on N ranks (run under `kolorun -np 2` and `-np 3`), and the
 Lightning strategy (its test skips on every rank when Lightning is not importable).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Single-process checks of the pure-Python parts (no kolo.init): op names, argument rules,
 dtype tables, compression, library lookup, errors before init."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included by test/CMakeLists.txt when KOLO_SANITIZE is set: every test, whatever folder adds it
 # (Catch2 discovery, the mp/mpi launches, the launcher and Python suites), runs with the
 # sanitizer runtime options and suppressions of this folder. CTest evaluates the generated file

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ForkedJob: the rank processes of a multi-process test that starts its own ranks (fork + exec
 // of the test program) over a rendezvous store it sets up: a file store in a fresh temporary
 // folder, or test/support's C++ TCP store server on 127.0.0.1.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Two "hosts" in network namespaces for multi-host tests: hosts A and B (one address each) and a
 launcher namespace L, joined by veth pairs to a bridge in L:
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // createRuntimeOver: a Runtime over a transport the test made (thread ranks over loopback, one
 // NCCL rank), without a launcher, a store or a rendezvous. Test code (issue 13: test-only code
 // lives under test/): the library has only Runtime::create (bootstrap() from the environment)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo-store-server: runs a TcpStoreServer (rendezvous/store.h) until told to stop.
 //
 //   kolo-store-server [--host H] [--port P] [--ignore-stdin] [--max-seconds N]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TcpStoreServer: the store server for tests (kolorun serves the same protocol from
 // Python). The wire protocol is documented in rendezvous/store.h, its constants are in store_wire.h.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C++ TCP store server, for tests only (kolorun serves the same protocol from Python, which is
 // what users run; rendezvous/store.h documents the protocol). Serves on host:port (port 0 = pick a
 // free one) from a background thread until destroyed. Thread safety: port() from any thread.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Adasum allreduce (ops/adasum.h) over loopback thread ranks, 1 to 8 ranks (powers of two and
 // the folded counts in between), checked against a direct double-precision evaluation of the
 // formula over the same tree: fold rank p+i into rank i, then pairs (0,1), (2,3), ..., then

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The latency-optimal algorithms (recursive doubling and halving-doubling allreduce, Bruck
 // allgatherv, binomial-tree and chain broadcast; scatter-allgather broadcast in
 // broadcast_test.cc) over loopback thread ranks, N = 1..9 (powers of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The autotuner without threads (core/autotune.h): the compass search on synthetic scores
 // converges to the best point and fixes it after its budget, never moves a fixed knob; the
 // Autotuner discards warm-up samples, logs one CSV line per scored sample plus the best, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ops/batch_plan: the layout both backends (host memcpy + Transport, device kernels + NCCL) carry
 // out. Values are checked exactly: slot offsets, copies, zero slots, outputs, scale factors,
 // allgather blocks, alltoall splits, reducescatter shares, and the output allocation.

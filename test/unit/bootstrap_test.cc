@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bootstrap(): rendezvous rounds (key prefixes, KOLO_RENDEZVOUS_ROUND, the stale-round refusal)
 // as a one-rank Gloo job over a file store in a temporary directory, so no second process is
 // needed; the multi-process re-init test is test/mp/reinit_mp_test.cc.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The broadcast shapes (ops/broadcast.cc) and their choice: scatter-allgather (binomial scatter of
 // real-rank-order blocks, then Bruck allgatherv in place) bitwise on every rank, n = 1..9, several
 // roots, sizes from 0 through fewer bytes than ranks to ~1 MiB; p2pBroadcast's and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernels/copy.h: copyBytes and copyBytesVector (the vector loop that copyBytes takes on CPUs
 // without FSRM, tested here on any CPU) equal memcpy at every size around the loop's thresholds
 // and every alignment of source and destination, and write nothing outside the destination.

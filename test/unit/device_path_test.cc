@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host side of the device (CUDA/NCCL) path, which builds and runs on every machine: host
 // layouts for the hierarchical allreduce, fused slot layout, the exchanges that hand NCCL unique
 // ids around (Store and CPU-transport paths), and how the runtime answers a CUDA tensor when no

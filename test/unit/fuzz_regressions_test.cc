@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression cases for what the fuzzers in test/fuzz found (see test/fuzz/README.md). Each case
 // names its finding; the crashing input also sits in the target's corpus, so the fuzz runs replay
 // it too. These run in every build, without Clang or libFuzzer.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // transport/gloo/gloo_interpose.h: GroupWaits and WatchedBuffer against the contracts in their
 // header comments, and the one property of the installed Gloo that gloo_interpose.cc relies on
 // beyond the signatures: an abort that lands just before a wait starts still ends that wait.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Gloo transport with thread ranks over an in-memory store: rendezvous, point-to-point on
 // the tcp mesh linked to Gloo's (a failure or abort of either ends both), abort inside a native
 // collective, a lost peer named by every survivor of a native collective, native collectives,

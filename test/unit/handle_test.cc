@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // HandleState: the result is published before the callback runs, and the handle settles (wait,
 // done) only after the callback returned; a waiter's round hands callbacks to the runtime's
 // thread (Progress::deferCallback); a wait on the runtime's own thread for an op that is not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ops/hierarchical over loopback thread ranks: KOLO_HIERARCHICAL_ALLREDUCE parsing, the rule
 // (which layouts fit, auto / on / off, a named KOLO_ALLREDUCE_ALGORITHM), and the allreduce
 // itself on host groups built with and without shared memory, for placements whose cross lists

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Job-wide settings (bootstrap/job_settings.h): which knobs are compared, the message that names
 // what differs, and both exchanges (store, transport) on thread ranks. The multi-process test,
 // whole inits that must fail on every rank, is test/mp/settings_mp_test.cc.

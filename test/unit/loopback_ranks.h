@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thread ranks for unit tests: runRanks runs one function per rank over an in-process loopback
 // group (the algorithm tests), onRanks one function per rank index on its own thread (tests that
 // build their own transports: tcp, gloo, shm). Catch assertions are not thread-safe, so ranks

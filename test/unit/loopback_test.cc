@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback transport: matching, ordering, rendezvous copies, timeouts that name the peer,
 // abort from another thread, cancellation and split. Posting never blocks, so most cases drive
 // several ranks from one thread deterministically; the blocking cases use real threads.

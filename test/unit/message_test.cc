@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "ops/message.h"
 
 #include <catch2/catch.hpp>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport in a singleton MPI job (one process, no mpirun): creation (twice, over one
 // MPI initialization), messages to self, FIFO per tag, argument checks, a timeout that names
 // the peer, abort from another thread, the native collectives at size 1 and split. The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // core/piggyback: which cached responses ride in the control round, where their payload sits
 // (a function of the cache alone, so every rank lays it out the same), and the fill/deliver
 // pair: prescale on the copy in, postscale and AVERAGE's 1/N on the way out.

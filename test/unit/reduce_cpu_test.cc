@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kernels/reduce_cpu: every DataType x ReduceOp against a plain scalar reference written here, the
 // fp16/bf16 conversions against references that work in double with ldexp/nearbyint (not with
 // the implementation's bit tricks), NaN/inf propagation inside the vectorized bodies, and scaling.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The transport registry: launcher detection (Open MPI, MPICH/Hydra, Slurm) through a fake
 // environment, kAuto resolution, and createTransport's choices and errors (Gloo at size 1 over
 // an in-memory store, so no second process is needed).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every CPU collective over loopback thread ranks (1, 2, 3, 4, 5, 8), checked on every rank
 // against a reference computed locally: bitwise for integers and exactly-representable float16,
 // with a tolerance for float32 (the ring adds in a different order than the reference).

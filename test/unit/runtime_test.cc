@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The runtime end to end on N thread ranks over the loopback transport: every op through the
 // coordinator (negotiation, cache, fusion), errors on every rank, joins, sets, shutdown.
 #include "core/runtime.h"

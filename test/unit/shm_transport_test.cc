@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared-memory transport: thread ranks of this process (each maps the segment itself, as
 // separate processes would), over a loopback base; and forked processes over Gloo for the
 // dead/closed-peer cases. Point-to-point matching, streaming through small rings, timeouts,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Store implementations: memory, file and TCP (client + TcpStoreServer) behave the same; TCP
 // failures surface as errors within bounded time; the server speaks the documented wire bytes.
 #include "rendezvous/store.h"

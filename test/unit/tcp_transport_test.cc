@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo's TCP transport with thread ranks over an in-memory store: matching (FIFO per (peer, tag),
 // messages that come before their receive, zero-byte and large messages, both directions at
 // once), test() without blocking, a byte count that differs from the receive's, timeouts and lost

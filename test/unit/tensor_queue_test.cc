@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorQueue: keys per (process set, name), duplicates refused, and closing: the entries come
 // back in arrival order and every later add is refused with the closing status (the coordinator
 // closes the queue when it stops, so nothing can be stranded in it).

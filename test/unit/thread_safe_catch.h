@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thread-safe assertions for tests whose thread ranks assert.
 //
 // Catch2 v2 is not thread-safe: assertions made on several threads at once race on its run

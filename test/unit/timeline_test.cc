@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timeline tests: the file is strict JSON (checked by a small parser below and, where available,
 // by Python's json module), holds the events the issue asks for, survives flush/stop/crash, and
 // the writer neither spins nor blocks producers; one writer per file; a failed or killed write

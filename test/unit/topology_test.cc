@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Topology: Horovod's rank/local/cross numbers from the hostname of every rank, and the hostname
 // exchange over a store.
 #include "bootstrap/topology.h"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Finds the system dependencies (Debian packages; CUDA/NCCL from /usr/local/cuda) and sets
 # KOLO_HAVE_{MPI,GLOO,CUDA,NCCL} to 0/1 according to KOLO_WITH_* (ON = required, AUTO = if found).
 find_package(spdlog REQUIRED)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # kolo's floors (DESIGN.md "Floors"): each top-level source folder is one static library whose
 # link dependencies point only down, bottom to top
 #

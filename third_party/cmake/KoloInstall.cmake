@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules: libkolo.so + kolo.h, a CMake package (find_package(kolo) -> kolo::kolo) and a
 # pkg-config file (pkg-config --cflags --libs kolo).
 include(CMakePackageConfigHelpers)

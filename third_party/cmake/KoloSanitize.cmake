@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # KOLO_SANITIZE=address|undefined|thread (address may be combined: "address,undefined").
 # KOLO_BUILD_FUZZERS=ON (Clang only) instruments everything for libFuzzer's coverage feedback and
 # builds the fuzz targets in test/fuzz (see test/fuzz/README.md); combine it with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Gloo transport's native collectives: Gloo's own algorithms (ring allreduce, ring
 // allgatherv, one-to-all broadcast, pairwise alltoallv), each bounded by the transport timeout.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the Gloo transport (gloo_transport.cc, gloo_collectives.cc), and the connection
 // bench/gloo_algorithms.cc uses for Gloo's own algorithms (connectGroup, glooMessage).
 // kolo uses Gloo through its public headers only, for its native collectives; how it interrupts

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kolo's forwarding implementations of Gloo's transport interfaces (see gloo_interpose.h).
 //
 // Aborting relies on two properties of Gloo's public UnboundBuffer API: abortWaitRecv and

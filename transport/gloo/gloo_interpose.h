@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the Gloo transport: kolo's own implementations of three of Gloo's public transport
 // interfaces (gloo::transport::Device, ::Context, ::UnboundBuffer), each forwarding to the TCP
 // transport's object, so that kolo sees every buffer created for a group -- the batches' and

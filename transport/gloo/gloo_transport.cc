@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Gloo transport: rendezvous, split and abort. Point-to-point batches go over kolo's own
 // TCP transport (transport/tcp, one mesh beside Gloo's), the native collectives are Gloo's
 // (gloo_collectives.cc), and the layer through which kolo can interrupt Gloo's waits is

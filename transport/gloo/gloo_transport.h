@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Gloo transport: Gloo's native collectives over Gloo's TCP pairs, and point-to-point over
 // kolo's own TCP mesh beside them (transport/tcp), both found through kolo's rendezvous Store.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loopback transport: one mailbox shared by the thread ranks of a group.
 //
 // Why rendezvous instead of buffering sends: a buffered send would cost a second copy and hide

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loopback transport: n "ranks" that are threads of one process, sharing one mailbox.
 //
 // Used by unit tests (every collective algorithm runs over it at 1..8 thread ranks) and by

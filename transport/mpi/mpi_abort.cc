@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport's abort channel (contract in mpi_internal.h).
 //
 // Why it exists: the socket transports tell their peers of an abort by closing the connections

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport's native collectives: the non-blocking MPI-3 calls (MPI_Iallreduce,
 // MPI_Iallgatherv, MPI_Ibcast, MPI_Ialltoallv, MPI_Ireduce_scatter) followed by the same
 // deadline-bounded polling as point-to-point batches, so a missing rank gives kTimeout instead

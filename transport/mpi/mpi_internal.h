@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the MPI transport (mpi_transport.cc, mpi_collectives.cc): the shared state of a
 // transport and the helpers its waits use. Not installed, not included elsewhere.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MPI user-defined reductions for kolo. MPI hands a user function only (in, inout, len, type),
 // with no user pointer, so the function recovers kolo's DataType from the MPI type itself:
 // MPI_FLOAT/MPI_DOUBLE by handle, our 16-bit types by the name we gave them at creation. One

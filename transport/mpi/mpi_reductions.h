@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the MPI transport: how kolo's DataType x ReduceOp map onto MPI datatypes and ops.
 //
 // Built-in MPI types and ops cover the integers, bool and float/double sums and products.

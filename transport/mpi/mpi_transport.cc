@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport: initialization, point-to-point batches, split and abort. The native
 // collectives live in mpi_collectives.cc.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport: kolo's Transport over Open MPI (any MPI-3 library works).
 //
 // Ownership and lifetime: createMpiTransport initializes MPI (MPI_Init_thread asking for

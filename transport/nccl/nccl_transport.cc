@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL transport (contract in nccl_transport.h). Why it is shaped like this:
 //  - Non-blocking communicators: with a blocking one, ncclCommInitRank waits forever for a rank
 //    that never comes and a collective with a dead peer never returns. Non-blocking calls return

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL transport: kolo's Transport over one NCCL communicator, for CUDA device memory.
 //
 // Creation is collective over the group: rank 0 makes a unique id (newUniqueId), the caller

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL transport's collectives (contract in nccl_transport.h): the enqueue* functions that
 // the device executor calls, and the Transport interface's blocking forms (enqueue, then wait
 // on the stream). Unequal blocks use NCCL groups (see nccl_transport.cc for why).

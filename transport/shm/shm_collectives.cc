@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Native shm collectives (see shm_collectives.h for the algorithm and its invariants).
 //
 // Why a failed wait aborts the whole group: after a timeout or a lost peer the ranks are at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Native collectives over the segment's staging slots (internal to transport/shm).
 //
 // Allreduce, the one that matters. The buffer is processed in chunks of chunkBytes; chunk k is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Point-to-point over shm rings. Why streaming rings rather than one slot per message: the ring
 // algorithms send 256 KiB segments and the tests send 64 MiB messages; a byte ring moves both
 // with a fixed footprint and lets sender and receiver copy at the same time (a piece at a time,

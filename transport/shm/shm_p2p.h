@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Point-to-point messages over the segment's rings (internal to transport/shm).
 //
 // Every ordered pair (src, dst) has one single-producer single-consumer byte ring. A message is

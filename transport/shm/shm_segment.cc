@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Creating, mapping and waiting in the shm segment.
 //
 // Why rank 0 creates and the base transport carries the name: the base transport is already a

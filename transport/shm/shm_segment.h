@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared-memory segment of one shm transport group, as this process sees it (internal to
 // transport/shm): the layout, the creation handshake, and the one way anybody waits in it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shm Transport: glue between the segment, the point-to-point engine and the collectives.
 //
 // Why split() goes through the base: a process set needs its own rendezvous (its members may be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The shared-memory transport: the ranks of a group that share one host talk through one POSIX
 // shared-memory segment (/dev/shm) instead of sockets or MPI.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP transport's engine: matching, reading, writing and failing (tcp_transport.h has the
 // wire format and the rules, tcp_mesh.h the ownership and threading).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the TCP transport: one group's connections and the engine that moves its
 // messages (tcp_transport.h explains the wire and the failure rules).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "transport/tcp/tcp_socket.h"
 
 #include <arpa/inet.h>

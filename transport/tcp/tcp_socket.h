@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Internal to the TCP transport: file descriptors, addresses, listening, connecting and the
 // blocking helpers the connection handshake uses.
 //

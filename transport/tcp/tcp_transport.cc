@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP transport's batches, split and creation (the engine is tcp_mesh.cc).
 #include "transport/tcp/tcp_transport.h"
 

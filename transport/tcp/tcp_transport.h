@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TCP transport: kolo's own point-to-point over a full mesh of TCP connections.
 //
 // Why kolo has its own: a small message through Gloo's TCP pairs costs two thread wake-ups

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo_launcher: the pure-Python implementation behind `kolorun`, kolo's job launcher.
 
 Standard library only (Python >= 3.9), so it runs on any node without torch or a build

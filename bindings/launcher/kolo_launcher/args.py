@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolorun's command line: the option table, the --help text, and flag -> KOLO_* variables.
 
 The command to run starts at the first word that is not an option (or after "--"), so its own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Which CPUs each rank on this machine may run on (Gloo mode's core binding).
 
 kolorun binds the ranks it starts on this machine, as mpirun --bind-to core does, so that two

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """`kolorun --check-build` (-cb): what this kolo was built with, in horovodrun's layout.
 
 horovodrun --check-build prints a fixed block (version line, then "Available Frameworks",

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """--config-file: horovodrun's YAML configuration file, applied to kolorun's parsed flags.
 
 The keys and their nesting are Horovod's (horovod/runner/common/util/config_parser.py):

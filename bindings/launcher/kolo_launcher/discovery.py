@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Elastic mode's view of the hosts: what the discovery script offers, and which hosts failed.
 
 HostDiscovery runs --host-discovery-script (through the shell, with a time limit) and parses

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolorun's elastic flags (horovodrun's names) and their validation: ElasticOptions.
 
 A job is elastic when --host-discovery-script or --min-np is given (horovodrun's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Elastic mode: kolorun's driver when workers may leave and join (--host-discovery-script or
 --min-np; --max-np caps it). Gloo mode only.
 

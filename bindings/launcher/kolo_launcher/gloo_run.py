@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gloo mode: serve the rendezvous store, start every rank, supervise the job, stop it cleanly.
 
 Life of a job (GlooJob.run):

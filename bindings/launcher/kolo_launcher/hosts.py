@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host lists: parsing -H / --hostfile, deciding which hosts are this machine, addresses.
 
 A host list is an ordered list of HostSlots; order matters (ranks fill hosts in list order).

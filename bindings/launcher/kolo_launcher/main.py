@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The entry point of `kolorun`: parse the command line, check the placement, run the mode."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """MPI mode: the Open MPI mpirun command line that runs the job, and running it.
 
 mpirun supplies ranks, placement and process control here; kolo's runtime learns that it is

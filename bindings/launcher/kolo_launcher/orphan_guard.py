@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The orphan guard: stops the local ranks when kolorun dies without stopping them (kill -9, the
 OOM killer), so that no rank and no process a rank started outlives the launcher.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Forwarding worker output to kolorun's terminal, one whole line at a time, with a rank prefix.
 
 "[3]<stdout>:text" goes to kolorun's stdout and "[3]<stderr>:text" to its stderr (horovodrun's

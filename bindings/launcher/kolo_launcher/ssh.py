@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Starting a rank on another host: the ssh (or replacement) command line and the remote script.
 
 The remote side runs a small POSIX sh script (no Python needed there):

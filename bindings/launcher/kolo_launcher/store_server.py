@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rendezvous key-value store that kolorun serves to its workers over TCP.
 
 The wire protocol is the one documented in rendezvous/store.h (the C++ client in rendezvous/tcp_store.cc

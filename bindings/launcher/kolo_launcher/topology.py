@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Rank placement with Horovod's rules.
 
 Ranks fill the hosts in host-list order, each host up to its slot count:

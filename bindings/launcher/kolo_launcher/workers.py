@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One rank's process as kolorun sees it.
 
 Every rank starts in its own session (start_new_session), so its process id is also the id of

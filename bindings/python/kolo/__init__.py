@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo: collective communication for data-parallel training (a Horovod replacement).
 
 Pure Python over the C API of libkolo.so (ctypes): nothing here is compiled against Python,

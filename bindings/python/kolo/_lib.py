@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loads libkolo.so and declares the C API of bindings/c/kolo.h for ctypes.
 
 Where the library is looked for, in order:

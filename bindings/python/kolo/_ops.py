@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The collectives, written once over an array adapter (numpy arrays or torch tensors).
 
 An adapter provides: describe(x, label) -> _lib.KoloTensor (validates dtype and device; x is

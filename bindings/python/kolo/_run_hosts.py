@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.run(hosts=...): a function on ranks spread over several hosts, started by kolorun.
 
 How the job runs (the driver is the process that calls kolo.run):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Lifecycle, topology, build information and timeline (horovod.common.basics' names)."""
 
 import atexit

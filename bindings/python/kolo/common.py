@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What every kolo front end shares: errors, reduction ops, op names and the handle table.
 
 Error model (DESIGN.md "Errors"): a call that the runtime rejects on the calling thread raises

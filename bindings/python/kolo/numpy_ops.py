@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Collectives on numpy arrays (CPU), with the same names and arguments as kolo.torch.
 
 Supported dtypes: uint8, int8, uint16, int16, int32, int64, float16, float32, float64, bool,

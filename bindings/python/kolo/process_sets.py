@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Process sets, with horovod.common.process_sets' API.
 
 A ProcessSet is a sorted list of global ranks plus the id the runtime gave it once it was

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.run and KoloRunner: run a Python function as the ranks of a kolo job.
 
 kolo.run(func, args, kwargs, num_proc, ..., hosts=...) is horovod.run, with its arguments (in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.elastic: Horovod's elastic training API (horovod.common.elastic), framework-free.
 
     import kolo

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The worker's side of kolorun's elastic driver (bindings/launcher/kolo_launcher/elastic_run.py).
 
 kolorun starts each elastic worker with KOLO_ELASTIC_WORKER_ID, the store's address

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Elastic state (horovod.common.elastic's State and ObjectState): what a training function
 commits, restores after a failure and receives from rank 0 when the workers are re-formed.
 

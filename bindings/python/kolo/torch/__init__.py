@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch: a drop-in for horovod.torch (`import kolo.torch as hvd`).
 
 Pure Python over libkolo.so's C API; works with any torch version that has the tensor API used

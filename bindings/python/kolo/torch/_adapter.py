@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The torch array adapter of kolo._ops: dtype and device mapping, copies of owned outputs.
 
 dtypes: uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool (uint16

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """op=Adasum on CUDA tensors: through host copies.
 
 kolo's Adasum (ops/adasum.h) runs on host memory only, so kolo.torch copies device tensors to

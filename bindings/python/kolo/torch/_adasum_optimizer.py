@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DistributedOptimizer(op=Adasum): Horovod's delta optimizer (horovod.torch's
 _DistributedAdasumOptimizer), over kolo's Adasum allreduce.
 

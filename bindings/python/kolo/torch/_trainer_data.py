@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Data plumbing of kolo.torch.Trainer: sharding a DataLoader over the ranks, moving batches to
 the model's device, and refusing (on every rank, with the counts) a job whose ranks would run
 different numbers of batches -- that is the classic way a data-parallel job hangs.

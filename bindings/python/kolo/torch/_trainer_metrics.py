@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Metrics of kolo.torch.Trainer: what module.log() records on one rank, and the reduction that
 makes the values identical on every rank.
 

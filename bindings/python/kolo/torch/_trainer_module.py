@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """KoloModule (the optional base class of modules trained by kolo.torch.Trainer) and how the
 Trainer lends log()/log_dict()/trainer to duck-typed modules for the duration of a call."""
 

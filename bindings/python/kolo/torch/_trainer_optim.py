@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """configure_optimizers() results and learning-rate schedules for kolo.torch.Trainer.
 
 Accepted return values (Lightning's, restricted to one optimizer): an optimizer; [optimizer];

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Gradient compression for allreduce, as horovod.torch.compression: Compression.none and
 Compression.fp16 (floating-point tensors travel as float16 and come back in their own dtype)."""
 

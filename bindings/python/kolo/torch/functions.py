@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """horovod.torch.functions: broadcast model and optimizer state, broadcast/gather objects."""
 
 import io

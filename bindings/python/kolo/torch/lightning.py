@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A Lightning strategy over kolo: `pl.Trainer(strategy=KoloStrategy())`, launched with
 `kolorun -np N python3 train.py` (what `Trainer(strategy="horovod")` + horovodrun was).
 

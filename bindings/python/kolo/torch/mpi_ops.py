@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """horovod.torch.mpi_ops' collectives on torch tensors, over kolo's C API.
 
 Semantics kept from Horovod 0.28:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DistributedOptimizer, as horovod.torch.optimizer.
 
 DistributedOptimizer(opt, ...) returns an instance of a class created on the fly that derives

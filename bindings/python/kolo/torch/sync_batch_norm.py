@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """SyncBatchNorm, as horovod.torch.SyncBatchNorm: batch normalization whose training-mode
 statistics cover the whole global batch (every rank's samples), not just the local one.
 

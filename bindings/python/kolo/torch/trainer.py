@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch.Trainer: fits a LightningModule-style module on every rank of a kolo job.
 
 The module defines training_step(batch, batch_idx), configure_optimizers() and

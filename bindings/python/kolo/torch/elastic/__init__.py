@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kolo.torch.elastic: horovod.torch.elastic for kolo (`hvd.elastic` after
 `import kolo.torch as hvd`): run, State, ObjectState, TorchState, ElasticSampler,
 HostsUpdatedInterrupt. See kolo.elastic for how a job is re-formed."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ElasticSampler (horovod.torch.elastic.ElasticSampler): shards a dataset over the current
 world and resumes an epoch where the committed state left it.
 

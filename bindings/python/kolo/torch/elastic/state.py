@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TorchState (horovod.torch.elastic.TorchState): models, optimizers, LR schedulers, samplers
 and plain attributes as one elastic state.
 
