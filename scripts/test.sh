@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Builds kolo with its tests and runs every suite: CTest (unit, multi-process over MPI, Gloo and
-# shared memory, launcher, Python, fault injection and soak; gpu tests skip without a device),
-# then the sanitizer subsets (ASan+UBSan, TSan) and a bounded libFuzzer run. This is what CI
-# runs (.ci/run). It stays within 25 minutes on 2 cores.
+# Builds kolo with its tests and runs every suite: CTest (every label of docs/contributing.md;
+# gpu tests skip without a device), the docs site build (mkdocs --strict), then the sanitizer
+# subsets (ASan+UBSan, TSan) and a bounded libFuzzer run. This is what CI runs (.ci/run).
 #
 # Environment: KOLO_TEST_LABELS (a CTest label regex: only those CTest suites),
 # KOLO_TEST_SKIP_SANITIZERS=1, KOLO_TEST_SKIP_FUZZ=1, KOLO_FUZZ_SECONDS (default 10 per target).
@@ -24,6 +23,8 @@ ctest "${args[@]}"
 stamp "ctest passed"
 
 if [ -z "${KOLO_TEST_LABELS:-}" ]; then
+  scripts/docs/build.sh "$BUILD_DIR/site"
+  stamp "docs site built (mkdocs --strict)"
   if [ "${KOLO_TEST_SKIP_SANITIZERS:-0}" != 1 ]; then
     scripts/sanitize.sh address
     stamp "AddressSanitizer + UndefinedBehaviorSanitizer subset passed"
