@@ -80,6 +80,11 @@ def shutdown():
 
 
 def is_initialized():
+    """Whether init() ran and shutdown() has not run since.
+
+    Returns:
+        running (bool): True while the runtime is running.
+    """
     return bool(_lib.lib.kolo_is_initialized())
 
 
@@ -126,10 +131,12 @@ def is_homogeneous():
 
 
 def mpi_built():
+    """Whether libkolo.so was built with its MPI transport."""
     return bool(_lib.lib.kolo_mpi_built())
 
 
 def gloo_built():
+    """Whether libkolo.so was built with its Gloo transport."""
     return bool(_lib.lib.kolo_gloo_built())
 
 
@@ -139,18 +146,22 @@ def nccl_built():
 
 
 def cuda_built():
+    """Whether libkolo.so was built with CUDA support (GPU tensors)."""
     return bool(_lib.lib.kolo_cuda_built())
 
 
 def rocm_built():
+    """Always False: kolo has no ROCm build."""
     return False
 
 
 def ddl_built():
+    """Always False: kolo has no IBM DDL support."""
     return False
 
 
 def ccl_built():
+    """Always False: kolo has no oneCCL support."""
     return False
 
 
@@ -185,6 +196,7 @@ def transport_name():
 
 
 def version():
+    """The version of the loaded libkolo.so, such as "0.1.0"."""
     v = _lib.lib.kolo_version()
     return v.decode() if v else ""
 

@@ -26,11 +26,18 @@ from kolo import _lib
 
 # Reduction ops, with horovod.common.basics' values so code that stored them keeps working.
 Average = 0
+"""Reduction op: the sum divided by the number of ranks (the default op)."""
 Sum = 1
+"""Reduction op: the element-wise sum."""
 Adasum = 2
+"""Reduction op: Adasum, a sum that scales down the parts of the inputs that point the same
+way. reducescatter rejects it."""
 Min = 3
+"""Reduction op: the element-wise minimum."""
 Max = 4
+"""Reduction op: the element-wise maximum."""
 Product = 5
+"""Reduction op: the element-wise product."""
 
 _TO_C_OP = {
     Average: _lib.C_AVERAGE,
@@ -60,6 +67,8 @@ class KoloInternalError(RuntimeError):
 
 
 HorovodInternalError = KoloInternalError
+"""Horovod's name for KoloInternalError: the same class, so `except` clauses written for
+Horovod catch kolo's errors."""
 
 # Horovod's words for a call made before init() (horovod.common.basics raises ValueError with
 # exactly this text from rank(), size(), ...); kept verbatim so code that matches it still works.

@@ -108,6 +108,14 @@ _A = NumpyAdapter
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
+    """Starts allreduce() and returns at once.
+
+    Takes the same arguments as allreduce().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the new array; poll(handle) tells
+            whether it is done.
+    """
     op = common.resolve_op(op, average)
     return _ops.allreduce_async(_A, tensor, False, name, op, prescale_factor, postscale_factor,
                                 process_set)
@@ -115,13 +123,42 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` over all ranks of the set (default op Average); returns a new array."""
+    """Reduces an array over the ranks of a process set.
+
+    Args:
+        tensor (numpy.ndarray): the array (anything np.asarray() accepts).
+        average (bool): deprecated. True means op=Average, False means op=Sum. Passing
+            both average and op raises ValueError, as in Horovod.
+        name (str): a name that matches the op across ranks. None draws an automatic name
+            from a counter per op type and process set, so ranks issue unnamed ops in the
+            same order.
+        op (int): Average (the default), Sum, Adasum, Min, Max or Product.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result after the reduction.
+        process_set (ProcessSet): the ranks to reduce over (default: every rank).
+
+    Returns:
+        result (numpy.ndarray): a new array; `tensor` is left unchanged.
+
+    Raises:
+        ValueError: a bad argument, such as an unsupported dtype or op.
+        KoloInternalError: the op failed in the runtime, such as when a rank passed another
+            shape or a peer was lost.
+    """
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
                                        postscale_factor, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
+    """Starts allreduce_() and returns at once.
+
+    Takes the same arguments as allreduce_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns `tensor`, which then holds the result;
+            poll(handle) tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     return _ops.allreduce_async(_A, tensor, True, name, op, prescale_factor, postscale_factor,
                                 process_set)
@@ -129,13 +166,27 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    """In-place allreduce; returns `tensor`."""
+    """Reduces a writeable ndarray in place over the ranks of a process set.
+
+    Takes the same arguments as allreduce(). `tensor` must be a writeable numpy.ndarray.
+
+    Returns:
+        tensor (numpy.ndarray): the input array, which now holds the result.
+    """
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
+    """Starts grouped_allreduce() and returns at once.
+
+    Takes the same arguments as grouped_allreduce().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the list of new arrays; poll(handle)
+            tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     return _ops.grouped_allreduce_async(_A, tensors, False, name, op, prescale_factor,
                                         postscale_factor, process_set)
@@ -143,12 +194,32 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of arrays as one op, so that they all complete together.
+
+    Takes the arguments of allreduce(), with `tensors` for `tensor`. The other arguments
+    apply to every array.
+
+    Args:
+        tensors (list): a non-empty list of arrays. Each rank passes as many, in the same
+            order.
+
+    Returns:
+        results (list): a new array per input, in order.
+    """
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
                                                postscale_factor, process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
+    """Starts grouped_allreduce_() and returns at once.
+
+    Takes the same arguments as grouped_allreduce_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the input arrays, which then hold the
+            results; poll(handle) tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     return _ops.grouped_allreduce_async(_A, tensors, True, name, op, prescale_factor,
                                         postscale_factor, process_set)
@@ -156,70 +227,189 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of writeable ndarrays in place, as one op.
+
+    Takes the same arguments as grouped_allreduce().
+
+    Returns:
+        tensors (list): the input arrays, which now hold the results.
+    """
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts allgather() and returns at once.
+
+    Takes the same arguments as allgather().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the gathered array; poll(handle) tells
+            whether it is done.
+    """
     return _ops.allgather_async(_A, tensor, name, process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's array along dimension 0 (dim 0 may differ per rank)."""
+    """Concatenates every rank's array along dimension 0, in rank order.
+
+    Dimension 0 may differ between ranks. The other dimensions and the dtype must match.
+
+    Args:
+        tensor (numpy.ndarray): this rank's array.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to gather from (default: every rank).
+
+    Returns:
+        result (numpy.ndarray): a new array.
+    """
     return synchronize(allgather_async(tensor, name, process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcast() and returns at once.
+
+    Takes the same arguments as broadcast().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the new array; poll(handle) tells
+            whether it is done.
+    """
     return _ops.broadcast_async(_A, tensor, root_rank, False, name, process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns a new array holding the value of `tensor` on global rank root_rank."""
+    """Returns the value that one rank holds, on every rank.
+
+    Args:
+        tensor (numpy.ndarray): this rank's array. Every rank passes the same shape and
+            dtype.
+        root_rank (int): the global rank whose value is sent. It must belong to the process
+            set.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to broadcast to (default: every rank).
+
+    Returns:
+        result (numpy.ndarray): a new array holding root_rank's value.
+
+    Raises:
+        ValueError: root_rank is not a member of the process set.
+    """
     return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcast_() and returns at once.
+
+    Takes the same arguments as broadcast_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns `tensor`, which then holds the value;
+            poll(handle) tells whether it is done.
+    """
     return _ops.broadcast_async(_A, tensor, root_rank, True, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites a writeable ndarray with its value on root_rank.
+
+    Takes the same arguments as broadcast(). `tensor` must be a writeable numpy.ndarray.
+
+    Returns:
+        tensor (numpy.ndarray): the input array, which now holds root_rank's value.
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """synchronize() returns (output, received_splits)."""
+    """Starts alltoall() and returns at once.
+
+    Takes the same arguments as alltoall().
+
+    Returns:
+        handle (int): synchronize(handle) returns the tuple (rows, received_splits),
+            whether or not `splits` was given.
+    """
     return _ops.alltoall_async(_A, tensor, splits, name, process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of dim 0 to rank i (even split when None). Returns the received
-    rows, and also the received splits when `splits` was given (as horovod.torch does)."""
+    """Sends a block of rows to each rank and receives a block from each.
+
+    Args:
+        tensor (numpy.ndarray): the array to split along dimension 0.
+        splits (list): the number of rows of dimension 0 that go to each rank of the set,
+            in order (1-D ints, one per rank). None splits the rows evenly.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to exchange with (default: every rank).
+
+    Returns:
+        result (numpy.ndarray): the received rows, in rank order. When `splits` is given,
+            the tuple (rows, received_splits) instead, as horovod.torch returns.
+    """
     output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
     return output if splits is None else (output, received)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducescatter() and returns at once.
+
+    Takes the same arguments as reducescatter().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns this rank's block; poll(handle) tells
+            whether it is done.
+    """
     return _ops.reducescatter_async(_A, tensor, name, op, prescale_factor, postscale_factor,
                                     process_set)
 
 
 def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over the set, then this rank keeps its block of dim 0 (the first dim0 % size
-    ranks get one extra row)."""
+    """Reduces an array over the set, then keeps this rank's block of dimension 0.
+
+    Blocks follow rank order. When dimension 0 does not divide evenly, the first
+    dim0 % size ranks get one extra row.
+
+    Args:
+        tensor (numpy.ndarray): the array. Every rank passes the same shape.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        op (int): Average (the default), Sum, Min, Max or Product.
+        process_set (ProcessSet): the ranks to reduce over (default: every rank).
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result after the reduction.
+
+    Returns:
+        result (numpy.ndarray): a new array with this rank's block.
+
+    Raises:
+        KoloInternalError: op is Adasum, as in Horovod.
+    """
     return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                            postscale_factor))
 
 
 def barrier(process_set=global_process_set):
+    """Blocks until every rank of the process set called barrier().
+
+    Args:
+        process_set (ProcessSet): the ranks to wait for (default: every rank).
+    """
     _ops.barrier(process_set)
 
 
 def join():
-    """Returns the last rank to join."""
+    """Blocks until every rank called join(); returns the last rank that joined.
+
+    Returns:
+        rank (int): a global rank, the same on every rank.
+    """
     return _ops.join()
 
 
-poll = common.poll
-synchronize = common.synchronize
+from kolo.common import poll, synchronize  # noqa: E402,F401 - re-exported (documented there)

@@ -86,6 +86,7 @@ class ProcessSet:
 
 
 global_process_set = ProcessSet([])
+"""The process set of every rank: the default of every collective's process_set argument."""
 global_process_set.process_set_id = _lib.GLOBAL_PROCESS_SET
 
 _lock = threading.Lock()

@@ -61,6 +61,11 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """Runs at each reset: calls reset(), then the reset callbacks in the order registered.
+
+        kolo.elastic.run calls it once the runtime is initialized in the new round, before
+        sync().
+        """
         self.reset()
         for callback in self._reset_callbacks:
             callback()
@@ -111,12 +116,32 @@ class State:
             raise HostsUpdatedInterrupt(skip_sync=flag == 1)
 
     def save(self):
+        """Saves a copy of the state; commit() calls it. Subclasses implement it.
+
+        Raises:
+            NotImplementedError: in State itself.
+        """
         raise NotImplementedError()
 
     def restore(self):
+        """Puts back the copy that the last save() made. Subclasses implement it.
+
+        kolo.elastic.run calls it after a lost peer, before the reset.
+
+        Raises:
+            NotImplementedError: in State itself.
+        """
         raise NotImplementedError()
 
     def sync(self):
+        """Makes every rank hold rank 0's saved state. Subclasses implement it.
+
+        kolo.elastic.run calls it after each reset, unless the new round only removed workers.
+        It is collective: every rank calls it.
+
+        Raises:
+            NotImplementedError: in State itself.
+        """
         raise NotImplementedError()
 
     def reset(self):
@@ -134,12 +159,18 @@ class ObjectState(State):
         self._set_attrs()
 
     def save(self):
+        """Saves a deep copy of the attributes that the constructor named."""
         self._saved_state = copy.deepcopy({k: getattr(self, k) for k in self._saved_state})
 
     def restore(self):
+        """Sets the attributes back to the copy that the last save() made."""
         self._set_attrs()
 
     def sync(self):
+        """Broadcasts rank 0's saved copy to every rank and sets the attributes from it.
+
+        Collective: every rank calls it. It sends the last saved copy, not the current values.
+        """
         if self._saved_state:
             self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()

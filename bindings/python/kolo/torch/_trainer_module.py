@@ -41,6 +41,18 @@ class KoloModule(torch.nn.Module):
     trainer, current_epoch, global_step, global_rank, world_size and device properties."""
 
     def log(self, name, value, **kwargs):
+        """Logs a metric for the Trainer, with Lightning's log() arguments.
+
+        Every metric is reduced over the ranks; sync_dist and sync_dist_group are accepted and
+        ignored. Outside Trainer.fit() and validate() it warns and drops the value.
+
+        Args:
+            name (str): the metric's name.
+            value (float): a number or a one-element tensor.
+            **kwargs (object): Lightning's log() options: prog_bar, logger, on_step, on_epoch,
+                reduce_fx ("mean" by default), batch_size, rank_zero_only (True keeps rank 0's
+                value), and others that are accepted and ignored.
+        """
         trainer = self.__dict__.get("_kolo_trainer")
         if trainer is None:
             warnings.warn("%s.log(%r) was called outside Trainer.fit/validate; the value is "
@@ -49,33 +61,45 @@ class KoloModule(torch.nn.Module):
         _log(trainer, name, value, **kwargs)
 
     def log_dict(self, dictionary, **kwargs):
+        """Calls log() for each item of a dict.
+
+        Args:
+            dictionary (dict): {name: value}.
+            **kwargs (object): log()'s options, applied to every item.
+        """
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)
 
     @property
     def trainer(self):
+        """The Trainer running this module, or None outside fit() and validate()."""
         return self.__dict__.get("_kolo_trainer")
 
     @property
     def current_epoch(self):
+        """The trainer's current epoch (0 without a trainer)."""
         trainer = self.trainer
         return trainer.current_epoch if trainer is not None else 0
 
     @property
     def global_step(self):
+        """The trainer's count of optimizer steps (0 without a trainer)."""
         trainer = self.trainer
         return trainer.global_step if trainer is not None else 0
 
     @property
     def global_rank(self):
+        """This process's global rank (0 before kolo.init())."""
         return basics.rank() if basics.is_initialized() else 0
 
     @property
     def world_size(self):
+        """The number of processes (1 before kolo.init())."""
         return basics.size() if basics.is_initialized() else 1
 
     @property
     def device(self):
+        """The device of the module's first parameter (the CPU without parameters)."""
         for p in self.parameters():
             return p.device
         return torch.device("cpu")

@@ -51,4 +51,6 @@ class Compression:
     """The compressors, by Horovod's names."""
 
     none = NoneCompressor
+    """Sends tensors as they are (the default)."""
     fp16 = FP16Compressor
+    """Sends floating-point tensors as float16 and returns them in their own dtype."""

@@ -55,6 +55,7 @@ except ImportError as e:  # try the older package name
         _import_error = "%s; pytorch_lightning: %s" % (_import_error, e2)
 
 LIGHTNING_AVAILABLE = _flavour is not None
+"""Whether Lightning (`lightning` or `pytorch_lightning`) can be imported."""
 LIGHTNING_PACKAGE = _flavour  # "lightning", "pytorch_lightning" or None
 _OPT_IDX_API = (LIGHTNING_AVAILABLE and "opt_idx" in
                 inspect.signature(_ParallelStrategy.optimizer_step).parameters)
@@ -138,39 +139,58 @@ else:
 
         @property
         def creates_processes_externally(self):
+            """True: kolorun or mpirun starts the processes, never Lightning."""
             return True
 
         @property
         def main_address(self):
+            """A placeholder, "127.0.0.1": kolo does its own rendezvous."""
             return "127.0.0.1"  # unused: kolo does its own rendezvous
 
         @property
         def main_port(self):
+            """A placeholder, 0: kolo does its own rendezvous."""
             return 0
 
         @staticmethod
         def detect():
+            """Whether kolo is initialized in this process."""
             return basics.is_initialized()
 
         def world_size(self):
+            """The number of processes (kolo.size())."""
             return basics.size()
 
         def set_world_size(self, size):
+            """Does nothing: the launcher fixes the size.
+
+            Args:
+                size (int): ignored.
+            """
             pass  # fixed by the launcher
 
         def global_rank(self):
+            """This process's global rank (kolo.rank())."""
             return basics.rank()
 
         def set_global_rank(self, rank):
+            """Does nothing: the launcher fixes the rank.
+
+            Args:
+                rank (int): ignored.
+            """
             pass
 
         def local_rank(self):
+            """This process's rank on its host (kolo.local_rank())."""
             return basics.local_rank()
 
         def node_rank(self):
+            """The index of this process's host (kolo.cross_rank())."""
             return basics.cross_rank()
 
         def teardown(self):
+            """Does nothing: kolo's runtime outlives the Lightning run."""
             pass
 
     class KoloStrategy(_ParallelStrategy):
@@ -180,6 +200,7 @@ else:
         ranks at setup, as Lightning's old HorovodStrategy always did (default False)."""
 
         strategy_name = "kolo"
+        """The name to pass as pl.Trainer(strategy="kolo") once registered."""
 
         def __init__(self, accelerator=None, parallel_devices=None, checkpoint_io=None,
                      precision_plugin=None, scale_lr=False, **kwargs):
@@ -200,26 +221,32 @@ else:
         # -- topology
         @property
         def global_rank(self):
+            """This process's global rank (kolo.rank())."""
             return basics.rank()
 
         @property
         def local_rank(self):
+            """This process's rank on its host (kolo.local_rank())."""
             return basics.local_rank()
 
         @property
         def node_rank(self):
+            """The index of this process's host (kolo.cross_rank())."""
             return basics.cross_rank()
 
         @property
         def world_size(self):
+            """The number of processes (kolo.size())."""
             return basics.size()
 
         @property
         def is_distributed(self):
+            """Always True."""
             return True
 
         @property
         def root_device(self):
+            """cuda:<local rank> when the parallel devices are CUDA devices, else the CPU."""
             devices = self.parallel_devices or []
             if devices and devices[0].type == "cuda":
                 return torch.device("cuda", basics.local_rank())
@@ -227,31 +254,46 @@ else:
 
         @property
         def distributed_sampler_kwargs(self):
+            """The DistributedSampler arguments: num_replicas is the size, rank the global rank."""
             return {"num_replicas": self.world_size, "rank": self.global_rank}
 
         @property
         def handles_gradient_accumulation(self):
+            """True: DistributedOptimizer allreduces once per accumulation window."""
             return True
 
         def set_world_ranks(self):
+            """Sets Lightning's rank_zero_only.rank to this rank."""
             _set_rank_zero(basics.rank())
 
         def _configure_launcher(self):
             self._launcher = None  # kolorun started the processes
 
         def setup_environment(self):
+            """Calls kolo.init() when needed, sets the ranks, then runs Lightning's setup."""
             if not basics.is_initialized():
                 basics.init()
             self.set_world_ranks()
             super().setup_environment()
 
         def model_to_device(self):
+            """Moves the model to root_device, and selects that CUDA device."""
             if self.root_device.type == "cuda":
                 torch.cuda.set_device(self.root_device)
             self.model.to(self.root_device)
 
         # -- training
         def setup(self, trainer):
+            """Wraps the optimizers and makes every rank start from rank 0's state.
+
+            When training, each optimizer becomes a DistributedOptimizer, with
+            backward_passes_per_step set to trainer.accumulate_grad_batches. With scale_lr, the
+            learning rates are multiplied by the size first. Then the optimizer state and the
+            parameters are broadcast from rank 0.
+
+            Args:
+                trainer (lightning.pytorch.Trainer): the Lightning Trainer.
+            """
             self.model_to_device()
             super().setup(trainer)
             self._exit_stack = ExitStack()
@@ -295,6 +337,19 @@ else:
         def optimizer_step(self, optimizer, *args, **kwargs):
             # (optimizer, closure, model=None, **kw); pytorch_lightning < 2.0 passed an
             # opt_idx before the closure.
+            """Runs Lightning's optimizer step, waiting for the gradient allreduces after backward.
+
+            The wait comes before the precision plugin clips gradients and the optimizer steps.
+
+            Args:
+                optimizer (torch.optim.Optimizer): the optimizer to step.
+                *args (object): Lightning's arguments: the closure, and an opt_idx before it in
+                    pytorch_lightning before 2.0.
+                **kwargs (object): Lightning's keyword arguments.
+
+            Returns:
+                result (object): what Lightning's optimizer_step returns.
+            """
             def synchronized(closure):
                 def run():
                     result = closure()
@@ -312,23 +367,66 @@ else:
 
         def load_optimizer_state_dict(self, checkpoint):
             # Keep the param_group dicts shared with the optimizers the lr schedulers drive.
+            """Loads the optimizer states of a checkpoint into the wrapped optimizers.
+
+            The param_group dicts stay the ones the LR schedulers hold.
+
+            Args:
+                checkpoint (dict): a Lightning checkpoint with "optimizer_states".
+            """
             for opt, state in zip(self.optimizers, checkpoint["optimizer_states"]):
                 load_state_keeping_groups(_unwrap(opt), state)
 
         # -- collectives
         def reduce(self, tensor, group=None, reduce_op="mean"):
+            """Reduces a tensor over every rank, as reduce_tensor().
+
+            Args:
+                tensor (torch.Tensor): a tensor; anything else is returned as is.
+                group (object): must be None.
+                reduce_op (str): "mean" (the default), "sum", "max" or "min".
+
+            Returns:
+                result (torch.Tensor): the reduced tensor.
+            """
             return reduce_tensor(tensor, group, reduce_op)
 
         def all_gather(self, tensor, group=None, sync_grads=False):
+            """Gathers a tensor from every rank, as gather_tensor().
+
+            Args:
+                tensor (torch.Tensor): this rank's tensor, the same shape on every rank.
+                group (object): must be None.
+                sync_grads (bool): whether gradients flow back through the result.
+
+            Returns:
+                result (torch.Tensor): shape (world_size, *tensor.shape), in rank order.
+            """
             return gather_tensor(tensor, group, sync_grads)
 
         def broadcast(self, obj, src=0):
+            """Returns rank src's object on every rank (pickled).
+
+            Args:
+                obj (object): any picklable object.
+                src (int): the rank that sends.
+
+            Returns:
+                obj (object): src's object.
+            """
             return broadcast_object(obj, src)
 
         def barrier(self, *args, **kwargs):
+            """Blocks until every rank called barrier().
+
+            Args:
+                *args (object): ignored.
+                **kwargs (object): ignored.
+            """
             barrier()
 
         def teardown(self):
+            """Stops skipping the optimizers' synchronize, then runs Lightning's teardown."""
             if self._exit_stack is not None:
                 self._exit_stack.close()
                 self._exit_stack = None
@@ -336,5 +434,10 @@ else:
 
         @classmethod
         def register_strategies(cls, strategy_registry):
+            """Registers this class in Lightning's strategy registry under the name "kolo".
+
+            Args:
+                strategy_registry (object): Lightning's StrategyRegistry.
+            """
             strategy_registry.register(cls.strategy_name, cls,
                                        description="data-parallel training over kolo")

@@ -38,8 +38,7 @@ from kolo.torch import _adasum_host
 from kolo.torch._adapter import TorchAdapter as _A
 from kolo.torch.compression import Compression
 
-poll = common.poll
-synchronize = common.synchronize
+from kolo.common import poll, synchronize  # noqa: F401 - re-exported (documented there)
 
 # Ops whose backward is the same allreduce of the gradient: Sum and Average (linear), and
 # Adasum, whose backward is Adasum of the gradients as in Horovod (not the exact derivative of
@@ -50,7 +49,14 @@ _SAME_OP_BACKWARD = (Sum, Average, Adasum)
 # ---- asynchronous ops ------------------------------------------------------------------------
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+    """Starts allreduce() and returns at once.
+
+    Takes the arguments of allreduce(), without compression.
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the new tensor; poll(handle) tells
+            whether it is done.
+    """
     op = common.resolve_op(op, average)
     if _adasum_host.needs_host([tensor], op):
         return _adasum_host.allreduce([tensor], False, name, op, prescale_factor,
@@ -61,7 +67,14 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
-    """Starts an in-place allreduce; synchronize(handle) returns `tensor`."""
+    """Starts allreduce_() and returns at once.
+
+    Takes the arguments of allreduce_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns `tensor`, which then holds the result;
+            poll(handle) tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     if _adasum_host.needs_host([tensor], op):
         return _adasum_host.allreduce([tensor], True, name, op, prescale_factor,
@@ -72,7 +85,14 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    """One negotiated op for a list of tensors; synchronize() returns a list of new tensors."""
+    """Starts grouped_allreduce() and returns at once.
+
+    Takes the arguments of grouped_allreduce(), without compression.
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the list of new tensors; poll(handle)
+            tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     tensors = list(tensors)
     if _adasum_host.needs_host(tensors, op):
@@ -84,6 +104,14 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
+    """Starts grouped_allreduce_() and returns at once.
+
+    Takes the arguments of grouped_allreduce_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the input tensors, which then hold the
+            results; poll(handle) tells whether it is done.
+    """
     op = common.resolve_op(op, average)
     tensors = list(tensors)
     if _adasum_host.needs_host(tensors, op):
@@ -94,6 +122,14 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts allgather() and returns at once.
+
+    Takes the arguments of allgather().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the gathered tensor; poll(handle) tells
+            whether it is done.
+    """
     return _ops.allgather_async(_A, tensor, name, process_set)
 
 
@@ -118,33 +154,79 @@ def _start_members(tensors, name, process_set, op_type, collective, what, start_
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    """One handle for several allgathers (named "<name>.<i>"); synchronize() gives a list."""
+    """Starts grouped_allgather() and returns one handle for all of its ops.
+
+    Takes the arguments of grouped_allgather(). When one tensor fails on this rank, the ops
+    after it are refused, so that the other ranks fail at once.
+
+    Returns:
+        handle (int): synchronize(handle) returns the list of gathered tensors.
+    """
     return _start_members(tensors, name, process_set, "allgather", _lib.COLL_ALLGATHER,
                           "grouped_allgather",
                           lambda t, member: allgather_async(t, member, process_set))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcast() and returns at once.
+
+    Takes the arguments of broadcast().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns the new tensor; poll(handle) tells
+            whether it is done.
+    """
     return _ops.broadcast_async(_A, tensor, root_rank, False, name, process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Starts broadcast_() and returns at once.
+
+    Takes the arguments of broadcast_().
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns `tensor`, which then holds the value;
+            poll(handle) tells whether it is done.
+    """
     return _ops.broadcast_async(_A, tensor, root_rank, True, name, process_set)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    """synchronize(handle) returns (output, received_splits)."""
+    """Starts alltoall() and returns at once.
+
+    Takes the arguments of alltoall().
+
+    Returns:
+        handle (int): synchronize(handle) returns the tuple (rows, received_splits),
+            whether or not `splits` was given.
+    """
     return _ops.alltoall_async(_A, tensor, splits, name, process_set)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
+    """Starts reducescatter() and returns at once.
+
+    Takes the arguments of reducescatter(), without compression.
+
+    Returns:
+        handle (int): synchronize(handle) waits and returns this rank's block; poll(handle) tells
+            whether it is done.
+    """
     return _ops.reducescatter_async(_A, tensor, name, op, prescale_factor, postscale_factor,
                                     process_set)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
+    """Starts grouped_reducescatter() and returns one handle for all of its ops.
+
+    Takes the arguments of grouped_reducescatter(), without compression. When one tensor
+    fails on this rank, the ops after it are refused, so that the other ranks fail at once.
+
+    Returns:
+        handle (int): synchronize(handle) returns the list of blocks.
+    """
     return _start_members(tensors, name, process_set, "reducescatter", _lib.COLL_REDUCESCATTER,
                           "grouped_reducescatter",
                           lambda t, member: reducescatter_async(t, member, op, process_set,
@@ -153,9 +235,25 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
-    """Allreduce of a sparse COO tensor through two allgathers (indices and values), as
-    Horovod does for sparse gradients; synchronize() returns the summed (or averaged) sparse
-    tensor, with duplicate indices left uncoalesced."""
+    """Starts the allreduce of a sparse COO tensor, as two allgathers.
+
+    The indices and the values are gathered, as Horovod does for sparse gradients. The
+    result keeps duplicate indices: it is not coalesced.
+
+    Args:
+        tensor (torch.Tensor): a sparse COO tensor.
+        name (str): the name of the op; its two allgathers get "<name>.indices" and
+            "<name>.values". None: automatic names.
+        op (int): Average or Sum.
+        process_set (ProcessSet): the ranks to reduce over (default: every rank).
+
+    Returns:
+        handle (int): synchronize(handle) returns the sparse result. Calling the handle
+            does the same, as with the function that Horovod returns.
+
+    Raises:
+        ValueError: another op, or a tensor that is not sparse COO.
+    """
     parts = [None, None] if name is None else [name + ".indices", name + ".values"]
     try:
         if op not in (Average, Sum):
@@ -361,7 +459,33 @@ class KoloReducescatter(torch.autograd.Function):
 # ---- synchronous, differentiable ops ------------------------------------------------------------
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Reduces `tensor` over the ranks of the set (default op Average) into a new tensor."""
+    """Reduces a tensor over the ranks of a process set into a new tensor.
+
+    The op is differentiable: the gradient is reduced over the ranks too. A CUDA tensor
+    stays on its device. Adasum of a CUDA tensor runs through a host copy.
+
+    Args:
+        tensor (torch.Tensor): the tensor to reduce.
+        average (bool): deprecated. True means op=Average, False means op=Sum. Passing
+            both average and op raises ValueError, as in Horovod.
+        name (str): a name that matches the op across ranks. None draws an automatic name
+            from a counter per op type and process set, so ranks issue unnamed ops in the
+            same order.
+        compression (Compressor): Compression.none (the default) or Compression.fp16, which sends
+            floating-point tensors as float16 and returns them in their own dtype.
+        op (int): Average (the default), Sum, Adasum, Min, Max or Product.
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result after the reduction.
+        process_set (ProcessSet): the ranks to reduce over (default: every rank).
+
+    Returns:
+        result (torch.Tensor): a new tensor; `tensor` is left unchanged.
+
+    Raises:
+        ValueError: a bad argument, such as an unsupported dtype or op.
+        KoloInternalError: the op failed in the runtime, such as when a rank passed another
+            shape or a peer was lost.
+    """
     op = common.resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     reduced = KoloAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor,
@@ -371,13 +495,31 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    """In-place allreduce; returns `tensor`."""
+    """Reduces a tensor in place over the ranks of a process set.
+
+    Takes the arguments of allreduce(), without compression. Not differentiable.
+
+    Returns:
+        tensor (torch.Tensor): the input tensor, which now holds the result.
+    """
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors as one op, so that they all complete together.
+
+    Takes the arguments of allreduce(), with `tensors` for `tensor`. The other arguments
+    apply to every tensor. Differentiable, as allreduce().
+
+    Args:
+        tensors (list): a non-empty list of tensors. Each rank passes as many, in the same
+            order.
+
+    Returns:
+        results (list): a new tensor per input, in order.
+    """
     op = common.resolve_op(op, average)
     pairs = [compression.compress(t) for t in tensors]
     outs = KoloGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, process_set,
@@ -387,42 +529,135 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
+    """Reduces a list of tensors in place, as one op.
+
+    Takes the arguments of grouped_allreduce(), without compression.
+
+    Returns:
+        tensors (list): the input tensors, which now hold the results.
+    """
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
                                                 postscale_factor, process_set))
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenates every rank's tensor along dim 0 (dim 0 may differ between ranks)."""
+    """Concatenates every rank's tensor along dimension 0, in rank order.
+
+    Dimension 0 may differ between ranks. The other dimensions and the dtype must match.
+    Differentiable: each rank gets the gradient of its own rows, averaged over the ranks as
+    in Horovod.
+
+    Args:
+        tensor (torch.Tensor): this rank's tensor.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to gather from (default: every rank).
+
+    Returns:
+        result (torch.Tensor): a new tensor.
+    """
     return KoloAllgather.apply(tensor, name, process_set)
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Runs allgather() on each tensor of a list.
+
+    Each tensor is its own op, named "<name>.<i>" when `name` is given.
+
+    Args:
+        tensors (list): this rank's tensors. Each rank passes as many, in the same order.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to gather from (default: every rank).
+
+    Returns:
+        results (list): a gathered tensor per input, in order.
+    """
     return [allgather(t, None if name is None else "%s.%d" % (name, i), process_set)
             for i, t in enumerate(tensors)]
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """Returns a new tensor holding `tensor` of global rank root_rank."""
+    """Returns the value that one rank holds, on every rank.
+
+    Differentiable: root_rank gets the gradient averaged over the ranks, as in Horovod, and
+    the other ranks get zeros.
+
+    Args:
+        tensor (torch.Tensor): this rank's tensor. Every rank passes the same shape and
+            dtype.
+        root_rank (int): the global rank whose value is sent, also with a process set. It
+            must belong to the process set.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to broadcast to (default: every rank).
+
+    Returns:
+        result (torch.Tensor): a new tensor holding root_rank's value.
+
+    Raises:
+        ValueError: root_rank is not a member of the process set.
+    """
     return KoloBroadcast.apply(tensor, root_rank, name, process_set)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast; returns `tensor`."""
+    """Overwrites a tensor with its value on root_rank.
+
+    Takes the arguments of broadcast(). Not differentiable.
+
+    Returns:
+        tensor (torch.Tensor): the input tensor, which now holds root_rank's value.
+    """
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Sends splits[i] rows of dim 0 to set rank i (an even split when splits is None).
-    Returns the received rows concatenated in rank order, plus the received splits (an int32
-    tensor) when splits was given."""
+    """Sends a block of rows to each rank and receives a block from each.
+
+    Differentiable: the gradient goes back to the rank that sent each row.
+
+    Args:
+        tensor (torch.Tensor): the tensor to split along dimension 0.
+        splits (list): the number of rows of dimension 0 that go to each rank of the set,
+            in order (a list or 1-D tensor of ints). They may sum to less than dimension 0:
+            the trailing rows are not sent. None splits the rows evenly.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        process_set (ProcessSet): the ranks to exchange with (default: every rank).
+
+    Returns:
+        result (torch.Tensor): the received rows, in rank order. When `splits` is given,
+            the tuple (rows, received_splits) instead, with received_splits an int32
+            tensor.
+    """
     output, received = KoloAlltoall.apply(tensor, splits, name, process_set)
     return output if splits is None else (output, received)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
-    """Reduces over the set; this rank gets its block of dim 0 (the first dim0 % size ranks
-    get one extra row)."""
+    """Reduces a tensor over the set, then keeps this rank's block of dimension 0.
+
+    Blocks follow rank order. When dimension 0 does not divide evenly, the first
+    dim0 % size ranks get one extra row. Differentiable.
+
+    Args:
+        tensor (torch.Tensor): the tensor. Every rank passes the same shape.
+        name (str): a name that matches the op across ranks (None: automatic, as for
+            allreduce()).
+        compression (Compressor): Compression.none (the default) or Compression.fp16.
+        op (int): Average (the default), Sum, Min, Max or Product.
+        process_set (ProcessSet): the ranks to reduce over (default: every rank).
+        prescale_factor (float): multiplies the input before the reduction.
+        postscale_factor (float): multiplies the result after the reduction.
+
+    Returns:
+        result (torch.Tensor): a new tensor with this rank's block.
+
+    Raises:
+        KoloInternalError: op is Adasum, as in Horovod.
+    """
     compressed, ctx = compression.compress(tensor)
     out = KoloReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor,
                                   process_set)
@@ -432,16 +667,38 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
+    """Runs reducescatter() on each tensor of a list.
+
+    Each tensor is its own op, named "<name>.<i>" when `name` is given. The other arguments
+    are those of reducescatter() and apply to every tensor.
+
+    Args:
+        tensors (list): the tensors. Each rank passes as many, in the same order.
+
+    Returns:
+        results (list): this rank's block of each tensor, in order.
+    """
     return [reducescatter(t, None if name is None else "%s.%d" % (name, i), compression, op,
                           process_set, prescale_factor, postscale_factor)
             for i, t in enumerate(tensors)]
 
 
 def join(device=-1):
-    """Marks this rank as out of data; until all ranks joined it contributes zeros to the
-    others' allreduces (Min, Max, Product: the op's identity, so it does not change their
-    result; Horovod sends zeros there too). Blocks until every rank joined; returns the last
-    rank to join."""
+    """Marks this rank as out of data and waits until every rank called join().
+
+    Until then, this rank adds zeros to the other ranks' allreduces. With Min, Max and
+    Product it adds the op's identity instead, so their result does not change; Horovod
+    sends zeros there too.
+
+    Args:
+        device (int): a CUDA device ordinal to synchronize first, or -1 (the CPU).
+
+    Returns:
+        rank (int): the last rank that joined, the same on every rank.
+
+    Raises:
+        ValueError: device is not an int.
+    """
     if isinstance(device, bool) or not isinstance(device, int):
         raise ValueError("join(device=...) takes an int device ordinal (-1 = CPU)")
     if device >= 0 and torch.cuda.is_available():
@@ -450,5 +707,9 @@ def join(device=-1):
 
 
 def barrier(process_set=global_process_set):
-    """Blocks until every rank of the set reached the barrier."""
+    """Blocks until every rank of the process set called barrier().
+
+    Args:
+        process_set (ProcessSet): the ranks to wait for (default: every rank).
+    """
     _ops.barrier(process_set)

@@ -22,8 +22,20 @@ from kolo.torch.mpi_ops import allreduce
 
 
 class SyncBatchNorm(_BatchNorm):
-    """Drop-in for torch.nn.BatchNorm{1,2,3}d in data-parallel training (any input with a
-    channel dimension 1 and at least 2 dimensions)."""
+    """Batch normalization whose statistics cover the whole batch of every rank.
+
+    A drop-in for torch.nn.BatchNorm1d, 2d and 3d in data-parallel training: any input of 2
+    or more dimensions with the channels in dimension 1.
+
+    Args:
+        num_features (int): the number of channels.
+        eps (float): added to the variance, for numerical stability.
+        momentum (float): the factor of the running statistics; None uses a cumulative
+            average.
+        affine (bool): whether to learn a weight and a bias per channel.
+        track_running_stats (bool): whether to keep running mean and variance for eval mode.
+        process_set (ProcessSet): the ranks whose batches are combined (default: every rank).
+    """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
                  track_running_stats=True, process_set=global_process_set):
@@ -35,6 +47,21 @@ class SyncBatchNorm(_BatchNorm):
             raise ValueError("expected at least 2D input (got {}D input)".format(input.dim()))
 
     def forward(self, input):
+        """Normalizes `input` with the mean and variance over every rank's batch.
+
+        In training mode, it sums the per-channel sums, counts and squared deviations over the
+        process set with allreduce, and updates the running statistics. With one rank, or in
+        eval mode with running statistics, it is plain BatchNorm.
+
+        Args:
+            input (torch.Tensor): a tensor of shape (N, C, ...).
+
+        Returns:
+            output (torch.Tensor): the normalized tensor, in the dtype of `input`.
+
+        Raises:
+            ValueError: `input` has fewer than 2 dimensions.
+        """
         self._check_input_dim(input)
         if size() == 1 or (not self.training and self.track_running_stats):
             return super().forward(input)

@@ -47,31 +47,39 @@ class Trainer:
     """Data-parallel fit/validate loop over kolo (see the module docstring).
 
     Args:
-      max_epochs: epochs to train.
-      checkpoint_dir: when set, rank 0 writes <dir>/epoch=<n>.ckpt (torch.save of
-        {"epoch", "global_step", "state_dict", "optimizer_states", "lr_schedulers", "metrics"})
-        at the end of every epoch; fit(ckpt_path=...) resumes from such a file.
-      log_every_n_steps: every n optimizer steps the values logged in that step are reduced
-        over the ranks and appended to trainer.step_metrics as (global_step, {name: value});
-        0 or None turns that off (epoch metrics are always kept).
-      limit_train_batches, limit_val_batches: run at most this many batches per epoch.
-      accumulate_grad_batches: optimizer step every k batches (the loss is divided by k;
-        DistributedOptimizer(backward_passes_per_step=k) allreduces once per step).
-      gradient_clip_val: clip the averaged gradients' global norm to this value.
-      check_val_every_n_epoch: validate after every n-th training epoch (when the module
-        has validation_step and a validation loader).
-      use_distributed_sampler: False keeps the loaders as they are (then each rank must shard
-        its data itself and yield the same number of batches; checked before each epoch).
-      seed: DistributedSampler's shuffling seed (the same on every rank).
-      compression, gradient_predivide_factor: passed to DistributedOptimizer.
-      root_rank: the rank whose initial parameters/optimizer state everyone starts from.
-      verbose: rank 0 prints one line per epoch with the epoch metrics.
-      elastic: run fit() as kolo.torch.elastic's training function (under kolorun's elastic
-        mode): the module, optimizer, epoch, step and position in the epoch are a TorchState,
-        committed every elastic_commit_every_n_steps optimizer steps and at each epoch's end;
-        after a lost peer (the last commit restored) or new hosts, the runtime is re-formed,
-        the state comes from the new rank 0, the loaders are re-sharded over the new size and
-        the epoch resumes at the committed batch (of the new shard).
+        max_epochs (int): epochs to train.
+        checkpoint_dir (str): when set, rank 0 writes <dir>/epoch=<n>.ckpt at the end of
+            every epoch. The file is a torch.save of {"epoch", "global_step", "state_dict",
+            "optimizer_states", "lr_schedulers", "metrics"}. fit(ckpt_path=...) resumes from
+            such a file.
+        log_every_n_steps (int): every n optimizer steps, the values logged in that step are
+            reduced over the ranks and appended to trainer.step_metrics as
+            (global_step, {name: value}). 0 or None turns that off; epoch metrics are always
+            kept.
+        limit_train_batches (int): run at most this many training batches per epoch.
+        limit_val_batches (int): run at most this many validation batches per epoch.
+        accumulate_grad_batches (int): an optimizer step every k batches. The loss is divided
+            by k, and DistributedOptimizer(backward_passes_per_step=k) allreduces once per
+            step.
+        gradient_clip_val (float): clip the averaged gradients' global norm to this value.
+        check_val_every_n_epoch (int): validate after every n-th training epoch, when the
+            module has validation_step and a validation loader.
+        use_distributed_sampler (bool): False keeps the loaders as they are. Then each rank
+            must shard its data itself and yield the same number of batches; this is checked
+            before each epoch.
+        seed (int): DistributedSampler's shuffling seed, the same on every rank.
+        compression (Compressor): passed to DistributedOptimizer.
+        gradient_predivide_factor (float): passed to DistributedOptimizer.
+        root_rank (int): the rank whose initial parameters and optimizer state every rank
+            starts from.
+        verbose (bool): rank 0 prints one line per epoch with the epoch metrics.
+        elastic (bool): run fit() as kolo.torch.elastic's training function, under kolorun's
+            elastic mode. The module, optimizer, epoch, step and position in the epoch form a
+            TorchState. After a lost peer or new hosts, the runtime is re-formed and the state
+            comes from the new rank 0. The loaders are re-sharded over the new size, and the
+            epoch resumes at the committed batch of the new shard.
+        elastic_commit_every_n_steps (int): with elastic, commit the state every n optimizer
+            steps, and at the end of each epoch.
     """
 
     def __init__(self, max_epochs=1, checkpoint_dir=None, log_every_n_steps=50,
@@ -133,18 +141,22 @@ class Trainer:
     # ---- topology ----------------------------------------------------------------------------
     @property
     def global_rank(self):
+        """This process's global rank (kolo.rank())."""
         return basics.rank()
 
     @property
     def world_size(self):
+        """The number of processes (kolo.size())."""
         return basics.size()
 
     @property
     def is_global_zero(self):
+        """Whether this process is rank 0."""
         return basics.rank() == 0
 
     @property
     def last_checkpoint_path(self):
+        """The path of the last checkpoint rank 0 wrote, or None."""
         return self.checkpoint_paths[-1] if self.checkpoint_paths else None
 
     # ---- logging (called through module.log) -------------------------------------------------

@@ -18,6 +18,19 @@ from kolo.basics import is_initialized, rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):
+    """Shards a dataset over the current ranks and resumes an epoch where the last commit was.
+
+    A drop-in for horovod.torch.elastic.ElasticSampler. Put it in a TorchState, and record
+    each batch with record_batch(). At each reset the indices not processed yet in the epoch
+    are sharded again over the new size. Every rank draws the same permutation, seeded with
+    seed + epoch. The list is padded to a multiple of the size, and rank r takes every
+    size-th index from r.
+
+    Args:
+        dataset (torch.utils.data.Dataset): a dataset with len().
+        shuffle (bool): whether to permute the indices each epoch.
+        seed (int): the seed of the permutation, the same on every rank.
+    """
     def __init__(self, dataset, shuffle=True, seed=0):
         self.dataset = dataset
         self.shuffle = shuffle
@@ -43,18 +56,42 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.record_indices(self.get_indices(batch_idx, batch_size))
 
     def record_indices(self, indices):
+        """Marks dataset indices as processed by this rank.
+
+        Args:
+            indices (list): dataset indices.
+        """
         self.processed_indices.update(indices)
 
     def get_indices(self, batch_idx, batch_size):
+        """Returns the dataset indices of this rank's batch number batch_idx.
+
+        Args:
+            batch_idx (int): the batch number in this rank's shard.
+            batch_size (int): the samples per batch; the last batch may be shorter.
+
+        Returns:
+            indices (list): the dataset indices of the batch.
+        """
         start = batch_idx * batch_size
         return self.indices[start:min(start + batch_size, len(self.indices))]
 
     def load_state_dict(self, state_dict):
+        """Sets the epoch and the processed indices, then re-shards (reset()).
+
+        Args:
+            state_dict (dict): a dict that state_dict() returned.
+        """
         self.epoch = state_dict["epoch"]
         self.processed_indices = set(state_dict["processed_indices"])
         self.reset()
 
     def state_dict(self):
+        """Returns the epoch and a copy of the processed indices.
+
+        Returns:
+            state (dict): {"epoch": int, "processed_indices": set}.
+        """
         return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
 
     def reset(self):

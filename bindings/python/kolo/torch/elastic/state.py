@@ -234,6 +234,22 @@ def _handler_class(value):
 
 
 class TorchState(ObjectState):
+    """An elastic state of models, optimizers, LR schedulers, samplers and plain values.
+
+    Each keyword becomes an attribute: TorchState(model=m, optimizer=o, epoch=0) gives
+    state.model, state.optimizer and state.epoch. A handler chosen by the value's type
+    saves, restores and syncs it; see the module docstring for the table. Assigning a
+    tracked attribute gives its handler the new object and saves it at once, as Horovod's
+    set_value does.
+
+    Args:
+        model (torch.nn.Module): the model; commit copies its state_dict and sync
+            broadcasts rank 0's parameters and buffers.
+        optimizer (torch.optim.Optimizer): the optimizer; sync is
+            broadcast_optimizer_state.
+        **kwargs (object): more values: modules, optimizers, LR schedulers, ElasticSampler objects,
+            or plain picklable values kept as ObjectState's.
+    """
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
         handlers, plain = {}, {}
@@ -275,6 +291,12 @@ class TorchState(ObjectState):
         # never mixes two commits (a model of the new one with the epoch, batch and samplers
         # of the old one would train the samples in between twice, or skip them). A handler
         # replaces what it saved (never mutates it), so a shallow copy of each one is enough.
+        """Saves every handler's object and the plain values; commit() calls it.
+
+        All or nothing: when a handler fails, such as a lost peer in a sampler's collective,
+        every handler gets back what it held before. A restore then never mixes two commits.
+        Collective when the state holds an ElasticSampler.
+        """
         before = [(handler, dict(handler.__dict__)) for handler in self._handlers.values()]
         try:
             for handler in self._handlers.values():
@@ -289,17 +311,27 @@ class TorchState(ObjectState):
     def on_reset(self):
         # A sync loads each sampler's state, which re-shards it over the new rank and size; a
         # reset whose sync is skipped (workers were only removed) must re-shard them here.
+        """Re-shards each ElasticSampler over the new rank and size, then runs State.on_reset().
+
+        A reset whose sync is skipped (the round only removed workers) still gets samplers
+        sharded for the new size.
+        """
         for handler in self._handlers.values():
             if isinstance(handler, SamplerStateHandler):
                 handler.value.reset()
         super().on_reset()
 
     def restore(self):
+        """Loads every handler's saved copy back into its object, then the plain values."""
         for handler in self._handlers.values():
             handler.restore()
         super().restore()
 
     def sync(self):
+        """Gives every rank rank 0's saved state: each handler's sync, then the plain values.
+
+        Collective: every rank calls it.
+        """
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
