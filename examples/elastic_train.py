@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Elastic training with kolo, Horovod style (horovod.torch.elastic with one changed import):
+r"""Elastic training with kolo, Horovod style (horovod.torch.elastic with one changed import):
 workers may die, be added or be removed while the job trains; after a death the survivors roll
 back to the last commit, take new ranks, receive the state from the new rank 0 and go on; added
 and removed workers are taken in or let go at the next commit, without a rollback. It trains a
@@ -9,9 +9,9 @@ learn.
 
 Run it on this machine with a discovery script whose host list you change while it trains:
 
-    printf '#!/bin/sh\\ncat /tmp/kolo_hosts\\n' > /tmp/discover.sh; chmod +x /tmp/discover.sh
+    printf '#!/bin/sh\ncat /tmp/kolo_hosts\n' > /tmp/discover.sh; chmod +x /tmp/discover.sh
     echo localhost:2 > /tmp/kolo_hosts
-    kolorun -np 2 --min-np 1 --max-np 4 --host-discovery-script /tmp/discover.sh \\
+    kolorun -np 2 --min-np 1 --max-np 4 --host-discovery-script /tmp/discover.sh \
         python3 examples/elastic_train.py --epochs 30
     # meanwhile, in another shell:
     echo localhost:4 > /tmp/kolo_hosts     # two more workers join at the next commit
@@ -21,6 +21,9 @@ Run it on this machine with a discovery script whose host list you change while 
 --kill-rank R --kill-step N makes rank R of the first round SIGKILL itself at step N (a demo of
 a lost worker without a second shell); --log-steps prints a timestamped line per step on rank 0
 (bench/elastic_bench.py measures recovery and scale-up times from them).
+
+docs/elastic.md explains the rest: the elastic API, kolorun's elastic flags, and what happens
+when workers die, join or leave.
 """
 
 import argparse
