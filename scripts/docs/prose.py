@@ -8,7 +8,8 @@ Without FILE arguments it reads README.md and every docs/**/*.md. For each page 
 words of each sentence of the prose: code blocks, tables, headings, HTML comments and
 mkdocstrings lines are left out, inline code counts as one word, and a link counts as its text.
 A page fails when its mean sentence is 20 words or more, or when one sentence is over 50 words
-(each such sentence is printed with its line). README.md also fails past 200 lines.
+(each such sentence is printed with its line). README.md also fails past 200 lines. A file
+outside docs/ fails when a relative link points to no file (mkdocs checks the links in docs/).
 --self-test checks planted pages: a long sentence, a high mean and a long README must fail, and
 a page of short sentences with code, tables and links must pass.
 --report prints every page's line count, sentence count and mean, and exits 0 whatever it finds.
@@ -99,6 +100,12 @@ def check(path, report):
     if os.path.basename(path) == "README.md" and os.path.dirname(path) == REPO \
             and lines > README_LINES:
         problems.append("%s: %d lines (limit %d)" % (rel, lines, README_LINES))
+    if not path.startswith(os.path.join(REPO, "docs") + os.sep):  # mkdocs checks docs/ itself
+        for n, line in prose_lines(text):
+            for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", line):
+                if "://" not in target and not target.startswith("mailto:") and \
+                        not os.path.exists(os.path.join(os.path.dirname(path), target)):
+                    problems.append("%s:%d: a link to %s, which does not exist" % (rel, n, target))
     return problems
 
 
@@ -110,8 +117,9 @@ def self_test():
     cases = {
         "long.md": (short + " ".join(["word"] * 60) + ".\n", True),
         "mean.md": (" ".join(["word"] * 25) + ". " + " ".join(["word"] * 30) + ".\n", True),
+        "link.md": (short + "See [it](no-such-page.md).\n", True),
         "good.md": (short + "| a | b |\n|---|---|\n| " + "x " * 80 + "| y |\n\n```text\n"
-                    + "code " * 90 + "\n```\n\nSee [the page](other.md) for `a b c d`.\n", False),
+                    + "code " * 90 + "\n```\n\nSee [the page](long.md) for `a b c d`.\n", False),
     }
     bad = []
     for name, (text, should_fail) in cases.items():
