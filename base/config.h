@@ -78,7 +78,7 @@ struct Config {
     int warmupSamples = 3;    // KOLO_AUTOTUNE_WARMUP_SAMPLES: discarded samples at the start
     int stepsPerSample = 10;  // KOLO_AUTOTUNE_STEPS_PER_SAMPLE
     int maxSamples = 20;      // KOLO_AUTOTUNE_BAYES_OPT_MAX_SAMPLES: scored samples, then fixed
-    double noise = 0.8;       // KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (accepted, unused: README)
+    double noise = 0.8;       // KOLO_AUTOTUNE_GAUSSIAN_PROCESS_NOISE (accepted, unused: docs/autotune.md)
     // Knobs the user set explicitly: fixed, never tuned (as in Horovod). The crossovers are also
     // fixed when KOLO_ALLREDUCE_ALGORITHM names an algorithm (they are not used then).
     bool fusionThresholdSet = false, cycleTimeSet = false;

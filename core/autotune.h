@@ -20,8 +20,8 @@
 // to the first neighbour that scores better (and tries the same direction again first), and
 // when no neighbour improves halves the step to one grid step (a categorical knob, hierarchical
 // allreduce, has no distances: its neighbour is the other value at either step; it is polled
-// first, one sample for a choice that moved allreduce time up to several-fold in README's
-// "Hierarchical allreduce" table, and the knobs after it are then polled on the better path);
+// first, one sample for a choice that moved allreduce time up to several-fold in the
+// hierarchical allreduce runs of bench/RESULTS.md, and the knobs after it are then polled on the better path);
 // when none improves at one step either, the point is a local optimum on the grid and the
 // search has converged. It never measures a point twice. Compass search converges to a local
 // optimum for any score that is unimodal along each knob (Kolda, Lewis, Torczon: "Optimization

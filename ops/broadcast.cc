@@ -45,7 +45,7 @@
 // m <= s), costs more than the second pass over (n-2)/n m that scatter-allgather adds. Past
 // m = n s it turns against scatter-allgather and grows with m, while the chain's k alpha grows
 // ~10x slower (alpha / (s beta) ~ 0.1 for alpha ~20-25 us, beta ~0.8-1 ns/B -- a 10 GbE link,
-// or the README's fit on loopback -- and 256 KiB segments), so the crossover sits a little
+// or the loopback fit of bench/RESULTS.md -- and 256 KiB segments), so the crossover sits a little
 // above m = n s (~9 s at 8 ranks). The alpha term counts latencies: the chain's n - 1 hops
 // (plus k - 1 segments) against 2 L. Up to 7 ranks n - 1 <= 2 L (3 against 4 at 4 ranks, 6 and
 // 6 at 7); from 8 on 2 L < n - 1 (but 8 and 8 at 9), and the gap grows: 7 against 6 at 8 ranks,
@@ -62,13 +62,13 @@
 //    against 265-447 us at 512 KiB. Where beta is larger than loopback's the beta term can win
 //    at 4-7 ranks too (10 GbE: 256 KiB at 4 ranks ~690 us chain, ~400 us scatter-allgather), so
 //    a cluster that measures so lowers kScatterAllgatherMinRanks. At 8 ranks (4 per core here:
-//    README's caveat for such sweeps) the chain was ahead up to 256 KiB (40-300 against 280-560
+//    bench/RESULTS.md's caveat for such sweeps) the chain was ahead up to 256 KiB (40-300 against 280-560
 //    us) and scatter-allgather from 512 KiB (650-890 against 1,450-1,520 us; 1 MiB: 1,140-1,450
 //    against 4,680-5,350 us); the rule follows the model there.
 //  - n <= 3 in particular: n - 1 <= 2 hops, as many as the tree's rounds and fewer than
 //    scatter-allgather's 2 L = 2 or 4 latencies, and the chain moves m per rank against
 //    2 (n-1)/n m = m (n = 2: two half messages for one whole) or 4/3 m (n = 3).
-// Below 64 KiB the tree (measured: README "Algorithm choice"), whatever n.
+// Below 64 KiB the tree (measured: bench/RESULTS.md), whatever n.
 // The coordinator's control round (controlBroadcast in select.cc) takes the tree below 64 KiB
 // and scatter-allgather from 64 KiB at n >= 4 (internal::kControlScatterAllgatherMinRanks)
 // whatever the size: a round's worst case must stay O(log n) latencies -- a first round with

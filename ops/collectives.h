@@ -103,7 +103,7 @@ Status recursiveDoublingAllreduceRegions(Transport& t, void* data, size_t bytes,
 
 // ---- selected entry points (select.cc) ----------------------------------------------------------
 // The configured algorithm when it applies to the collective (native only where the transport
-// has it), else the measured choice by size and rank count (select.cc's table, README).
+// has it), else the measured choice by size and rank count (select.cc's table, docs/algorithms.md).
 // `usedName` (optional) receives the name of what ran, e.g. "RING_ALLREDUCE", "MPI_ALLREDUCE"
 // (the timeline's activity names).
 Status allreduce(Transport& t, const AlgorithmConfig& cfg, void* data, size_t count, DataType dtype,

@@ -38,8 +38,7 @@ namespace kolo::ops {
 
 // Allreduces of at least this many bytes take the hierarchical path under
 // KOLO_HIERARCHICAL_ALLREDUCE=auto. Zero: at 2 hosts x 2 ranks (Gloo TCP between hosts) it was
-// 1.3-6x faster than the flat choice at every size from 4 B to 64 MiB (README "Hierarchical
-// allreduce"): the cross-host hops are the expensive ones, so it pays even for tiny ops.
+// 1.3-6x faster than the flat choice at every size from 4 B to 64 MiB (bench/RESULTS.md): the cross-host hops are the expensive ones, so it pays even for tiny ops.
 constexpr size_t kHierarchicalMinBytes = 0;
 
 // Whether the layout allows the reduce-scatter form: homogeneous, more than one host, more than

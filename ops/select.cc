@@ -18,7 +18,7 @@
 //     a failure in ours names the lost rank directly. Anything else with the capability:
 //     native (shm). Without a native, our choice by size and rank count: the table
 //     kAllreduceTable below and the broadcast / allgather limits, measured with kolo-bench over
-//     TCP (README "Algorithm choice"). The allreduce crossovers of that table can be replaced
+//     TCP (docs/algorithms.md). The allreduce crossovers of that table can be replaced
 //     (AlgorithmConfig::allreduceCrossovers: KOLO_ALLREDUCE_HD_MIN_BYTES,
 //     KOLO_ALLREDUCE_RING_MIN_BYTES, or the autotuner while it searches).
 //     Broadcast's large shape under auto (kRing here) is the chain or scatter-allgather by
@@ -60,7 +60,7 @@ struct AllreduceRow {
   size_t rdBelow;
   size_t hdBelow;
 };
-// kolo-bench over TCP on loopback (kolo's own sockets, README "Algorithm choice"): at 2 ranks
+// kolo-bench over TCP on loopback (kolo's own sockets, bench/RESULTS.md): at 2 ranks
 // recursive doubling was fastest through 256 KiB, halving-doubling at 1 MiB, halving-doubling
 // and the ring within a few percent of each other from 4 MiB on; at 4 ranks recursive doubling
 // through 32 KiB, halving-doubling from 64 KiB, the ring or halving-doubling from 16 MiB. Past 4

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The main job (README "Two commands"): trains a small PyTorch model on 2 ranks with kolorun
+# The main job (README "Quick start"): trains a small PyTorch model on 2 ranks with kolorun
 # (examples/pytorch_train.py, which exits non-zero if the model did not learn), then runs the C
 # example (examples/allreduce.c) on 2 ranks. scripts/setup.sh --run ends with it.
 #

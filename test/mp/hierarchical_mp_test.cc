@@ -258,7 +258,7 @@ void runMode(const char* setting) {
   REQUIRE(N() == 4);
   REQUIRE(kolo_local_size() == 2);
   REQUIRE(std::string(kolo_transport_name()) != "shm");  // no segment over both "hosts"
-  const bool hierarchical = mode != "0";                  // auto: every size (README)
+  const bool hierarchical = mode != "0";                  // auto: every size (docs/algorithms.md)
   const std::vector<int> all = {0, 1, 2, 3};
 
   std::string tl = recorded(mode + "_global", [&] {

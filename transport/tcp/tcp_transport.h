@@ -4,7 +4,7 @@
 // Why kolo has its own: a small message through Gloo's TCP pairs costs two thread wake-ups
 // (Gloo's I/O thread, then the waiter it notifies) plus a "receive posted" note that travels
 // back to the sender before the data may go. On the control round, where every op's latency is
-// a few such messages in a row, that was 3-7x the cost of the wire (README "Measured"). Here the
+// a few such messages in a row, that was 3-7x the cost of the wire (bench/RESULTS.md). Here the
 // thread that waits for a batch drives the sockets itself: sends are written at post(), and a
 // wait blocks in poll() on the connections of its pending operations, so the kernel wakes the
 // waiter directly when bytes arrive and a message costs one wake-up and no reply.
