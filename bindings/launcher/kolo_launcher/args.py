@@ -112,14 +112,15 @@ core binding:
   gives one core per rank, '--bind-to socket' one socket per rank, '--map-by ppr:2:socket',
   ':PE=n', '--rankfile FILE' place them as mpirun would, '--bind-to none' or --no-bind turns
   it off; an explicit binding that needs more cores than there are fails the job before any
-  rank starts (exit status 1), as mpirun does. Ranks on other hosts are not bound in Gloo mode
-  (kolorun warns when --binding-args asked), elastic workers never (elastic mode refuses
-  --binding-args). MPI mode passes mpirun the same choice:
+  rank starts (exit status 1), as mpirun does. Ranks on other hosts are bound the same way with
+  taskset, after kolorun asks each host's shell for its CPUs (a host that cannot answer runs its
+  ranks unbound with a note; an explicit --binding-args fails the job instead); elastic workers
+  are never bound (elastic mode refuses --binding-args). MPI mode passes mpirun the same choice:
   -map-by slot:PE=C/L -bind-to core when every host is this machine (-bind-to none when
   C < L), -map-by slot -bind-to core with remote hosts (mpirun refuses a host with more
   ranks than cores: use --no-bind or --binding-args there).
 
-elastic training (Gloo mode; see the README's "Elastic training" and kolo.elastic):
+elastic training (Gloo mode; see docs/elastic.md):
   --host-discovery-script or --min-np makes the job elastic (--max-np alone does not, as
   with horovodrun): kolorun waits up to --elastic-timeout for -np slots, starts workers on the
   hosts the script (or -H) lists, each with the place (KOLO_RANK, HOROVOD_RANK, ...) of the
@@ -282,7 +283,7 @@ OPTIONS = [
         "set's ranks: reduce-scatter among the ranks of each host (shared memory for CPU "
         "tensors, NCCL for CUDA tensors), allreduce of each rank's shard across hosts, allgather "
         "within the host. Without either flag CPU tensors take it by themselves on such "
-        "topologies (README \"Algorithm choice\") and CUDA tensors do not; other topologies "
+        "topologies (docs/algorithms.md) and CUDA tensors do not; other topologies "
         "keep the flat allreduce; sets KOLO_HIERARCHICAL_ALLREDUCE=1"),
     Opt(("--no-hierarchical-allreduce",), "no_hierarchical", "flag", None, G_TUNE,
         "one flat allreduce over every rank of the set, for CPU and CUDA tensors, even where the "
@@ -311,8 +312,8 @@ OPTIONS = [
         "it waited this long, 0 never (the runtime keeps working); sets "
         "KOLO_STALL_SHUTDOWN_TIME_SECONDS (runtime default 1800)"),
     Opt(("--autotune",), "autotune", "flag", None, G_TUNE,
-        "tune the fusion threshold, the cycle time and the allreduce algorithm crossovers while "
-        "the job runs (rank 0 scores allreduce throughput, every rank switches at the same "
+        "tune the fusion threshold, the cycle time, the allreduce algorithm crossovers and, where "
+        "the hosts make it a choice, hierarchical allreduce while the job runs (rank 0 scores allreduce throughput, every rank switches at the same "
         "round), then keep the best; knobs set by flags or KOLO_* variables stay as set; sets "
         "KOLO_AUTOTUNE=1"),
     Opt(("--no-autotune",), "no_autotune", "flag", None, G_TUNE,
@@ -351,9 +352,9 @@ def _ignored(names, kind, metavar, why):
 
 OPTIONS += [
     _ignored(("--hierarchical-allgather",), "flag", None,
-             "kolo's allgather is always a flat ring"),
+             "kolo's allgather is always flat (Bruck or ring, by size)"),
     _ignored(("--no-hierarchical-allgather",), "flag", None,
-             "kolo's allgather is always a flat ring (what this asks for)"),
+             "kolo's allgather is always flat (what this asks for)"),
     _ignored(("--mpi-threads-disable",), "flag", None,
              "kolo calls MPI from its coordinator thread only, whatever the thread level"),
     _ignored(("--no-mpi-threads-disable",), "flag", None,
