@@ -4,6 +4,7 @@
 
     /usr/bin/python3 bench/plot.py mpi.csv [gloo.csv ...] [--out-dir DIR]
                                    [--metric busbw|algbw|time] [--logy] [--prefix NAME]
+                                   [--collectives LIST]
                                    [--cpu TEXT] [--date TEXT] [--title TEXT]
 
 Every (transport, ranks, algorithm, dtype, redop) found in the files becomes one line, so the
@@ -110,6 +111,7 @@ def main(argv):
     parser.add_argument("csv", nargs="+", help="CSV files written by kolo-bench --csv")
     parser.add_argument("--out-dir", help="where the PNGs go (default: the first CSV's folder)")
     parser.add_argument("--metric", choices=sorted(METRICS), default="busbw")
+    parser.add_argument("--collectives", help="comma-separated collectives to draw (default: all)")
     parser.add_argument("--logy", action="store_true",
                         help="log-scale y axis (for lines that differ 10x or more)")
     parser.add_argument("--prefix", default="",
@@ -125,6 +127,9 @@ def main(argv):
     except (OSError, ValueError) as e:
         print("plot.py: %s" % e, file=sys.stderr)
         return 1
+    if args.collectives:
+        wanted = args.collectives.split(",")
+        plots = collections.OrderedDict((c, s) for c, s in plots.items() if c in wanted)
     if not plots:
         print("plot.py: no measured rows in %s" % ", ".join(args.csv), file=sys.stderr)
         return 1
