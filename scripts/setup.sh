@@ -16,7 +16,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-pytest python3-cloudpickle python3-yaml python3-setuptools
   python3-pip openssh-server openssh-client iproute2 procps
   clang libclang-rt-14-dev
-  mkdocs mkdocs-material mkdocstrings mkdocstrings-python-handlers
+  mkdocs mkdocs-material mkdocstrings mkdocstrings-python-handlers python3-matplotlib
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,7 +10,9 @@ Without FILE arguments it reads README.md and every docs/**/*.md. Each fenced bl
 - bash or sh: run with `bash -euo pipefail`;
 - c: compiled against kolo.h and libkolo.so of the build tree, then run with `kolorun -np 2`;
 - any block preceded by `<!-- file: NAME -->`: written to NAME for later blocks, not run;
-- any block preceded by `<!-- not-run: REASON -->`: skipped, and counted as such.
+- any block preceded by `<!-- not-run: REASON -->`: skipped, and counted as such;
+- a bash block preceded by `<!-- in-checkout: REASON -->`: run in the checkout itself, for a
+  read-only command that needs the real paths (the layer checks resolve links).
 A block of another language without one of the two markers is an error, and so is a marker
 without a name or a reason, or an indented code block written with four spaces.
 
@@ -39,7 +41,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNABLE = {"python", "bash", "sh", "c"}
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-MARKER = re.compile(r"^\s*<!--\s*(not-run|file):\s*(.*?)\s*-->\s*$")
+MARKER = re.compile(r"^\s*<!--\s*(not-run|file|in-checkout):\s*(.*?)\s*-->\s*$")
 
 
 class Block:
@@ -95,9 +97,11 @@ def parse(path):
         if marker and not marker[1]:
             errors.append("%s: `<!-- %s: -->` needs a %s"
                           % (block.where(), marker[0],
-                             "reason" if marker[0] == "not-run" else "file name"))
+                             "file name" if marker[0] == "file" else "reason"))
         elif marker and marker[0] == "file" and ("/" in marker[1] or marker[1].startswith(".")):
             errors.append("%s: file name %r must be a plain name" % (block.where(), marker[1]))
+        elif marker and marker[0] == "in-checkout" and lang not in ("bash", "sh"):
+            errors.append("%s: in-checkout is for bash blocks" % block.where())
         elif not marker and lang not in RUNNABLE:
             errors.append("%s: a %s block with neither <!-- not-run: REASON --> nor "
                           "<!-- file: NAME --> before it" % (block.where(), lang or "plain"))
@@ -159,9 +163,9 @@ def command(block, n, cwd):
         open(os.path.join(cwd, name + ".c"), "w").write(block.text)
         return ["sh", "-c", "cc -std=c99 -Wall -Werror %s.c $(pkg-config --cflags --libs kolo) "
                 "-o %s && kolorun -np 2 ./%s" % (name, name, name)]
-    name = "snippet_%d.sh" % n
-    open(os.path.join(cwd, name), "w").write(block.text)
-    return ["bash", "-euo", "pipefail", name]
+    path = os.path.join(cwd, "snippet_%d.sh" % n)
+    open(path, "w").write(block.text)
+    return ["bash", "-euo", "pipefail", path]
 
 
 def run(block, cmd, cwd, env, timeout):
@@ -285,7 +289,8 @@ def main():
                         os.chmod(path, 0o755)
                         counts["file"] += 1
                         continue
-                    ok, secs, out = run(b, command(b, n, cwd), cwd, env, a.timeout)
+                    where = REPO if b.kind == "in-checkout" else cwd
+                    ok, secs, out = run(b, command(b, n, cwd), where, env, a.timeout)
                     counts["run"] += 1
                     print("%s %s (%s, %.1f s)" % ("PASS" if ok else "FAIL", b.where(), b.lang,
                                                   secs), flush=True)
