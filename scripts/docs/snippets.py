@@ -13,8 +13,9 @@ Without FILE arguments it reads README.md and every docs/**/*.md. Each fenced bl
 - any block preceded by `<!-- not-run: REASON -->`: skipped, and counted as such;
 - a bash block preceded by `<!-- in-checkout: REASON -->`: run in the checkout itself, for a
   read-only command that needs the real paths (the layer checks resolve links).
-A block of another language without one of the two markers is an error, and so is a marker
-without a name or a reason, or an indented code block written with four spaces.
+A block of another language without a marker is an error, and so is a marker without a name
+or a reason, an indented code block written with four spaces, or a line of a block that runs
+or is written wider than 90 columns (the page shows about that many without scrolling).
 
 Blocks of one page run in order, in one scratch directory that holds links to the
 repository's top-level entries, so `examples/x.py` and `build/...` work as relative paths.
@@ -41,6 +42,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUNNABLE = {"python", "bash", "sh", "c"}
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+MAX_COLUMNS = 90
 MARKER = re.compile(r"^\s*<!--\s*(not-run|file|in-checkout):\s*(.*?)\s*-->\s*$")
 
 
@@ -105,6 +107,12 @@ def parse(path):
         elif not marker and lang not in RUNNABLE:
             errors.append("%s: a %s block with neither <!-- not-run: REASON --> nor "
                           "<!-- file: NAME --> before it" % (block.where(), lang or "plain"))
+        if block.kind != "not-run":
+            for k, line in enumerate(body):
+                if len(line) > MAX_COLUMNS:
+                    errors.append("%s: line %d of the block has %d columns; at most %d fit the "
+                                  "page without scrolling" % (block.where(), k + 1, len(line),
+                                                              MAX_COLUMNS))
         blocks.append(block)
         in_list_or_para = False
     return blocks, errors
@@ -212,7 +220,7 @@ echo planted failure; exit 3
 ```
 
 ```python
-print("ran")
+print("ran")  # xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
 ```
 """
 
@@ -224,7 +232,8 @@ def self_test():
         page = os.path.join(d, "planted.md")
         open(page, "w").write(SELF_TEST_PAGE)
         blocks, errors = parse(page)
-        want = ["a yaml block with neither", "needs a reason", "an indented code block"]
+        want = ["a yaml block with neither", "needs a reason", "an indented code block",
+                "columns; at most"]
         missing = [w for w in want if not any(w in e for e in errors)]
         if len(blocks) != 6:
             missing.append("6 blocks (found %d)" % len(blocks))
