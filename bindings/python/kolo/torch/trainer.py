@@ -30,6 +30,7 @@ import torch
 from kolo import basics
 from kolo.torch import _trainer_data as data
 from kolo.torch import _trainer_metrics as metrics
+from kolo.torch import _trainer_progress as progress
 from kolo.torch.compression import Compression
 from kolo.torch.functions import (broadcast_object, broadcast_optimizer_state,
                                   broadcast_parameters)
@@ -73,6 +74,9 @@ class Trainer:
         root_rank (int): the rank whose initial parameters and optimizer state every rank
             starts from.
         verbose (bool): rank 0 prints one line per epoch with the epoch metrics.
+        enable_progress_bar (bool): rank 0 draws a tqdm bar per training epoch, with the
+            loss, the values logged with prog_bar=True and the rate. Only when stderr is a
+            terminal and tqdm is installed. False turns it off (Lightning's argument).
         elastic (bool): run fit() as kolo.torch.elastic's training function, under kolorun's
             elastic mode. The module, optimizer, epoch, step and position in the epoch form a
             TorchState. After a lost peer or new hosts, the runtime is re-formed and the state
@@ -86,7 +90,8 @@ class Trainer:
                  limit_train_batches=None, limit_val_batches=None, accumulate_grad_batches=1,
                  gradient_clip_val=None, check_val_every_n_epoch=1, use_distributed_sampler=True,
                  seed=0, compression=Compression.none, gradient_predivide_factor=1.0,
-                 root_rank=0, verbose=True, elastic=False, elastic_commit_every_n_steps=20):
+                 root_rank=0, verbose=True, elastic=False, elastic_commit_every_n_steps=20,
+                 enable_progress_bar=True):
         if int(max_epochs) < 0:
             raise ValueError("max_epochs must be >= 0; got %r" % (max_epochs,))
         if int(accumulate_grad_batches) < 1:
@@ -112,6 +117,7 @@ class Trainer:
         self.gradient_predivide_factor = gradient_predivide_factor
         self.root_rank = int(root_rank)
         self.verbose = bool(verbose)
+        self.enable_progress_bar = bool(enable_progress_bar)
         self.elastic = bool(elastic)
         self.elastic_commit_every_n_steps = max(1, int(elastic_commit_every_n_steps))
         self._elastic_state = None
@@ -287,6 +293,7 @@ class Trainer:
         self.training = True
         self._epoch_log.reset()
         _call_hook(module, "on_train_epoch_start")
+        bar = progress.epoch_bar(self, n)
         batch_idx = -1
         skip = self._elastic_state.batch if self._elastic_state is not None else 0
         try:
@@ -304,6 +311,7 @@ class Trainer:
                 loss = _loss_of(out)
                 if loss is not None:
                     (loss / k if k > 1 else loss).backward()
+                bar.update(loss)
                 if (batch_idx + 1) % k == 0 or (n is not None and batch_idx + 1 == n):
                     self._optimizer_step(module, opt)
                     schedules.after_step()
@@ -319,6 +327,7 @@ class Trainer:
                 self.global_step += 1
             _call_hook(module, "on_train_epoch_end")
         finally:
+            bar.close()
             self._in_step = False
             self.training = False
         self._publish(metrics.reduce_across_ranks(self._epoch_log.local(), "train"), history)
