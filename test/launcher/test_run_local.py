@@ -245,3 +245,82 @@ def test_network_interface_as_a_string_or_a_list_of_names(tmp_path):
     assert lines[:3] == ["STR ['lo']", "LIST ['lo']", "SET ['lo']"], r.stdout + r.stderr
     assert len(lines) == 6 and all(l.startswith("BAD kolo.run: network_interface must be")
                                    for l in lines[3:]), r.stdout
+
+
+def test_horovod_run_positional_signature_maps_to_kolorun(tmp_path):
+    """kolo.run takes horovod.run's (0.28) arguments positionally, in its order, up to
+    network_interfaces, and each one becomes its kolorun flag (the command is captured, not run);
+    the deprecated names warn and map the same way."""
+    env = _env(tmp_path)
+    script = tmp_path / "positional.py"
+    script.write_text(textwrap.dedent("""\
+        import inspect, pickle, warnings
+        import kolo
+        from kolo import _run_hosts
+
+        def fn(x, k=0):
+            return x + k
+
+        def capture(payload, np, hosts, hostfile, env, timeout, python, base_env, options):
+            cmd = _run_hosts.kolorun_command("KOLORUN", python, np, hosts, hostfile, [], options)
+            func, args, kwargs = pickle.loads(payload)
+            print("CALL", func(*args, **kwargs), args, kwargs)
+            print("CMD", " ".join(cmd[2:cmd.index("--")]))
+            return [None]
+
+        _run_hosts.run_on_hosts = capture
+        print("SIG", list(inspect.signature(kolo.run).parameters))
+        # func, args, kwargs, num_proc, min_num_proc, max_num_proc, slots, reset_limit,
+        # cooldown_range, hosts, hostfile, host_discovery_script, start_timeout, ssh_port,
+        # ssh_identity_file, disable_cache, output_filename, verbose, use_gloo, use_mpi,
+        # mpi_args, network_interface, network_interfaces
+        kolo.run(fn, (5,), {"k": 1}, 4, 2, 6, 3, 7, (1, 30), None, None, "/bin/disc.sh", 45,
+                 2222, "/id", True, "/tmp/out", True, True, False, "--x", None,
+                 ["eth0", "eth1"])
+        kolo.run(fn, (1,), None, 2, None, None, 3, None, None, "a,b:1", None, None, None,
+                 None, None, None, None, None, None, None, None, None, {"eth1", "eth0"})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kolo.run(fn, (2,), hostfile="/hf", network_interface="eth0,eth1", np=3, min_np=1,
+                     max_np=5)
+        print("WARN", sorted(str(w.message) for w in caught
+                             if issubclass(w.category, DeprecationWarning)))
+        for bad in ({"use_mpi": True}, {"use_gloo": False}, {"hosts": "a", "hostfile": "/f"},
+                    {"np": 2, "num_proc": 3},
+                    {"network_interface": "eth0", "network_interfaces": ["eth1"]}):
+            try:
+                kolo.run(fn, (0,), **bad)
+            except ValueError as e:
+                print("BAD", sorted(bad), e)
+    """))
+    r = subprocess.run([PY, str(script)], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout.splitlines()
+    assert out[0] == "SIG " + str([
+        "func", "args", "kwargs", "num_proc", "min_num_proc", "max_num_proc", "slots",
+        "reset_limit", "cooldown_range", "hosts", "hostfile", "host_discovery_script",
+        "start_timeout", "ssh_port", "ssh_identity_file", "disable_cache", "output_filename",
+        "verbose", "use_gloo", "use_mpi", "mpi_args", "network_interface", "network_interfaces",
+        "executable", "np", "min_np", "max_np", "env", "timeout"]), r.stdout
+    assert out[1:3] == ["CALL 6 (5,) {'k': 1}",
+                        "CMD -np 4 --network-interface eth0,eth1 --ssh-port 2222 "
+                        "--ssh-identity-file /id --start-timeout 45 --output-filename /tmp/out "
+                        "--min-np 2 --max-np 6 --reset-limit 7 --host-discovery-script "
+                        "/bin/disc.sh --slots-per-host 3 --blacklist-cooldown-range 1.0 30.0 "
+                        "--verbose"], r.stdout
+    assert out[3:5] == ["CALL 1 (1,) {}",
+                        "CMD -np 2 -H a:3,b:1 --network-interface eth0,eth1"], r.stdout
+    assert out[5:7] == ["CALL 2 (2,) {}",
+                        "CMD -np 3 --hostfile /hf --network-interface eth0,eth1 --min-np 1 "
+                        "--max-np 5"], r.stdout
+    assert out[7] == "WARN " + str([
+        "max_np is deprecated, use max_num_proc instead",
+        "min_np is deprecated, use min_num_proc instead",
+        "network_interface is deprecated, use network_interfaces instead",
+        "np is deprecated, use num_proc instead"]), r.stdout
+    bad = out[8:]
+    assert len(bad) == 5 and all(line.startswith("BAD ") for line in bad), r.stdout
+    for line, words in zip(bad, ("use_mpi", "use_gloo=False", "hosts or hostfile",
+                                 "disagree", "disagree")):
+        assert words in line, line

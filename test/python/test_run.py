@@ -296,8 +296,10 @@ def test_horovod_run_argument_names():
             kolo.run(_rank_and_size, num_proc=2, **extra)
     with pytest.raises(ValueError, match="max_num_proc 1 is less than min_num_proc 2"):
         kolo.run(_rank_and_size, num_proc=2, min_num_proc=2, max_num_proc=1)
-    with pytest.raises(ValueError, match="cooldown_range"):
-        kolo.run(_rank_and_size, num_proc=2, min_num_proc=1, cooldown_range=(5, 1))
+    # horovod.run's bounds: 1 <= min <= max <= 3600
+    for bad in ((5, 1), (0.5, 2), (1, 3601)):
+        with pytest.raises(ValueError, match="cooldown_range"):
+            kolo.run(_rank_and_size, num_proc=2, min_num_proc=1, cooldown_range=bad)
 
 
 def test_elastic_arguments_reach_kolorun():
@@ -368,8 +370,9 @@ def test_elastic_reset_limit_and_cooldown_range_are_used(tmp_path):
     with pytest.raises(RuntimeError, match="past --reset-limit 0"):
         kolo.run(_elastic_train, args=(str(tmp_path / "died"),), num_proc=2, min_num_proc=1,
                  max_num_proc=2, reset_limit=0)
-    # cooldown_range: the failed host is usable again after 0.5 s: a worker rejoins there
+    # cooldown_range: the failed host is usable again after 2 s (horovod.run's cool-down,
+    # MIN*2^k + U(0, MIN) within [MIN, MAX], 1 <= MIN): a worker rejoins there
     results = kolo.run(_elastic_train, args=(str(tmp_path / "died2"), 2), num_proc=2,
-                       min_num_proc=1, max_num_proc=2, reset_limit=3, cooldown_range=(0.5, 1),
+                       min_num_proc=1, max_num_proc=2, reset_limit=3, cooldown_range=(1, 2),
                        hosts="localhost:1,127.0.0.1:1")
     assert [r[:3] for r in results] == [(0, 2, 2), (1, 2, 2)], results

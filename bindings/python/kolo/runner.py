@@ -65,6 +65,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 
 _GRACE_SECONDS = 10.0  # kolorun's --failure-grace-seconds default
 
@@ -164,18 +165,22 @@ def _with_slots(hosts, slots):
     return ",".join(entries)
 
 
-def _interfaces(value):
-    """network_interface as kolorun's --network-interface text: horovod.run documents a
-    comma-separated string ("eth0,eth1") and keeps it as its set of NICs, so a list, tuple or
-    set of names (Ray's HorovodConfig.nics) is taken too: a list in its order, a set sorted."""
+def _interfaces(value, name="network_interface"):
+    """network_interfaces (or the deprecated network_interface) as kolorun's
+    --network-interface text: horovod.run takes names (["eth0", "eth1"], network_interfaces)
+    or a comma-separated string ("eth0,eth1", network_interface) and keeps them as its set of
+    NICs; either argument takes either form here: a list in its order, a set sorted."""
     if value is None or isinstance(value, str):
+        if isinstance(value, str) and not all(value.split(",")):
+            raise ValueError("kolo.run: %s must be interface names, as 'eth0,eth1' or a list "
+                             "of names; got %r" % (name, value))
         return value
     if isinstance(value, (set, frozenset)):
         value = sorted(value, key=str)
     if not isinstance(value, (list, tuple)) or not value or \
             not all(isinstance(v, str) and v for v in value):
-        raise ValueError("kolo.run: network_interface must be interface names, as 'eth0,eth1' "
-                         "or a list of names; got %r" % (value,))
+        raise ValueError("kolo.run: %s must be interface names, as 'eth0,eth1' or a list of "
+                         "names; got %r" % (name, value))
     return ",".join(value)
 
 
@@ -190,9 +195,11 @@ _NOT_GIVEN = _NotGiven()
 
 
 def _alias(new, old, new_name, old_name, unset=None):
-    """horovod.run's deprecated alias (np, min_np, max_np) of a num_proc argument."""
+    """horovod.run's deprecated alias (np, min_np, max_np, network_interface) of an argument:
+    a DeprecationWarning, as horovod.run gives; both names given must agree."""
     if old is unset:
         return new
+    warnings.warn("%s is deprecated, use %s instead" % (old_name, new_name), DeprecationWarning)
     if new is not unset and new != old:
         raise ValueError("kolo.run: %s=%r and %s=%r disagree (%s is horovod.run's older name "
                          "of %s): give one of them" % (new_name, new, old_name, old, old_name,
@@ -237,9 +244,10 @@ def _elastic_options(np, min_np, max_np, reset_limit, cooldown_range, discovery_
         except (TypeError, ValueError):
             raise ValueError("kolo.run: cooldown_range must be (min seconds, max seconds); got "
                              "%r" % (cooldown_range,)) from None
-        if not 0 <= lo <= hi:
-            raise ValueError("kolo.run: cooldown_range must be (min, max) with 0 <= min <= max; "
-                             "got %r" % (cooldown_range,))
+        if not 1 <= lo <= hi <= 3600:  # horovod.run's bounds (HostState)
+            raise ValueError("kolo.run: cooldown_range must be (min, max) seconds with "
+                             "1 <= min <= max <= 3600, as in horovod.run; got %r"
+                             % (cooldown_range,))
         cooldown = (lo, hi)
     return {"min_np": min_np, "max_np": max_np, "reset_limit": reset_limit,
             "cooldown_range": cooldown, "host_discovery_script": discovery_script}
@@ -247,15 +255,16 @@ def _elastic_options(np, min_np, max_np, reset_limit, cooldown_range, discovery_
 
 def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_num_proc=None,
         slots=None, reset_limit=None, cooldown_range=None, hosts=None, hostfile=None,
-        start_timeout=None, ssh_port=None, ssh_identity_file=None, disable_cache=None,
-        output_filename=None, verbose=None, use_gloo=None, use_mpi=None, mpi_args=None,
-        network_interface=None, executable=None, np=_NOT_GIVEN, min_np=None, max_np=None, *,
-        env=None, timeout=None, host_discovery_script=None):
+        host_discovery_script=None, start_timeout=None, ssh_port=None, ssh_identity_file=None,
+        disable_cache=None, output_filename=None, verbose=None, use_gloo=None, use_mpi=None,
+        mpi_args=None, network_interface=None, network_interfaces=None, executable=None,
+        np=_NOT_GIVEN, min_np=None, max_np=None, *, env=None, timeout=None):
     """Runs func(*args, **kwargs) on `num_proc` ranks; returns their results in rank order.
 
-    horovod.run's arguments, in its order, with its meaning; np, min_np and max_np are its
-    older names of num_proc, min_num_proc and max_num_proc (both names of one argument: they
-    must agree). kolo's own arguments are keyword-only: env, timeout, host_discovery_script.
+    horovod.run's arguments (Horovod 0.28), in its order, with its meaning; np, min_np, max_np
+    and network_interface are its deprecated names of num_proc, min_num_proc, max_num_proc and
+    network_interfaces: they warn (DeprecationWarning, as there) and, when both names of one
+    argument are given, they must agree. kolo's own arguments are keyword-only: env, timeout.
 
     num_proc (np): the number of ranks, 1 by default; with hosts, None takes every slot.
     hosts: "host:slots,..." as kolorun -H (or hostfile: a kolorun --hostfile), ranks fill the
@@ -278,9 +287,10 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
     timeout: seconds before the whole job is stopped with TimeoutError (None: no limit of its
       own; a failing rank, one that lags the first rank's init by start_timeout, and the
       runtime's timeouts still end a broken job, but a function that never returns runs on).
-    network_interface, ssh_port, ssh_identity_file, start_timeout, output_filename, verbose:
-      kolorun's options of the same names (network_interface: "eth0,eth1" or a list of
-      names; output_filename also writes each rank's output, with its "[rank]<stdout>:"
+    network_interfaces (or network_interface, "eth0,eth1"), ssh_port, ssh_identity_file,
+      start_timeout, output_filename, verbose: kolorun's --network-interface, --ssh-port,
+      --ssh-identity-file, --start-timeout, --output-filename and --verbose
+      (network_interfaces: names, as ["eth0", "eth1"]; a set is sorted); output_filename also writes each rank's output, with its "[rank]<stdout>:"
       prefix, to DIR/rank.N/, as horovod.run); any of them but verbose makes even a local job
       run under kolorun.
     slots: the slot count of every `hosts` entry written without one ("a,b" with slots=2 is
@@ -300,6 +310,9 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
     np = _alias(num_proc, np, "num_proc", "np", unset=_NOT_GIVEN)
     min_num_proc = _alias(min_num_proc, min_np, "min_num_proc", "min_np")
     max_num_proc = _alias(max_num_proc, max_np, "max_num_proc", "max_np")
+    network_interface = _alias(_interfaces(network_interfaces, "network_interfaces"),
+                               _interfaces(network_interface, "network_interface"),
+                               "network_interfaces", "network_interface")
     np_given = np is not _NOT_GIVEN
     if not np_given:
         np = 1
@@ -322,7 +335,6 @@ def run(func, args=(), kwargs=None, num_proc=_NOT_GIVEN, min_num_proc=None, max_
         raise ValueError("np=None (every slot) needs hosts or a hostfile")
     if elastic is None:
         _check_slots(hosts, np)
-    network_interface = _interfaces(network_interface)
     kolorun_options = (network_interface, ssh_port, ssh_identity_file, start_timeout,
                        output_filename)
     if not remote and any(o is not None for o in kolorun_options):
@@ -658,8 +670,9 @@ class KoloRunner:
     def run(self, main, **kwargs):
         """Runs main(**kwargs) on every rank; returns rank 0's return value."""
         if self.num_processor < 0:
-            results = run(main, kwargs=kwargs, np=-self.num_processor, **self._options)
+            results = run(main, kwargs=kwargs, num_proc=-self.num_processor, **self._options)
         else:
-            results = run(main, kwargs=kwargs, np=self.num_processor or None, hosts=self.hosts,
+            results = run(main, kwargs=kwargs, num_proc=self.num_processor or None,
+                          hosts=self.hosts,
                           hostfile=self.hostfile, **self._options)
         return results[0]
