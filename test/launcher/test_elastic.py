@@ -266,18 +266,18 @@ def test_scenario5_death_during_the_rendezvous_does_not_wait_for_the_start_timeo
 
 def test_scenario5_repeated_failures_reach_the_reset_limit(tmp_path):
     # Every replacement dies in its first sync. The only host is forgiven the first death, then
-    # blacklisted with a growing cool-down at each further one, and the job ends at
+    # blacklisted for horovodrun's cool-down at each further one, and the job ends at
     # --reset-limit with a clear message.
     hosts = Hosts(tmp_path, "localhost:3")
     r = run(["-np", "3", "--min-np", "2", "--host-discovery-script", str(hosts.script),
-             "--blacklist-cooldown-range", "0.3", "0.6", "--reset-limit", "5"],
+             "--blacklist-cooldown-range", "1", "2", "--reset-limit", "5"],
             ["--die", "0:2:3", "--die-new-in-sync", "1", "--epochs", "200",
              "--step-sleep", "0.01"], timeout=90)
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-3000:]
     assert "job failed: the workers would be re-formed a 6th time, past --reset-limit 5" \
         in r.stderr, r.stderr[-3000:]
-    assert "host localhost gets no new worker for 0.3 s" in r.stderr
-    assert "host localhost gets no new worker for 0.6 s" in r.stderr
+    # horovodrun's cool-down, MIN*2^k + U(0, MIN) within [MIN, MAX]: MAX from the first one
+    assert r.stderr.count("host localhost gets no new worker for 2 s") >= 2, r.stderr[-3000:]
 
 
 def test_scenario6_shrink_and_grow_several_times(tmp_path):

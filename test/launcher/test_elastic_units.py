@@ -117,35 +117,65 @@ def test_discovery_script_printing_without_end_is_stopped(tmp_path, monkeypatch)
     assert not d.running
 
 
-def test_blacklist_cooldown_doubles_up_to_max():
+class _Uniform:
+    """A stand-in for random.Random: uniform(a, b) returns a + frac * (b - a)."""
+
+    def __init__(self, frac):
+        self.frac = frac
+
+    def uniform(self, a, b):
+        return a + self.frac * (b - a)
+
+
+def test_blacklist_cooldown_is_horovodruns_with_jitter():
+    # horovodrun's HostState: MIN * 2**k + U(0, MIN) at the k-th blacklisting, in [MIN, MAX]
     now = [100.0]
-    h = HostHealth((10.0, 25.0), clock=lambda: now[0])
+    h = HostHealth((10.0, 100.0), clock=lambda: now[0], rng=_Uniform(0.5))
     assert h.usable("a")
-    assert h.record_failure("a") == 10.0
+    assert h.record_failure("a") == 25.0  # 10 * 2 + 5
     assert not h.usable("a") and h.usable("b")
-    now[0] += 10.0
+    now[0] += 5.0
+    assert h.record_failure("a") == 20.0  # while it cools down: no count, no extension
+    now[0] += 20.0
     assert h.usable("a")
-    assert h.record_failure("a") == 20.0
-    assert h.record_failure("a") == 25.0  # capped at MAX
+    assert h.record_failure("a") == 45.0  # 10 * 4 + 5
+    now[0] += 45.0
+    assert h.record_failure("a") == 85.0  # 10 * 8 + 5
+    now[0] += 85.0
+    assert h.record_failure("a") == 100.0  # capped at MAX
     assert h.blacklisted() == ["a"]
+    jitter = [HostHealth((10.0, 100.0), rng=_Uniform(f)).record_failure("a")
+              for f in (0.0, 0.99)]
+    assert jitter == [20.0, pytest.approx(29.9)]
+    assert HostHealth((10.0, 12.0), rng=_Uniform(0.5)).record_failure("a") == 12.0
+    periods = {HostHealth((1.0, 3600.0)).record_failure("a") for _ in range(20)}
+    assert len(periods) > 1 and all(2.0 <= p < 3.0 for p in periods), periods
     forever = HostHealth(None, clock=lambda: now[0])
     assert forever.record_failure("a") == float("inf")
     now[0] += 1e9
     assert not forever.usable("a")
 
 
+@pytest.mark.parametrize("pair", [("0.5", "2"), ("1", "3601"), ("0", "0")])
+def test_blacklist_cooldown_range_has_horovodruns_bounds(pair):
+    with pytest.raises(UsageError, match="MIN must be at least 1 s and MAX at most 3600 s"):
+        opts("--min-np", "2", "-H", "a:2", "--blacklist-cooldown-range", *pair)
+    assert opts("--min-np", "2", "-H", "a:2", "--blacklist-cooldown-range", "1",
+                "3600").elastic.cooldown == (1.0, 3600.0)
+
+
 def test_the_only_host_is_forgiven_its_first_failure_not_its_second():
     now = [0.0]
-    h = HostHealth((10.0, 25.0), clock=lambda: now[0])
+    h = HostHealth((10.0, 25.0), clock=lambda: now[0], rng=_Uniform(0.0))
     assert h.record_failure("a", only_host=True) == 0.0
     assert h.usable("a") and h.blacklisted() == []
-    # the second failure blacklists it; the cool-down counts blacklistings (starts at MIN)
-    assert h.record_failure("a", only_host=True) == 10.0
-    assert not h.usable("a")
-    now[0] += 10.0
+    # the second failure blacklists it; the cool-down counts blacklistings
     assert h.record_failure("a", only_host=True) == 20.0
+    assert not h.usable("a")
+    now[0] += 20.0
+    assert h.record_failure("a", only_host=True) == 25.0
     # a host with others beside it is blacklisted at its first failure, as before
-    assert h.record_failure("b", only_host=False) == 10.0
+    assert h.record_failure("b", only_host=False) == 20.0
     forever = HostHealth(None, clock=lambda: now[0])
     assert forever.record_failure("a", only_host=True) == 0.0
     assert forever.record_failure("a", only_host=True) == float("inf")

@@ -20,9 +20,10 @@ ended (what it left running), so no child of the script (a `sleep`, an ssh) outl
 kolorun is killed -9, the orphan guard stops the group (TERM, then KILL after the kill grace).
 
 HostHealth is the blacklist. A worker that fails blacklists its host: no new worker starts
-there, for the cool-down when --blacklist-cooldown-range MIN MAX is given (MIN, doubled at each
-further blacklisting of that host, at most MAX), else for the rest of the job (horovodrun's
-rule). Unlike horovodrun, one death never blacklists the only host the job can use: its first
+there, for the cool-down when --blacklist-cooldown-range MIN MAX is given, else for the rest of
+the job (horovodrun's rule). The cool-down is horovodrun's (HostState._set_cooldown_period):
+MIN * 2**k + U(0, MIN) seconds at the host's k-th blacklisting, kept within [MIN, MAX]; a
+failure while the host cools down neither counts nor extends it. Unlike horovodrun, one death never blacklists the only host the job can use: its first
 failure is forgiven (a replacement may start there at once), a second one blacklists it as any
 other (a host that keeps failing is still shut out). And the host's other workers are never
 removed: they are healthy processes (scenario 0 of issue 14).
@@ -229,19 +230,24 @@ class HostHealth:
     def record_failure(self, host, only_host=False):
         """Counts a failed worker of host and blacklists the host, unless only_host (no other
         host the job could use now) and this is its first failure. Returns the cool-down in
-        seconds: 0 (forgiven), a period, or inf (for the rest of the job)."""
+        seconds: 0 (forgiven), a period, or inf (for the rest of the job). A failure while the
+        host cools down changes nothing, as in horovodrun: it returns what is left of the
+        period."""
         n = self.failures.get(host, 0) + 1
         self.failures[host] = n
         if only_host and n == 1:
             return 0.0
+        left = self.until.get(host, 0.0) - self.clock()
+        if left > 0:
+            return left
         k = self.blacklistings.get(host, 0) + 1
         self.blacklistings[host] = k
         if self.cooldown is None:
             period = float("inf")
         else:
             lo, hi = self.cooldown
-            period = min(hi, lo * (2 ** (k - 1)))
-        self.until[host] = max(self.until.get(host, 0.0), self.clock() + period)
+            period = max(lo, min(hi, lo * 2 ** k + self.rng.uniform(0, lo)))
+        self.until[host] = self.clock() + period
         return period
 
     def usable(self, host):

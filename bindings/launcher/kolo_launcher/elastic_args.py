@@ -25,6 +25,8 @@ from typing import NamedTuple, Optional, Tuple
 DEFAULT_ELASTIC_TIMEOUT = 600.0  # horovodrun's default
 DEFAULT_DISCOVERY_INTERVAL = 1.0
 DEFAULT_FINISH_GRACE = math.inf  # no limit
+COOLDOWN_MIN_SECONDS = 1  # horovodrun's bounds of --blacklist-cooldown-range
+COOLDOWN_MAX_SECONDS = 3600
 
 # (names, dest, kind, metavar, help); args.py turns them into its Opt rows.
 ELASTIC_OPTIONS = [
@@ -54,8 +56,9 @@ ELASTIC_OPTIONS = [
      "re-forming it was started for, and one that adds workers again before the workers "
      "reached their commit to that re-forming, as horovodrun's resets; default: no limit)"),
     (("--blacklist-cooldown-range",), "cooldown", "pair", ("MIN", "MAX"),
-     "elastic: MIN MAX: a host whose worker failed gets no new workers for MIN seconds, doubled "
-     "at each further failure up to MAX; without it, never again (its other workers go on)"),
+     "elastic: MIN MAX: a host whose worker failed gets no new workers for MIN*2^k + U(0, MIN) "
+     "seconds at its k-th blacklisting, within [MIN, MAX], as horovodrun (1 <= MIN <= MAX <= "
+     "3600); without it, never again (its other workers go on)"),
 ]
 
 
@@ -190,6 +193,11 @@ def elastic_options(ns, hosts, environ, error):
     if ns.cooldown is not None:
         lo = _seconds(ns.cooldown[0], "--blacklist-cooldown-range", 0, error)
         hi = _seconds(ns.cooldown[1], "--blacklist-cooldown-range", 0, error)
+        # horovodrun's bounds (discovery.DEFAULT_COOLDOWN_LOWER/UPPER_LIMIT_SECONDS)
+        if lo < COOLDOWN_MIN_SECONDS or hi > COOLDOWN_MAX_SECONDS:
+            raise error("--blacklist-cooldown-range: MIN must be at least %d s and MAX at most "
+                        "%d s, as in horovodrun; got %g %g"
+                        % (COOLDOWN_MIN_SECONDS, COOLDOWN_MAX_SECONDS, lo, hi))
         if hi < lo:
             raise error("--blacklist-cooldown-range: MAX %g is less than MIN %g" % (hi, lo))
         cooldown = (lo, hi)
