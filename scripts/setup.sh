@@ -14,7 +14,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libopenmpi-dev openmpi-bin libgloo-dev catch2 libspdlog-dev
   python3 python3-torch python3-numpy python3-pytest python3-cloudpickle python3-yaml python3-setuptools
-  python3-pip openssh-server openssh-client iproute2 procps
+  python3-pip python3-tqdm openssh-server openssh-client iproute2 procps
   clang libclang-rt-14-dev
   mkdocs mkdocs-material mkdocstrings mkdocstrings-python-handlers python3-matplotlib
 )
