@@ -70,17 +70,26 @@ model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.L
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)
+loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
 state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0,
                                step=0)
 
 
+# Only Horovod 0.28's API from here on, so that the script runs under Horovod too. The resets
+# this process saw stand in for kolo's round number (hvd.elastic.current_round()).
+resets = 0
+first_worker = None  # whether this process started with the job (not added later)
+
+
 def on_reset():
     # The world changed: scale the learning rate to the new size (Horovod's recipe).
+    global resets
+    resets += 1
     for group in optimizer.param_groups:
         group["lr"] = args.lr * hvd.size()
     if hvd.rank() == 0:
         print("reset: now %d workers (round %d) at %.3f" % (
-            hvd.size(), hvd.elastic.current_round(), time.time()), flush=True)
+            hvd.size(), resets, time.time()), flush=True)
 
 
 state.register_reset_callbacks([on_reset])
@@ -93,27 +102,27 @@ def accuracy():
 
 @hvd.elastic.run
 def train(state):
-    first_round = hvd.elastic.current_round()
+    global first_worker
+    if first_worker is None:
+        first_worker = state.epoch == 0 and state.step == 0
     while state.epoch < args.epochs:
-        batches = (len(state.sampler) + args.batch_size - 1) // args.batch_size
-        # After every sync the sampler holds only the rest of the epoch (re-sharded over the
-        # current size), so each (re)entry starts at its batch 0.
-        for b in range(batches):
+        # After every reset the sampler holds only the rest of the epoch (re-sharded over the
+        # current size), so each (re)entry iterates the loader from its start.
+        for b, (x, y) in enumerate(loader):
             if (hvd.rank() == args.kill_rank and state.step == args.kill_step
-                    and hvd.elastic.current_round() == first_round == 0):
+                    and first_worker and resets == 0):
                 print("rank %d kills itself at step %d at %.3f" % (
                     hvd.rank(), state.step, time.time()), flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
-            idx = state.sampler.get_indices(b, args.batch_size)
             optimizer.zero_grad()
-            loss = F.cross_entropy(model(features[idx]), labels[idx])
+            loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
             state.sampler.record_batch(b, args.batch_size)
             state.step += 1
             if args.log_steps and hvd.rank() == 0:
                 print("STEP %.3f round %d size %d step %d" % (
-                    time.time(), hvd.elastic.current_round(), hvd.size(), state.step),
+                    time.time(), resets, hvd.size(), state.step),
                     flush=True)
             if args.step_sleep:
                 time.sleep(args.step_sleep)

@@ -13,29 +13,25 @@ handler registry (get_handler_registry / set_handler_registry):
   an LR scheduler           LRSchedulerStateHandler (torch.optim.lr_scheduler.LRScheduler /
                             _LRScheduler, and ReduceLROnPlateau): the same with the scheduler's
                             state_dict; sync broadcasts rank 0's
-  ElasticSampler            SamplerStateHandler: commit saves the processed indices of every
-                            rank together (below); sync gives every rank rank 0's epoch and them
+  ElasticSampler            SamplerStateHandler: commit copies its state_dict (epoch and
+                            processed_num, a count of every rank's samples); sync gives every
+                            rank rank 0's
   anything else             a plain value of ObjectState (deep-copied at commit and restore)
 
 A handler keeps the user's own object (never a copy: an LR scheduler stays tied to its
 optimizer) and only copies its state_dict. Assigning an attribute (state.model = m2) gives the
-handler the new object and saves it at once, as Horovod's set_value (for a sampler that save
-is collective, as Horovod's); an assigned value of another kind gets the handler of its kind.
+handler the new object and saves it at once, as Horovod's set_value; an assigned value of
+another kind gets the handler of its kind.
 Not thread-safe.
 
-The sampler's commit, as Horovod's SamplerStateHandler.save (allgather_object of the processed
-indices): the saved set is the union of every rank's, so the samples a rank processed before
-the commit are not trained again when it is lost. Cheaper than Horovod's, with the same
-result: a rank whose processed set still holds the last saved union sends only the indices
-added since (a generation number checks that the ranks saved that same union; otherwise they
-send their whole sets). A sync sends the state once, from rank 0, as Horovod's.
+An optimizer's restore keeps its param_group dicts (the same objects, updated in place), so
+that LR schedulers built on the optimizer a DistributedOptimizer wraps keep driving it.
 """
 
 import copy
 
 import torch
 
-from kolo import basics
 from kolo.basics import rank
 from kolo.elastic.state import ObjectState as _ObjectState
 from kolo.torch import functions
@@ -92,6 +88,15 @@ class ModelStateHandler(_StateDictHandler):
 
 
 class OptimizerStateHandler(_StateDictHandler):
+    def restore(self):
+        # torch's load_state_dict makes new param_group dicts: keep the old ones, which a
+        # DistributedOptimizer shares with the optimizer it wraps and its LR schedulers.
+        groups = self.value.param_groups
+        self.value.load_state_dict(self._saved_state)
+        for old, new in zip(groups, self.value.param_groups):
+            old.update(new)
+        self.value.param_groups = groups
+
     def sync(self):
         functions.broadcast_optimizer_state(self.value, root_rank=0)
 
@@ -104,97 +109,27 @@ class LRSchedulerStateHandler(_StateDictHandler):
 
 
 class SamplerStateHandler(StateHandler):
-    """save() keeps this rank's sampler state with the processed indices of every rank, and
-    adds them to this rank's sampler (it re-shards only at a reset, so its batches do not
-    change); restore() loads the saved state; sync() gives every rank rank 0's state, with the
-    processed indices of every rank at rank 0's epoch (also those processed since the last
-    commit). When check_host_updates() raises HostsUpdatedInterrupt, the state is saved first
-    (State.check_host_updates), while the workers kolorun removes are still there: the samples
-    they processed since the last commit are not handed out again (no rollback follows)."""
+    """Horovod 0.28's: save() keeps a copy of the sampler's state_dict ({"epoch",
+    "processed_num"}), restore() loads it back, sync() gives every rank rank 0's current state.
+    processed_num counts the samples of every rank, so neither save nor restore is collective.
+    When check_host_updates() raises HostsUpdatedInterrupt, the state is saved first
+    (State.check_host_updates): the samples processed since the last commit, also by the
+    workers kolorun removes, are not handed out again (no rollback follows)."""
 
     def __init__(self, sampler):
         super().__init__(sampler)
         self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
-        # Which save produced the saved set: the same number on every rank that saved that same
-        # union (or received it from rank 0 in sync); None until this rank did.
-        self._generation = None
 
     def save(self):
-        union, generation = self._processed_of_every_rank(only_epoch_of_rank0=False,
-                                                          root_only=False)
-        state = self.value.state_dict()
-        state["processed_indices"] = union
-        self._saved_sampler_state = state
-        self._generation = generation
-        processed = self.value.processed_indices
-        if isinstance(processed, set):
-            processed |= union
-        else:
-            self.value.processed_indices = set(processed) | union
+        self._saved_sampler_state = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        state = dict(self._saved_sampler_state)
-        state["processed_indices"] = set(state["processed_indices"])  # the saved set stays ours
-        self.value.load_state_dict(state)
+        self.value.load_state_dict(copy.deepcopy(self._saved_sampler_state))
 
     def sync(self):
-        union, _ = self._processed_of_every_rank(only_epoch_of_rank0=True, root_only=True)
-        state = generation = None
-        if basics.rank() == 0:
-            state = self.value.state_dict()
-            state["processed_indices"] = union
-            if self._generation is not None and state == self._saved_sampler_state:
-                # nothing processed since rank 0's commit: every rank takes that commit as its
-                # own (a new worker too), so the next commit sends only new indices again
-                generation = self._generation
-        state, generation = functions.broadcast_object((state, generation), root_rank=0,
-                                                       name=_op_name(self, "sync"))
-        if generation is not None:
-            saved = dict(state)
-            saved["processed_indices"] = set(state["processed_indices"])
-            self._saved_sampler_state, self._generation = saved, generation
+        state = functions.broadcast_object(self.value.state_dict(), root_rank=0,
+                                           name=_op_name(self, "sync"))
         self.value.load_state_dict(state)
-
-    def _processed_of_every_rank(self, only_epoch_of_rank0, root_only):
-        """(the union of every rank's processed indices, its generation); with root_only the
-        union only on rank 0 (None elsewhere). With only_epoch_of_rank0, ranks at another epoch
-        than rank 0's (a new worker's fresh sampler) are left out. Collective. After a commit
-        every rank's set holds the saved union, so while it still does (the same epoch) a rank
-        sends only the indices added since, which the ranks that saved the same union (the
-        same generation) add to theirs; the others get whole sets in a second gather."""
-        processed = self.value.processed_indices
-        if not isinstance(processed, (set, frozenset)):
-            processed = set(processed)
-        if not basics.is_initialized():
-            return set(processed), self._generation
-        saved = self._saved_sampler_state.get("processed_indices") or set()
-        token = None if self._generation is None else (self._generation, len(saved))
-        delta = token is not None and processed.issuperset(saved)
-        mine = (token, self.value.epoch, delta, processed - saved if delta else set(processed))
-        parts = functions.allgather_object(mine, name=_op_name(self, "processed"))
-        if only_epoch_of_rank0:
-            chosen = [i for i, p in enumerate(parts) if p[1] == parts[0][1]]
-        else:
-            chosen = range(len(parts))
-        readers = [0] if root_only else range(len(parts))
-        me = basics.rank()
-        union = None
-        if all(parts[r][0] == p[0] for r in readers for p in parts if p[2]):
-            if me in readers:
-                # a delta stands for the union this rank saved too, plus the delta
-                union = set(saved) if any(parts[i][2] for i in chosen) else set()
-                for i in chosen:
-                    union |= parts[i][3]
-        else:
-            # deltas against a union a reader did not save (a new worker): whole sets
-            again = functions.allgather_object(set(processed) if delta else None,
-                                               name=_op_name(self, "processed_full"))
-            if me in readers:
-                union = set()
-                for i in chosen:
-                    union |= again[i] if parts[i][2] else parts[i][3]
-        generation = 1 + max((p[0][0] for p in parts if p[0] is not None), default=-1)
-        return union, generation
 
 
 def _op_name(handler, what):
@@ -286,16 +221,17 @@ class TorchState(ObjectState):
         object.__setattr__(self, name, value)
 
     def save(self):
-        # All or nothing: a save that fails part-way (a peer lost in a sampler's collective,
-        # after other handlers saved) puts back what every handler held, so that a restore
-        # never mixes two commits (a model of the new one with the epoch, batch and samplers
-        # of the old one would train the samples in between twice, or skip them). A handler
+        # All or nothing: a save that fails part-way (a peer lost in the collective of a
+        # handler from set_handler_registry, after other handlers saved) puts back what every
+        # handler held, so that a restore never mixes two commits (a model of the new one
+        # with the epoch, batch and samplers of the old one would train the samples in between
+        # twice, or skip them). A handler
         # replaces what it saved (never mutates it), so a shallow copy of each one is enough.
         """Saves every handler's object and the plain values; commit() calls it.
 
-        All or nothing: when a handler fails, such as a lost peer in a sampler's collective,
-        every handler gets back what it held before. A restore then never mixes two commits.
-        Collective when the state holds an ElasticSampler.
+        All or nothing: when a handler fails, such as a lost peer in a custom handler's
+        collective, every handler gets back what it held before. A restore then never mixes
+        two commits.
         """
         before = [(handler, dict(handler.__dict__)) for handler in self._handlers.values()]
         try:
