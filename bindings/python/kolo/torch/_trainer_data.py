@@ -29,12 +29,15 @@ def _loader_parameters():
         return set(_CARRIED) | {"batch_size", "sampler", "shuffle"}
 
 
-def shard_loader(loader, rank, size, seed, what, shuffle=None):
+def shard_loader(loader, rank, size, seed, what, shuffle=None, elastic=False):
     """Returns (loader, sampler): `loader` re-made over DistributedSampler(num_replicas=size,
     rank=rank, shuffle=<as the original loader>) with its batch size, collate_fn, workers etc.
 
-    shuffle=False forces an ordered shard (validation: every sample once, in order).
-    A loader that already uses a DistributedSampler is returned as it is. `what` names the
+    shuffle=False forces an ordered shard (validation: every sample once, in order). With
+    elastic, the sampler is a kolo.torch.elastic.ElasticSampler(shuffle, seed) instead, which
+    shards over the current rank and size at each reset.
+    A loader that already uses a DistributedSampler (or, with elastic, an ElasticSampler) is
+    returned as it is. `what` names the
     loader in errors ("train_dataloader"). Raises TypeError/ValueError for what cannot be
     sharded this way (not a DataLoader, an IterableDataset, a custom sampler or batch sampler);
     the message says how to opt out (use_distributed_sampler=False)."""
@@ -43,7 +46,9 @@ def shard_loader(loader, rank, size, seed, what, shuffle=None):
     if not isinstance(loader, DataLoader):
         raise TypeError("%s returned a %s, not a torch.utils.data.DataLoader%s"
                         % (what, type(loader).__name__, hint))
-    if isinstance(loader.sampler, DistributedSampler):
+    from kolo.torch.elastic.sampler import ElasticSampler
+    if isinstance(loader.sampler, DistributedSampler) or (
+            elastic and isinstance(loader.sampler, ElasticSampler)):
         return loader, loader.sampler
     if isinstance(loader.dataset, IterableDataset):
         raise ValueError("%s wraps an IterableDataset, which DistributedSampler cannot shard%s"
@@ -63,8 +68,11 @@ def shard_loader(loader, rank, size, seed, what, shuffle=None):
         raise ValueError("%s uses a custom sampler (%s)%s" % (what, type(sampler).__name__, hint))
 
     shuffle = shuffled if shuffle is None else bool(shuffle)
-    dist = DistributedSampler(loader.dataset, num_replicas=size, rank=rank, shuffle=shuffle,
-                              seed=seed, drop_last=False)
+    if elastic:
+        dist = ElasticSampler(loader.dataset, shuffle=shuffle, seed=seed)
+    else:
+        dist = DistributedSampler(loader.dataset, num_replicas=size, rank=rank, shuffle=shuffle,
+                                  seed=seed, drop_last=False)
     accepted = _loader_parameters()
     kwargs = {"batch_size": loader.batch_size, "sampler": dist, "shuffle": False}
     for key in _CARRIED:

@@ -11,6 +11,7 @@ what a Horovod script does by hand:
   - the DataLoaders are re-made over DistributedSampler(num_replicas=size, rank=rank, shuffle as
     in the original loader), keeping batch size, collate_fn and workers; set_epoch(epoch) runs
     before every epoch so each epoch shuffles differently (and identically on every rank);
+    with elastic=True the training loader uses kolo.torch.elastic.ElasticSampler instead;
   - the optimizer is wrapped in DistributedOptimizer; parameters and optimizer state (and its
     hyper-parameters) are broadcast from rank 0 before the first step;
   - metrics logged with module.log() are reduced over the steps of the epoch and then over the
@@ -78,10 +79,11 @@ class Trainer:
             loss, the values logged with prog_bar=True and the rate. Only when stderr is a
             terminal and tqdm is installed. False turns it off (Lightning's argument).
         elastic (bool): run fit() as kolo.torch.elastic's training function, under kolorun's
-            elastic mode. The module, optimizer, epoch, step and position in the epoch form a
-            TorchState. After a lost peer or new hosts, the runtime is re-formed and the state
-            comes from the new rank 0. The loaders are re-sharded over the new size, and the
-            epoch resumes at the committed batch of the new shard.
+            elastic mode. The training loader is sharded with an ElasticSampler. The module,
+            optimizer, LR schedulers, sampler, epoch and step counters form a TorchState.
+            After a lost peer or new hosts, the runtime is re-formed and the state comes from
+            the new rank 0. The epoch resumes with exactly the samples not trained yet,
+            sharded over the new size. A rollback also restores the LR schedulers.
         elastic_commit_every_n_steps (int): with elastic, commit the state every n optimizer
             steps, and at the end of each epoch.
     """
@@ -143,6 +145,7 @@ class Trainer:
         self._epoch_log = metrics.Collector()
         self._step_log = metrics.Collector()
         self._in_step = False
+        self._epoch_start_batch = 0
 
     # ---- topology ----------------------------------------------------------------------------
     @property
@@ -209,10 +212,15 @@ class Trainer:
             # the module's optimizer already has (it is broadcast from root_rank below).
             self.optimizer.state.update(optimizer.state)
             schedules = Schedules(self.lr_schedulers, self.optimizer)
-            start_epoch = self._initial_state(module, self.optimizer, schedules, ckpt_path)
+            if self.elastic and _joined_a_running_job():
+                # The others train already: the elastic run's sync brings everything.
+                start_epoch = 0
+            else:
+                start_epoch = self._initial_state(module, self.optimizer, schedules, ckpt_path)
             schedules.resume_at(start_epoch, self.global_step)
             loader = module.train_dataloader() if train_dataloaders is None else train_dataloaders
-            self.train_dataloader, self.train_sampler = self._shard(loader, "train_dataloader")
+            self.train_dataloader, self.train_sampler = self._shard(loader, "train_dataloader",
+                                                                    elastic=self.elastic)
             val_loader = self._val_loader(module, val_dataloaders)
             _call_hook(module, "on_fit_start")
             if self.elastic:
@@ -244,13 +252,15 @@ class Trainer:
 
     def _fit_elastic(self, module, schedules, start_epoch, loader, val_dataloaders):
         from kolo.torch import elastic  # here: kolo.torch.elastic imports kolo.torch
-        state = elastic.TorchState(model=module, optimizer=self.optimizer, epoch=start_epoch,
-                                   global_step=self.global_step, batch=0,
-                                   metrics_history=list(self.metrics_history))
+        state = self._make_elastic_state(module, schedules, start_epoch)
         self._elastic_state = state
 
         def reshard():
-            self.train_dataloader, self.train_sampler = self._shard(loader, "train_dataloader")
+            # An ElasticSampler re-shards itself at the reset (TorchState); any other loader is
+            # made again over the new size, and the epoch skips the committed batches.
+            if not isinstance(self.train_sampler, elastic.ElasticSampler):
+                self.train_dataloader, self.train_sampler = self._shard(loader,
+                                                                        "train_dataloader")
             self._val_loader(module, val_dataloaders)
 
         state.register_reset_callbacks([reshard])
@@ -259,11 +269,14 @@ class Trainer:
         def run(state):
             self.global_step = state.global_step
             self.metrics_history = list(state.metrics_history)
+            schedules.resume_at(state.epoch, state.global_step)
             for epoch in range(state.epoch, self.max_epochs):
                 self._fit_epoch(module, schedules, epoch, self.val_dataloader)
                 state.epoch, state.batch = epoch + 1, 0
                 state.global_step = self.global_step
                 state.metrics_history = list(self.metrics_history)
+                if isinstance(self.train_sampler, elastic.ElasticSampler):
+                    self.train_sampler.set_epoch(epoch + 1)  # at the end, as Horovod asks
                 state.commit()
 
         try:
@@ -271,21 +284,57 @@ class Trainer:
         finally:
             self._elastic_state = None
 
+    def _make_elastic_state(self, module, schedules, start_epoch):
+        """The TorchState of an elastic fit: the module, the optimizer, each LR scheduler
+        (lr_scheduler_<i>), the ElasticSampler of the training loader (sampler) and the
+        counters (epoch, global_step, batch: this rank's batches done in the epoch)."""
+        from kolo.torch import elastic
+        from kolo.torch.elastic import state as state_mod
+        kwargs = {}
+        for i, config in enumerate(schedules.configs):
+            if state_mod._handler_class(config.scheduler) is None:
+                raise TypeError("Trainer(elastic=True): the LR scheduler %s is no "
+                                "torch.optim.lr_scheduler.LRScheduler, so its state cannot be "
+                                "committed" % type(config.scheduler).__name__)
+            kwargs["lr_scheduler_%d" % i] = config.scheduler
+        if isinstance(self.train_sampler, elastic.ElasticSampler):
+            if self.train_sampler.epoch != start_epoch:
+                self.train_sampler.set_epoch(start_epoch)
+            kwargs["sampler"] = self.train_sampler
+        return elastic.TorchState(model=module, optimizer=self.optimizer, epoch=start_epoch,
+                                  global_step=self.global_step, batch=0,
+                                  metrics_history=list(self.metrics_history), **kwargs)
+
     def _elastic_step(self, batch_idx):
         """In an elastic fit: the position in the epoch after an optimizer step; commits every
         elastic_commit_every_n_steps steps."""
         state = self._elastic_state
         if state is None:
             return
-        state.batch, state.global_step = batch_idx + 1, self.global_step
+        state.batch = self._epoch_start_batch + batch_idx + 1
+        state.global_step = self.global_step
         if self.global_step % self.elastic_commit_every_n_steps == 0:
             state.commit()
 
     def _train_epoch(self, module, schedules, history):
+        from kolo.torch.elastic.sampler import ElasticSampler
         opt = self.optimizer
-        if self.train_sampler is not None and hasattr(self.train_sampler, "set_epoch"):
-            self.train_sampler.set_epoch(self.current_epoch)
-        n = data.num_batches(self.train_dataloader, self.limit_train_batches)
+        sampler = self.train_sampler
+        state = self._elastic_state
+        # elastic: batches of this epoch done before the last commit, by this rank
+        done = state.batch if state is not None else 0
+        elastic_sampler = isinstance(sampler, ElasticSampler)
+        if elastic_sampler:
+            # set_epoch clears the epoch's processed samples: only for another epoch (the
+            # elastic fit calls it at the end of each epoch, as Horovod asks)
+            if sampler.epoch != self.current_epoch:
+                sampler.set_epoch(self.current_epoch)
+        elif sampler is not None and hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(self.current_epoch)
+        limit = self.limit_train_batches
+        if elastic_sampler and limit is not None:
+            limit = max(0, limit - done)  # the loader holds only the samples not trained yet
+        n = data.num_batches(self.train_dataloader, limit)
         data.check_same_count(n, "train_dataloader", "train")
         device = _device_of(module)
         k = self.accumulate_grad_batches
@@ -295,7 +344,11 @@ class Trainer:
         _call_hook(module, "on_train_epoch_start")
         bar = progress.epoch_bar(self, n)
         batch_idx = -1
-        skip = self._elastic_state.batch if self._elastic_state is not None else 0
+        # An ElasticSampler resumes with exactly the samples not trained yet; another sampler
+        # restarts the epoch, whose first `done` batches are skipped.
+        skip = 0 if elastic_sampler else done
+        self._epoch_start_batch = done if elastic_sampler else 0
+        batch_size = self.train_dataloader.batch_size or 1
         try:
             for batch_idx, batch in enumerate(self.train_dataloader):
                 if n is not None and batch_idx >= n:
@@ -312,6 +365,8 @@ class Trainer:
                 if loss is not None:
                     (loss / k if k > 1 else loss).backward()
                 bar.update(loss)
+                if elastic_sampler and state is not None:
+                    sampler.record_batch(batch_idx, batch_size)
                 if (batch_idx + 1) % k == 0 or (n is not None and batch_idx + 1 == n):
                     self._optimizer_step(module, opt)
                     schedules.after_step()
@@ -393,11 +448,11 @@ class Trainer:
         self._publish(metrics.reduce_across_ranks(self._epoch_log.local(), "val"), history)
 
     # ---- state -----------------------------------------------------------------------------------
-    def _shard(self, loader, what, shuffle=None):
+    def _shard(self, loader, what, shuffle=None, elastic=False):
         if not self.use_distributed_sampler:
             return loader, getattr(loader, "sampler", None)
         return data.shard_loader(loader, self.global_rank, self.world_size, self.seed, what,
-                                 shuffle)
+                                 shuffle, elastic)
 
     def _initial_state(self, module, opt, schedules, ckpt_path):
         """Makes every rank start from root_rank's parameters and optimizer state (restored
@@ -490,6 +545,12 @@ class Trainer:
         if not isinstance(module, torch.nn.Module):
             raise TypeError("the module must be a torch.nn.Module; got %s"
                             % type(module).__name__)
+
+
+def _joined_a_running_job():
+    """Whether this process is an elastic worker that joined after the job's first round."""
+    from kolo import elastic
+    return elastic.is_elastic() and elastic.current_round() > 0
 
 
 def _call_hook(module, name, *args):
