@@ -121,7 +121,7 @@ class State(hvd.elastic.TorchState):
 
 
 state = State(model=model, optimizer=opt, sampler=sampler, epoch=0, batch=0, step=0,
-              loss0=full_loss(), sizes=[], coverage_gaps=0)
+              loss0=full_loss(), sizes=[], coverage_gaps=0, trained=[])
 
 
 def on_reset():
@@ -169,6 +169,9 @@ def train(state):
             loss = torch.nn.functional.mse_loss(model(xb), yb)
             loss.backward()
             opt.step()
+            # the ids every rank trained, committed and rolled back with the model
+            state.trained += hvd.allgather(torch.as_tensor(idx, dtype=torch.int64),
+                                           name="trained_ids").tolist()
             state.sampler.record_batch(b, args.batch)
             state.step += 1
             state.batch = b + 1
@@ -179,14 +182,15 @@ def train(state):
                     print("PROGRESS round %d size %d step %d" % (
                         hvd.elastic.current_round(), hvd.size(), state.step), flush=True)
                 state.commit()
-        # Every sample of the epoch was processed by some rank despite the resets.
-        done = set().union(*hvd.allgather_object(state.sampler.processed_indices))
+        # Every sample of the epoch was trained by some rank despite the resets.
+        done = set(state.trained)
         if done != set(range(args.samples)):
             state.coverage_gaps += 1
             print("epoch %d: %d samples never processed" % (
                 state.epoch, args.samples - len(done)), flush=True)
         state.epoch += 1
         state.batch = 0
+        state.trained = []
         state.sampler.set_epoch(state.epoch)
         state.commit()
     return full_loss()

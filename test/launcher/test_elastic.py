@@ -74,13 +74,13 @@ def run(flags, worker_args, timeout=120):
 
 
 def run_changing_hosts(flags, worker_args, hosts, changes, timeout=150, prefix=None, env=None,
-                       start_timeout=30, trigger=None):
+                       start_timeout=30, trigger=None, worker=WORKER):
     """Runs the job and rewrites the host list once per entry of `changes`, each time after
     rank 0 reported 4 more steps in a newer round than the previous change (its PROGRESS
     lines), so the changes land while the job trains whatever the machine's speed; with
     `trigger` (a text), instead at the first output line containing it."""
     argv = ((prefix or [PY, KOLORUN]) + flags + ["--start-timeout", str(start_timeout),
-                                                 TORCH_PY, WORKER] + worker_args)
+                                                 TORCH_PY, worker] + worker_args)
     proc = subprocess.Popen(argv, env=env or elastic_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     err = []
@@ -133,7 +133,11 @@ def check_trained(r, size):
     for k in res:
         assert res[k]["size"] == size
         assert res[k]["loss"] < res[k]["loss0"] / 20, res[k]
-        assert res[k]["coverage_gaps"] == 0, res[k]  # ElasticSampler covered every epoch
+        assert res[k].get("coverage_gaps", 0) == 0, res[k]  # every sample of every epoch
+        for epoch, counts in enumerate(res[k].get("seen", [])):
+            # the committed steps trained every sample of the epoch exactly once
+            assert counts == [1] * len(counts), (epoch, [(i, c) for i, c in enumerate(counts)
+                                                         if c != 1])
     return res
 
 
@@ -297,19 +301,27 @@ def test_scenario6_shrink_and_grow_several_times(tmp_path):
     assert "restored the last commit" not in r.stderr
 
 
-def test_trainer_elastic_rank_killed_mid_epoch():
-    # kolo.torch.Trainer(elastic=True): commits every 3 steps; rank 1 dies at step 7 of the
-    # first epoch on 3 ranks; the other two resume that epoch at the commit (6 steps in) on
-    # the re-sharded loader: 256 samples / 2 ranks / batch 8 = 16 batches, 10 left, then 3
-    # more epochs of 16: 64 steps, the history of every epoch once.
-    argv = [PY, KOLORUN, "-np", "3", "--min-np", "2", "-H", "localhost:3", "--start-timeout",
-            "30", TORCH_PY, os.path.join(HERE, "elastic_trainer_worker.py"), "--die-rank", "1",
-            "--die-step", "7", "--hold-replacements", "3"]
-    r = subprocess.run(argv, env=elastic_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, timeout=120)
+def test_trainer_elastic_worker_added_then_one_killed_every_sample_once(tmp_path):
+    # kolo.torch.Trainer(elastic=True), commits every 3 steps, 252 samples in batches of 6.
+    # Round 0 trains on 2 ranks; at its step 4 the test adds a slot, and the new worker joins
+    # at a commit (round 1, 3 ranks, no rollback). Rank 1 of round 1 dies 4 steps in: the
+    # survivors roll back to the commit and finish on 2 ranks (the replacement is held out).
+    # Each epoch resumes with exactly the samples not trained yet: the committed steps of
+    # every epoch trained each sample exactly once (the workers' `seen` counts).
+    hosts = Hosts(tmp_path, "localhost:2")
+    r = run_changing_hosts(["-np", "2", "--min-np", "2", "--max-np", "3",
+                            "--host-discovery-script", str(hosts.script)],
+                           ["--grow-step", "4", "--die-round", "1", "--die-rank", "1",
+                            "--die-step", "4", "--hold-replacements", "3"],
+                           hosts, ["localhost:3"], trigger="GROW at step",
+                           worker=os.path.join(HERE, "elastic_trainer_worker.py"))
     res = check_trained(r, 2)
+    assert "elastic round 1: 3 workers" in r.stderr, r.stderr[-3000:]
+    assert "dies at step" in r.stdout and "of round 1" in r.stdout, r.stdout[-3000:]
+    assert "restored the last commit" in r.stderr, r.stderr[-3000:]
     for k in res:
-        assert res[k]["steps"] == 64 and res[k]["epochs"] == [0, 1, 2, 3], res[k]
+        assert res[k]["epochs"] == [0, 1, 2, 3], res[k]
+        assert len(res[k]["seen"]) == 4 and res[k]["round"] >= 2, res[k]
 
 
 # A worker that logs, in its state (so a rollback forgets them too), the samples each step of

@@ -199,37 +199,120 @@ def test_run_ends_on_an_error_in_the_ops_instead_of_resetting_for_ever(monkeypat
         assert attempts == [0] and calls == [] and state.step == 2
 
 
-def _shards(monkeypatch, sampler_state, n, dataset):
+def _shards(monkeypatch, sampler_state, n, dataset, seed=3):
     from kolo.torch.elastic import sampler as mod
     out = []
     for r in range(n):
         monkeypatch.setattr(mod, "is_initialized", lambda: True)
         monkeypatch.setattr(mod, "size", lambda: n)
         monkeypatch.setattr(mod, "rank", lambda r=r: r)
-        s = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
+        s = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=seed)
         s.load_state_dict(sampler_state)
         out.append(list(s))
+    monkeypatch.undo()
     return out
 
 
-def test_elastic_sampler_resumes_and_reshards(monkeypatch):
-    dataset = list(range(50))
-    s = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
-    assert sorted(s) == dataset and len(s) == 50  # one rank before init
-    s.record_batch(0, 8)
-    s.record_batch(1, 8)
-    done = set(list(s)[:16])
-    assert s.state_dict()["processed_indices"] == done
-    for n in (1, 3, 4):
-        shards = _shards(monkeypatch, s.state_dict(), n, dataset)
-        assert len({len(x) for x in shards}) == 1  # equal lengths (padded)
-        seen = set().union(*shards)
-        assert seen == set(dataset) - done  # every unprocessed sample, none processed
-        assert len(shards[0]) == -(-34 // n)
-    monkeypatch.undo()
+def _horovod_shard(n, seed, epoch, processed_num, size, rank, shuffle=True):
+    """Horovod 0.28's ElasticSampler (reset, then __iter__), written out as a reference: the
+    order is list(range(n)) shuffled in place by random.Random(seed + epoch), the first
+    processed_num of it are done, the rest is padded to a multiple of size and rank r takes
+    every size-th index from r. (Horovod shuffles with Python's random module, not torch's.)"""
+    import math
+    import random
+    order = list(range(n))
+    if shuffle:
+        random.Random(seed + epoch).shuffle(order)
+    remaining = order[processed_num:]
+    num_samples = int(math.ceil(len(remaining) * 1.0 / size))
+    total = num_samples * size
+    indices = remaining[:]
+    indices += indices[:(total - len(indices))]
+    return indices[rank:total:size]
+
+
+@pytest.mark.parametrize("n,seed,epoch,processed", [(50, 3, 0, 0), (50, 3, 1, 16),
+                                                    (97, 11, 4, 40), (10, 0, 2, 9)])
+def test_elastic_sampler_order_is_horovods(monkeypatch, n, seed, epoch, processed):
+    dataset = list(range(n))
+    state = {"epoch": epoch, "processed_num": processed}
+    for size in (1, 2, 3, 4):
+        shards = _shards(monkeypatch, state, size, dataset, seed=seed)
+        assert shards == [_horovod_shard(n, seed, epoch, processed, size, r)
+                          for r in range(size)], (size, shards)
+    s = hvd.elastic.ElasticSampler(dataset, shuffle=False)
+    s.load_state_dict(state)
+    assert list(s) == _horovod_shard(n, 0, epoch, processed, 1, 0, shuffle=False)
+
+
+def test_elastic_sampler_horovod_api_and_state_dict_round_trip(monkeypatch):
+    import inspect
+    cls = hvd.elastic.ElasticSampler
+    assert list(inspect.signature(cls).parameters) == ["dataset", "shuffle", "seed"]
+    assert inspect.signature(cls).parameters["shuffle"].default is True
+    assert inspect.signature(cls).parameters["seed"].default == 0
+    for name in ("set_epoch", "record_batch", "load_state_dict", "state_dict", "reset",
+                 "__iter__", "__len__"):
+        assert callable(getattr(cls, name)), name
+    dataset = list(range(40))
+    s = cls(dataset, shuffle=True, seed=7)
+    assert s.state_dict() == {"epoch": 0, "processed_num": 0}
+    assert s.processed_indices == set()  # kept by Horovod 0.28, unused
+    s.record_batch(0, 4)
+    s.record_batch(1, 4)
+    saved = s.state_dict()
+    assert saved == {"epoch": 0, "processed_num": 8}
+    # Horovod's format loads: the same keys, the same shards as Horovod's reference
+    t = cls(dataset, shuffle=True, seed=7)
+    t.load_state_dict({"epoch": 2, "processed_num": 12})
+    assert t.state_dict() == {"epoch": 2, "processed_num": 12}
+    assert list(t) == _horovod_shard(40, 7, 2, 12, 1, 0) and len(t) == 28
+    # and the reverse: kolo's state_dict is what Horovod's load_state_dict reads
+    for size in (2, 3):
+        kolo_shards = _shards(monkeypatch, saved, size, dataset, seed=7)
+        assert kolo_shards == [_horovod_shard(40, 7, saved["epoch"], saved["processed_num"],
+                                              size, r) for r in range(size)]
+    # a Horovod 0.22 state loads at the start of an epoch only
+    t.load_state_dict({"epoch": 3, "processed_indices": set()})
+    assert t.state_dict() == {"epoch": 3, "processed_num": 0}
+    with pytest.raises(ValueError, match="processed_num"):
+        t.load_state_dict({"epoch": 3, "processed_indices": {1, 2}})
     s.set_epoch(1)
-    assert s.state_dict() == {"epoch": 1, "processed_indices": set()}
-    assert sorted(s) == dataset and list(s) != list(range(50))
+    assert s.state_dict() == {"epoch": 1, "processed_num": 0}
+    assert sorted(s) == dataset and list(s) != dataset
+
+
+def _train_batches(shards, batches, bs):
+    """The samples `batches` full batches of every rank take from its shard."""
+    return [i for shard in shards for i in shard[:batches * bs]]
+
+
+def test_elastic_sampler_resumes_with_exactly_the_unprocessed_samples_across_reshards(
+        monkeypatch):
+    # 3 ranks train 3 batches of 4, a commit; 2 ranks resume and train 2 more, a commit;
+    # 4 ranks finish the epoch. Every sample once, none skipped; only the last round pads.
+    n, bs = 86, 4
+    dataset = list(range(n))
+    trained = []
+    state = {"epoch": 5, "processed_num": 0}
+    for size, batches in ((3, 3), (2, 2), (4, None)):
+        shards = _shards(monkeypatch, state, size, dataset)
+        assert sorted(i for shard in shards for i in set(shard)) == \
+            sorted(set(dataset) - set(trained))  # exactly the unprocessed samples
+        if batches is None:
+            batches = -(-len(shards[0]) // bs)
+        trained += _train_batches(shards, batches, bs)
+        s = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=3)
+        s.load_state_dict(state)
+        s.num_replicas = size  # as on each rank of that round
+        for b in range(batches):
+            s.record_batch(b, bs)
+        state = s.state_dict()
+    left = n - 3 * 3 * 4 - 2 * 2 * 4  # 34 on 4 ranks: 9 each, 2 padded
+    assert len(trained) == n + (4 * 9 - left)
+    assert sorted(set(trained)) == dataset
+    assert len(trained) - len(set(trained)) == 2  # only the padding repeats samples
+    assert _shards(monkeypatch, state, 2, dataset) == [[], []]
 
 
 # ---- TorchState's handlers (horovod.torch.elastic.state) --------------------------------------
@@ -288,9 +371,9 @@ def test_torch_state_commit_copies_no_torch_object(monkeypatch, one_rank):
 
 
 def test_torch_state_a_commit_that_fails_part_way_keeps_the_last_commit_whole(one_rank):
-    # A peer lost inside the second sampler's collective, after the first sampler and the
-    # others saved: the restore must give back the last commit, not a mix of the two (the
-    # first sampler's new processed indices with the old model and counters skip samples).
+    # A peer lost inside a handler's collective, after the first sampler and the others
+    # saved: the restore must give back the last commit, not a mix of the two (the first
+    # sampler's new processed_num with the old model and counters skips samples).
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     first = hvd.elastic.ElasticSampler(list(range(20)), shuffle=False)
@@ -299,12 +382,12 @@ def test_torch_state_a_commit_that_fails_part_way_keeps_the_last_commit_whole(on
     weight = model.weight.detach().clone()
     with torch.no_grad():
         model.weight.add_(1.0)
-    first.record_indices(range(4))
-    second.record_indices(range(4))
+    first.record_batch(0, 4)
+    second.record_batch(0, 4)
     state.batch = 1
 
     def lost(self):
-        raise KoloInternalError("allgather 'kolo.elastic.second.processed': rank 1 died")
+        raise KoloInternalError("allgather 'kolo.elastic.second.custom': rank 1 died")
 
     second_handler = state._handlers["second"]
     second_handler.save = lost.__get__(second_handler)
@@ -312,15 +395,17 @@ def test_torch_state_a_commit_that_fails_part_way_keeps_the_last_commit_whole(on
         state.commit()
     state.restore()
     assert torch.equal(model.weight, weight) and state.batch == 0
-    assert first.processed_indices == set() and second.processed_indices == set()
+    assert first.processed_num == 0 and second.processed_num == 0
     assert list(first) == list(range(20))
     del second_handler.save  # the next commit saves everything
-    first.record_indices(range(4))
+    first.record_batch(0, 4)
     state.batch = 1
     state.commit()
     state.batch = 5
+    first.record_batch(1, 4)
     state.restore()
-    assert state.batch == 1 and first.processed_indices == set(range(4))
+    assert state.batch == 1 and first.processed_num == 4
+    assert list(first) == list(range(4, 20))
 
 
 def test_torch_state_assigning_an_attribute_saves_the_new_object(one_rank):
@@ -406,9 +491,10 @@ class FakeWorld:
         return out
 
 
-def test_sampler_commit_saves_every_ranks_processed_indices(monkeypatch):
-    # Horovod's SamplerStateHandler.save: the committed state holds every rank's processed
-    # indices, so a lost rank's committed samples are not trained again by the survivors.
+def test_sampler_handler_is_horovods_commit_restore_and_sync(monkeypatch):
+    # Horovod 0.28's SamplerStateHandler: commit and restore copy the state_dict, no
+    # collective (processed_num already counts every rank's samples); sync sends rank 0's
+    # current state, which a new worker's fresh sampler takes too.
     from kolo.torch.elastic.state import SamplerStateHandler
     world = FakeWorld(monkeypatch, 3)
     dataset = list(range(60))
@@ -420,125 +506,21 @@ def test_sampler_commit_saves_every_ranks_processed_indices(monkeypatch):
         for b in batches:
             s.record_batch(b, 4)
         handlers[r].save()
-        return set(s.processed_indices)
+        return s.state_dict()
 
-    mine = world.run(lambda r: steps(r, [0, 1]))
-    union = set().union(*mine)
-    assert len(union) == 24
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == union
-    # rank 2 is lost after two more batches; rank 0 restores the commit: none of the 24
-    # committed samples (rank 2's 8 included) is handed out again
+    assert world.run(lambda r: steps(r, range(2))) == [{"epoch": 0, "processed_num": 24}] * 3
+    assert world.sent == []  # the commit sent nothing
     world.run(lambda r: handlers[r].value.record_batch(2, 4))
-    monkeypatch.setattr("kolo.torch.elastic.sampler.size", lambda: 1)
-    monkeypatch.setattr("kolo.torch.elastic.sampler.rank", lambda: 0)
-    handlers[0].restore()
-    assert handlers[0].value.processed_indices == union
-    assert set(handlers[0].value) == set(dataset) - union
-
-
-def test_sampler_commit_sends_only_new_indices_and_falls_back_to_whole_sets(monkeypatch):
-    from kolo.torch.elastic.state import SamplerStateHandler
-    world = FakeWorld(monkeypatch, 2)
-    dataset = list(range(4000))
-    handlers = world.run(lambda r: SamplerStateHandler(
-        hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1)))
-
-    def record(r, first, last):  # rank r processes the even (r=0) or odd indices in [first, last)
-        handlers[r].value.record_indices(range(first + r, last, 2))
-        handlers[r].save()
-
-    world.run(lambda r: record(r, 0, 3000))  # whole sets: no saved union yet
-    first = world.sent[-1][1]
-    world.run(lambda r: record(r, 3000, 3040))  # 40 more: only those travel
-    second = world.sent[-1][1]
-    assert max(second) * 20 < min(first), (first, second)
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == set(range(3040))
-        assert h.value.processed_indices == set(range(3040))
-    # a rank whose saved union differs (a new worker after a reset, holding the state that
-    # sync gave it): whole sets, the same union everywhere, then deltas again
-    fresh = SamplerStateHandler(hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=1))
-    fresh.value.load_state_dict(handlers[0].value.state_dict())
-    handlers[1] = fresh
-    world.run(lambda r: record(r, 3040, 3060))
-    assert max(world.sent[-1][1]) > min(first)  # the second gather, of whole sets
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == set(range(3060))
-    assert handlers[0]._generation == handlers[1]._generation
-    world.run(lambda r: record(r, 3060, 3070))
-    assert max(world.sent[-1][1]) * 20 < min(first)
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == set(range(3070))
-    # after set_epoch a set no longer holds the saved union: whole (small) sets
-    world.run(lambda r: handlers[r].value.set_epoch(1))
-    world.run(lambda r: record(r, 100, 120))
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == set(range(100, 120))
-        assert h._saved_sampler_state["epoch"] == 1
-
-
-def test_sampler_sync_gives_rank0s_epoch_with_every_ranks_indices(monkeypatch):
-    # After HostsUpdatedInterrupt there is no restore: sync must still hand out none of the
-    # samples any rank of rank 0's epoch processed; a new worker's fresh sampler adds nothing.
-    from kolo.torch.elastic.state import SamplerStateHandler
-    world = FakeWorld(monkeypatch, 3)
-    dataset = list(range(90))
-    handlers = world.run(lambda r: SamplerStateHandler(
-        hvd.elastic.ElasticSampler(dataset, shuffle=False)))
-
-    def train(r):
-        s = handlers[r].value
-        if r < 2:  # the old workers, at epoch 2
-            s.set_epoch(2)
-            s.record_batch(0, 5)
-            s.record_batch(1, 5)
-        return set(s.processed_indices)
-
-    done = world.run(train)
+    world.run(lambda r: handlers[r].restore())
+    assert [h.value.processed_num for h in handlers] == [24] * 3
+    # a new worker (fresh sampler) and two of the old ones: rank 0's state everywhere
+    world.run(lambda r: handlers[r].value.record_batch(2, 4))
+    fresh = SamplerStateHandler(hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=5))
+    handlers = [handlers[0], fresh, handlers[2]]
     world.run(lambda r: handlers[r].sync())
-    for h in handlers:
-        assert h.value.epoch == 2 and h.value.processed_indices == done[0] | done[1]
-    shards = [set(h.value) for h in handlers]
-    assert set().union(*shards) == set(dataset) - done[0] - done[1]
-
-
-def test_sampler_sync_after_a_commit_lets_new_workers_send_only_new_indices(monkeypatch):
-    # A reset right after a commit (HostsUpdatedInterrupt) with a new worker: sync sends the
-    # state once, every rank then holds rank 0's commit, and the next commit is deltas only.
-    # With samples processed since the commit (check_host_updates without one), the ranks
-    # keep their own commit (a restore must not skip samples the model never saw).
-    from kolo.torch.elastic.state import SamplerStateHandler
-    world2 = FakeWorld(monkeypatch, 2)
-    dataset = list(range(3000))
-    handlers = world2.run(lambda r: SamplerStateHandler(
-        hvd.elastic.ElasticSampler(dataset, shuffle=False)))
-    world2.run(lambda r: (handlers[r].value.record_indices(range(r, 2000, 2)),
-                          handlers[r].save()))
-    world3 = FakeWorld(monkeypatch, 3)
-    handlers.append(SamplerStateHandler(hvd.elastic.ElasticSampler(dataset, shuffle=False)))
-    world3.run(lambda r: handlers[r].sync())
-    first = world3.sent[0][1]  # the sync's gather: deltas (empty) and the new worker's set
-    assert max(first) < 200, world3.sent
-    assert [name for name, _ in world3.sent] == ["kolo.elastic.SamplerStateHandler.processed",
-                                                 "kolo.elastic.SamplerStateHandler.sync"]
-    for h in handlers:
-        assert h.value.processed_indices == set(range(2000))
-        assert h._generation == handlers[0]._generation
-    world3.run(lambda r: (handlers[r].value.record_indices(range(2000 + r, 2030, 3)),
-                          handlers[r].save()))
-    assert max(world3.sent[-1][1]) < 400, world3.sent[-1]  # deltas only, no second gather
-    assert world3.sent[-1][0] == "kolo.elastic.SamplerStateHandler.processed"
-    for h in handlers:
-        assert h._saved_sampler_state["processed_indices"] == set(range(2030))
-    # progress since the commit, then a sync: every rank gets it, nobody's commit changes
-    world3.run(lambda r: handlers[r].value.record_indices(range(2030 + r, 2060, 3)))
-    generations = [h._generation for h in handlers]
-    world3.run(lambda r: handlers[r].sync())
-    for h in handlers:
-        assert h.value.processed_indices == set(range(2060))
-        assert h._saved_sampler_state["processed_indices"] == set(range(2030))
-    assert [h._generation for h in handlers] == generations
+    assert [h.value.state_dict() for h in handlers] == [{"epoch": 0, "processed_num": 36}] * 3
+    shards = world.run(lambda r: list(handlers[r].value))
+    assert sorted(i for sh in shards for i in sh) == sorted(_horovod_shard(60, 5, 0, 36, 1, 0))
 
 
 def _news_of_a_new_round(monkeypatch, only_removes=False):
@@ -550,11 +532,10 @@ def _news_of_a_new_round(monkeypatch, only_removes=False):
     monkeypatch.setattr(_worker, "round_only_removes", lambda n: only_removes)
 
 
-def test_host_update_without_a_commit_shares_every_ranks_samples(monkeypatch):
+def test_host_update_without_a_commit_keeps_every_ranks_samples(monkeypatch):
     # check_host_updates() raising HostsUpdatedInterrupt (no commit, no rollback) while the
-    # removed workers are still there: the state is saved first, so every sampler learns what
-    # every rank processed since the commit, and the survivors do not hand out the removed
-    # worker's samples again.
+    # removed workers are still there: the state is saved first, with the samples every rank
+    # processed since the commit, so the survivors do not hand them out again.
     import kolo.elastic.state as base
     world = FakeWorld(monkeypatch, 3)
     _news_of_a_new_round(monkeypatch)
@@ -564,18 +545,18 @@ def test_host_update_without_a_commit_shares_every_ranks_samples(monkeypatch):
     def body(r):
         s = hvd.elastic.ElasticSampler(dataset, shuffle=False)
         state = hvd.elastic.TorchState(sampler=s, epoch=0)
-        s.record_indices(range(r, 30, 3))
+        s.record_batch(0, 10)
         state.save()  # a commit
-        s.record_indices(range(30 + r, 60, 3))
+        s.record_batch(1, 10)
         with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
             state.check_host_updates()
         return state
 
     states = world.run(body)
     for st in states:
-        assert st.sampler.processed_indices == set(range(60))
-        assert st._handlers["sampler"]._saved_sampler_state["processed_indices"] == \
-            set(range(60))
+        assert st.sampler.processed_num == 60
+        assert st._handlers["sampler"]._saved_sampler_state == {"epoch": 0,
+                                                                "processed_num": 60}
 
 
 @pytest.mark.parametrize("only_removes", [False, True])
@@ -619,3 +600,120 @@ def test_a_commit_saves_once_when_it_raises_the_interrupt(monkeypatch, one_rank)
     with pytest.raises(kolo.elastic.HostsUpdatedInterrupt):
         state.check_host_updates()
     assert saves == [3, 3]
+
+
+# ---- kolo.torch.Trainer(elastic=True) ---------------------------------------------------------
+
+def test_torch_state_restore_keeps_a_distributed_optimizers_lr_schedulers_tied(one_rank):
+    # The scheduler drives the optimizer that DistributedOptimizer wraps (they share the
+    # param_group dicts): the restore must keep those dicts, or later lr changes are lost.
+    model = torch.nn.Linear(2, 1)
+    inner = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
+    opt = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt, lr_scheduler=sched)
+    opt.step()
+    sched.step()
+    state.commit()
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.25
+    state.restore()
+    assert sched.last_epoch == 1 and opt.param_groups[0]["lr"] == 0.5
+    sched.step()
+    assert opt.param_groups[0]["lr"] == 0.25 and inner.param_groups[0]["lr"] == 0.25
+
+
+def _elastic_fit(monkeypatch, fail_at_step):
+    """Trainer(elastic=True) in one process with kolorun's side stubbed; the training step
+    raises a lost peer once at global step fail_at_step. Returns (module, trainer, trained):
+    trained[(epoch, step)] are the sample ids of the step's batch, the last attempt's."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from kolo.elastic import _worker
+    monkeypatch.setattr(_worker, "enabled", lambda: True)
+    monkeypatch.setattr(kolo.elastic, "_reset", lambda: None)
+    monkeypatch.setattr(_worker, "driver_news", lambda: (None, -1))
+    torch.manual_seed(3)
+    x = torch.randn(48, 3)
+    y = x.sum(1, keepdim=True)
+    ids = torch.arange(48)
+    trained, failed = {}, []
+
+    class Module(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 1)
+
+        def training_step(self, batch, batch_idx):
+            step = self.trainer.global_step
+            if step == fail_at_step and not failed:
+                failed.append(step)
+                raise KoloInternalError("allreduce 'x': rank 1 died")
+            xb, yb, ib = batch
+            trained[(self.trainer.current_epoch, step)] = ib.tolist()
+            return torch.nn.functional.mse_loss(self.lin(xb), yb)
+
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1, momentum=0.9)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.9)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+        def train_dataloader(self):
+            return DataLoader(TensorDataset(x, y, ids), batch_size=4, shuffle=True)
+
+    module = Module()
+    trainer = hvd.Trainer(max_epochs=2, elastic=True, elastic_commit_every_n_steps=3,
+                          verbose=False, seed=4)
+    trainer.fit(module)
+    assert failed == ([] if fail_at_step is None else [fail_at_step])
+    return module, trainer, trained
+
+
+def test_trainer_elastic_rollback_restores_lr_schedulers_and_resumes_exactly(monkeypatch,
+                                                                             one_rank):
+    # A lost peer at step 5 rolls back to the commit at step 3: the model, the optimizer, the
+    # LR scheduler, the sampler and the counters. The run then ends exactly as one without a
+    # failure: the same parameters, scheduler state and learning rate, every sample once.
+    ref_module, ref, ref_trained = _elastic_fit(monkeypatch, None)
+    module, trainer, trained = _elastic_fit(monkeypatch, 5)
+    sched, ref_sched = trainer.lr_schedulers[0].scheduler, ref.lr_schedulers[0].scheduler
+    assert trainer.global_step == ref.global_step == 24
+    assert sched.state_dict() == ref_sched.state_dict() and sched.last_epoch == 24
+    assert trainer.optimizer.param_groups[0]["lr"] == ref.optimizer.param_groups[0]["lr"]
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(0.1 * 0.9 ** 24)
+    for a, b in zip(module.parameters(), ref_module.parameters()):
+        assert torch.equal(a, b)
+    assert trained == ref_trained
+    for epoch in (0, 1):
+        ids = [i for (e, _), batch in trained.items() if e == epoch for i in batch]
+        assert sorted(ids) == list(range(48))
+    assert [h["epoch"] for h in trainer.metrics_history] == [0, 1]
+
+
+def test_trainer_elastic_rollback_restores_the_lr_scheduler_state(monkeypatch, one_rank):
+    # The unit of the above: a rollback of the Trainer's elastic state puts back the LR
+    # scheduler's state_dict and the optimizer's learning rate of the last commit.
+    from kolo.torch._trainer_optim import SchedulerConfig, Schedules
+    model = torch.nn.Linear(2, 1)
+    inner = torch.optim.SGD(model.parameters(), lr=1.0)
+    sched = torch.optim.lr_scheduler.ExponentialLR(inner, gamma=0.5)
+    trainer = hvd.Trainer(elastic=True, verbose=False)
+    trainer.optimizer = hvd.DistributedOptimizer(inner,
+                                                 named_parameters=model.named_parameters())
+    schedules = Schedules([SchedulerConfig(sched, "step")], trainer.optimizer)
+    state = trainer._make_elastic_state(model, schedules, 0)
+    assert "lr_scheduler_0" in state._handlers and state.lr_scheduler_0 is sched
+    for _ in range(2):
+        trainer.optimizer.step()
+        schedules.after_step()
+    state.commit()
+    committed = sched.state_dict()
+    for _ in range(3):
+        trainer.optimizer.step()
+        schedules.after_step()
+    assert sched.last_epoch == 5
+    state.restore()
+    assert sched.state_dict() == committed and sched.last_epoch == 2
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.25
+    schedules.after_step()
+    assert trainer.optimizer.param_groups[0]["lr"] == 0.125
