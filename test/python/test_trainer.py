@@ -7,7 +7,10 @@ a non-shuffled loader, DistributedSampler gives rank r the samples r, r+N, r+2N,
 k of all ranks together is the contiguous chunk k of size N*B, and N ranks with batch B must
 match one process with batch N*B."""
 
+import io
 import os
+import re
+import sys
 
 import pytest
 
@@ -378,6 +381,75 @@ def test_bad_modules_are_refused(hvd):
                     torch.optim.SGD(self.parameters(), lr=0.2)]
     with pytest.raises(ValueError, match="exactly one torch.optim.Optimizer"):
         trainer.fit(TwoOpts())
+
+
+# ---- progress bar -------------------------------------------------------------------------------
+class _Terminal(io.StringIO):
+    """A stream that says it is a terminal: stderr as the progress bar sees it in a console."""
+
+    def isatty(self):
+        return True
+
+
+def _fit_with_stderr(hvd, monkeypatch, stream, **kwargs):
+    """fit() of a 2-epoch Regression that also logs a prog_bar value, with sys.stderr replaced
+    by `stream` for the duration; returns the module and the trainer."""
+    class WithProgBar(_module_class(hvd)):
+        def training_step(self, batch, batch_idx):
+            self.log("shown", 0.25 + batch_idx, prog_bar=True)
+            return super().training_step(batch, batch_idx)
+
+    module = WithProgBar()
+    trainer = hvd.Trainer(max_epochs=2, verbose=False, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(sys, "stderr", stream)
+        trainer.fit(module)
+    return module, trainer
+
+
+def test_progress_bar_on_a_terminal_is_drawn_on_rank0_only(hvd, monkeypatch):
+    pytest.importorskip("tqdm")
+    stream = _Terminal()
+    module, trainer = _fit_with_stderr(hvd, monkeypatch, stream)
+    assert trainer.enable_progress_bar  # Lightning's default
+    out = stream.getvalue()
+    if hvd.rank() != 0:
+        assert out == ""
+        return
+    steps = N_SAMPLES // (BATCH * hvd.size())
+    for epoch in (0, 1):
+        # The epoch's final line: every batch done, the last loss, the prog_bar value, the rate.
+        last = "loss=%.4g" % module.losses[epoch][-1]
+        line = [ln for ln in re.split(r"[\r\n]", out)
+                if ln.startswith("Epoch %d" % epoch) and "%d/%d" % (steps, steps) in ln]
+        assert line, out
+        assert last in line[-1] and "shown=%.4g" % (0.25 + steps - 1) in line[-1], line[-1]
+        assert re.search(r"(it/s|s/it)", line[-1]), line[-1]
+
+
+def test_progress_bar_not_on_a_pipe(hvd, monkeypatch):
+    pytest.importorskip("tqdm")
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "w") as stream:
+        _fit_with_stderr(hvd, monkeypatch, stream)
+    with os.fdopen(read_end, "rb") as r:
+        assert r.read() == b""
+
+
+def test_progress_bar_turned_off(hvd, monkeypatch):
+    stream = _Terminal()
+    _, trainer = _fit_with_stderr(hvd, monkeypatch, stream, enable_progress_bar=False)
+    assert trainer.enable_progress_bar is False
+    assert stream.getvalue() == ""
+
+
+def test_progress_bar_without_tqdm(hvd, monkeypatch):
+    """tqdm not installed (an import of it fails): the Trainer trains and draws nothing."""
+    stream = _Terminal()
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    _, trainer = _fit_with_stderr(hvd, monkeypatch, stream)
+    assert stream.getvalue() == ""
+    assert trainer.global_step == 2 * N_SAMPLES // (BATCH * hvd.size())
 
 
 # ---- Lightning ----------------------------------------------------------------------------------
