@@ -39,6 +39,7 @@
 #include "ops/adasum.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -52,7 +53,8 @@ namespace {
 constexpr uint32_t kTag = internal::kTagAdasum;
 
 // ---- element kernels ---------------------------------------------------------------------------
-// {a.b, a.a, b.b} over n elements of T, each read as a double through `load`.
+// {a.b, a.a, b.b} over n elements of T, each read as a double through `load`: every product and
+// sum is in double, so float16 65504^2 or 2^-24 * 2^-24 are exact and FLT_MAX^2 is finite.
 template <typename T, typename Load>
 void dotsOf(const T* a, const T* b, size_t n, Load load, double* out) {
   double dot = 0, aa = 0, bb = 0;
@@ -72,10 +74,15 @@ void scaledAdd(T* a, double ca, const T* b, double cb, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = static_cast<T>(ca * a[i] + cb * b[i]);
 }
 
+// In double, then rounded to float and to the 16-bit type: the coefficient of the smaller of two
+// parallel vectors is about -|b|/|a|/2, beyond FLT_MAX for bfloat16 vectors 2^128 apart in norm
+// (a float coefficient would turn the result into -inf).
 template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
 void scaledAdd16(uint16_t* a, double ca, const uint16_t* b, double cb, size_t n) {
-  const float fa = static_cast<float>(ca), fb = static_cast<float>(cb);
-  for (size_t i = 0; i < n; ++i) a[i] = Store(fa * Load(a[i]) + fb * Load(b[i]));
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = Store(static_cast<float>(ca * static_cast<double>(Load(a[i])) +
+                                    cb * static_cast<double>(Load(b[i]))));
+  }
 }
 
 // out = {a.b, a.a, b.b} over n elements.
@@ -148,6 +155,8 @@ Status groupSum(Transport& t, int r, int d, std::vector<double>* v, std::vector<
 }
 
 }  // namespace
+
+static_assert(kAdasumMinNormSq * kAdasumMinNormSq == DBL_MIN, "the bound is sqrt(DBL_MIN)");
 
 void adasumCoefficients(double dot, double aNormSq, double bNormSq, double* aCoeff,
                         double* bCoeff) {

@@ -2,7 +2,8 @@
 """op=Adasum (runs at 2, 3 and 4 ranks): allreduce of float16/bfloat16/float32/float64 tensors
 against a float64 NumPy evaluation of the same tree (rank p+i folded into rank i, p the largest
 power of two <= size, then pairs (0,1), (2,3), ..., then pairs of pairs), fused batches (per
-tensor products: a tensor identical on every rank comes back bit for bit), scaling, the numpy
+tensor products: a tensor identical on every rank comes back bit for bit), Horovod's stability
+tests (parallel vectors of tiny, huge and widely spread magnitudes average), scaling, the numpy
 API, the errors, autograd, and DistributedOptimizer(op=Adasum) (Horovod's delta optimizer)."""
 
 import numpy as np
@@ -13,10 +14,15 @@ torch = pytest.importorskip("torch")
 TOL = {torch.float16: 2e-2, torch.bfloat16: 1e-1, torch.float32: 1e-5, torch.float64: 1e-10}
 
 
+# Horovod's bound (horovod/common/ops/adasum/adasum.h): a coefficient is 1 when the squared norm,
+# accumulated in double, is below sqrt(DBL_MIN).
+MIN_NORM_SQ = float(np.sqrt(np.finfo(np.float64).tiny))
+
+
 def _combine(a, b):
     dot, aa, bb = float(np.dot(a, b)), float(np.dot(a, a)), float(np.dot(b, b))
-    ca = 1.0 - dot / (2.0 * aa) if aa >= 1e-8 else 1.0
-    cb = 1.0 - dot / (2.0 * bb) if bb >= 1e-8 else 1.0
+    ca = 1.0 - dot / (2.0 * aa) if aa >= MIN_NORM_SQ else 1.0
+    cb = 1.0 - dot / (2.0 * bb) if bb >= MIN_NORM_SQ else 1.0
     return ca * a + cb * b
 
 
@@ -93,6 +99,62 @@ def test_fused_batch_is_per_tensor(hvd, dtype):
     for o, x in zip(outs, inputs):
         _check(o, x)
         _same_everywhere(hvd, o)
+
+
+# Horovod's test_stability and test_stability_2 (test/parallel/test_adasum_pytorch.py): every
+# rank holds the same direction times its own factor, so the vectors are parallel, and
+# adasum(x, k x) = (x + k x) / 2. Over kolo's tree the result is a weighted average: 1/p per
+# core rank, halved for rank i and its folded rank p + i. The direction's entries are multiples
+# of 4 up to 60 and the factors powers of two, so inputs and averages are exact in each dtype.
+# Before Horovod's bound (sqrt(DBL_MIN) on |x|^2) any vector with |x| < 1e-4 was summed instead.
+_STABILITY = {
+    # float16: subnormals from 2^-24, values up to 61440 (max 65504), and both at once.
+    torch.float16: {"tiny": [-24, -23, -22, -21], "huge": [10, 9, 8, 7],
+                    "spread": [-24, 10, -8, 2]},
+    # bfloat16 and float32: float's exponent range, FLT_MIN = 2^-126 up to about 2^128.
+    torch.bfloat16: {"tiny": [-126, -125, -124, -123], "huge": [121, 120, 119, 118],
+                     "spread": [-126, 121, -40, 60]},
+    torch.float32: {"tiny": [-126, -125, -124, -123], "huge": [121, 120, 119, 118],
+                    "spread": [-126, 121, -40, 60]},
+    # float64: |x|^2 must lie between the bound (2^-511) and 2^1024.
+    torch.float64: {"tiny": [-256, -255, -254, -253], "huge": [490, 489, 488, 487],
+                    "spread": [-256, 490, -100, 200]},
+}
+_EPS = {torch.float16: 2.0 ** -10, torch.bfloat16: 2.0 ** -7, torch.float32: 2.0 ** -23,
+        torch.float64: 2.0 ** -52}
+
+
+def _tree_weights(n):
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    w = [1.0 / p] * n
+    for i in range(n - p):
+        w[i] = w[p + i] = 0.5 / p
+    return w
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("case", ["tiny", "huge", "spread"])
+def test_stability_parallel_vectors_average(hvd, dtype, case):
+    n, r = hvd.size(), hvd.rank()
+    i = np.arange(64)
+    direction = 4.0 * (2 + (i * 7) % 14) * np.where(i % 3 == 1, -1.0, 1.0)
+    exps = _STABILITY[dtype][case]
+    # In "spread", the third factor is negative: parallel vectors of opposite sense average too.
+    scales = [(-1.0 if case == "spread" and j == 2 else 1.0) * 2.0 ** e
+              for j, e in enumerate(exps)]
+    inputs = [torch.from_numpy(scales[q % 4] * direction).to(dtype) for q in range(n)]
+    for q in range(n):
+        assert np.array_equal(inputs[q].double().numpy(), scales[q % 4] * direction)  # exact
+    got = hvd.allreduce(inputs[r], op=hvd.Adasum, name="stability.%s.%s" % (case, dtype))
+    want = sum(w * x.double().numpy() for w, x in zip(_tree_weights(n), inputs))
+    g = got.double().numpy()
+    assert np.all(np.isfinite(g)), g
+    s = abs(want[0])  # scaled so that the norms neither overflow nor underflow
+    rel = np.linalg.norm((g - want) / s) / np.linalg.norm(want / s)
+    assert rel <= 4 * _EPS[dtype], (case, dtype, rel)
+    _same_everywhere(hvd, got)
 
 
 def test_scaling_and_numpy(hvd, kolo_world):
