@@ -172,6 +172,30 @@ def test_scenario0_one_machine_min_np_equals_np_a_death_is_replaced(tmp_path):
     assert sorted(res[k]["wid"] for k in res) == ["0", "2"]
 
 
+def test_output_prefix_and_files_are_per_worker_never_reused(tmp_path):
+    # horovodrun prefixes an elastic worker's lines with the rank it started with and names its
+    # --output-filename folder the same way, so a replacement reuses the dead worker's number
+    # and overwrites its files. kolorun uses the worker id, which is never reused
+    # (docs/migrating.md): the dead worker's files stay, the replacement gets its own.
+    hosts = Hosts(tmp_path, "localhost:2")
+    out = tmp_path / "out"
+    r = run(["-np", "2", "--min-np", "2", "--max-np", "2", "--host-discovery-script",
+             str(hosts.script), "--elastic-timeout", "20", "--output-filename", str(out)],
+            ["--die", "0:1:5"], timeout=90)
+    res = check_trained(r, 2)
+    assert sorted(res[k]["wid"] for k in res) == ["0", "2"]
+    assert sorted(os.listdir(out)) == ["rank.0", "rank.1", "rank.2"], os.listdir(out)
+    dead = (out / "rank.1" / "stdout").read_text()
+    assert "worker 1 dies: round 0 rank 1 step 5" in dead, dead
+    assert "worker 2" not in dead, dead
+    # The replacement is rank 1 of round 1, yet its lines and folder carry its worker id, 2.
+    replacement = (out / "rank.2" / "stdout").read_text()
+    assert '[2]<stdout>:RESULT {"rank": 1,' in replacement, replacement
+    assert '"wid": "2"' in replacement and "worker 1" not in replacement, replacement
+    assert "[1]<stdout>:worker 1 dies" in r.stdout, r.stdout[-3000:]
+    assert '[2]<stdout>:RESULT {"rank": 1,' in r.stdout, r.stdout[-3000:]
+
+
 # The only host's first death is forgiven and kolorun starts a replacement there at once. The
 # tests that check the job ends on the survivors keep it out (--hold-replacements): otherwise it
 # joins whenever its start-up beats the survivors' remaining steps (a loaded machine).
