@@ -51,7 +51,7 @@ PP_IGNORED = re.compile(
     r"|if defined\(\w+\)|ifndef " + INCLUDE_GUARD + r")\s*$")
 SECTION_MARKER = re.compile(r"^/\*\s*-{2,}\s*(.*?)\s*-*\s*\*/$", re.S)
 IDENT = r"[A-Za-z_]\w*"
-NOT_RUN = "<!-- not-run: a declaration -->"
+NOT_RUN = "<!-- not-run: a declaration. -->"
 
 
 class Problem(Exception):
