@@ -21,7 +21,8 @@ import os
 import re
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pages import REPO, user_pages
+
 MEAN_LIMIT, LONG_LIMIT, README_LINES = 20, 50, 200
 
 
@@ -147,11 +148,7 @@ def main():
     ap.add_argument("files", nargs="*")
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
-    files = [os.path.abspath(f) for f in a.files]
-    if not files:
-        files = [os.path.join(REPO, "README.md")]
-        for root, _, names in os.walk(os.path.join(REPO, "docs")):
-            files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".md")]
+    files = [os.path.abspath(f) for f in a.files] or user_pages()
     problems = []
     for f in files:
         problems += check(f, a.report)

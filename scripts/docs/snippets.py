@@ -39,7 +39,8 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pages import REPO, user_pages
+
 RUNNABLE = {"python", "bash", "sh", "c"}
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 MAX_COLUMNS = 90
@@ -116,13 +117,6 @@ def parse(path):
         blocks.append(block)
         in_list_or_para = False
     return blocks, errors
-
-
-def default_files():
-    files = [os.path.join(REPO, "README.md")]
-    for root, _, names in os.walk(os.path.join(REPO, "docs")):
-        files += [os.path.join(root, n) for n in sorted(names) if n.endswith(".md")]
-    return files
 
 
 def make_env(build_dir, shims):
@@ -263,7 +257,7 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--timeout", type=float, default=180)
     a = ap.parse_args()
-    files = [os.path.abspath(f) for f in a.files] or default_files()
+    files = [os.path.abspath(f) for f in a.files] or user_pages()
     pages, errors = [], []
     for f in files:
         if not os.path.exists(f):
