@@ -10,9 +10,9 @@
 // (horovod/common/ops/adasum/adasum.h compares `anormsq >= sqrt(DBL_MIN)`). So a zero vector
 // leaves the other unchanged, and any vector whose norm is at least ~1.2e-77 is combined by the
 // formula: float16 subnormals (|x| >= 2^-24) and float32/bfloat16 values down to FLT_MIN always
-// are. The products and norms are per tensor: a
-// buffer holding several tensors back to back (a fused batch) is described by `counts`, and each
-// tensor gets its own coefficients. The n ranks combine as a binary tree:
+// are. The products and norms are per tensor: a buffer holding several tensors back to back (a
+// fused batch) is described by `counts`, and each tensor gets its own coefficients. The n ranks
+// combine as a binary tree:
 //   - with p the largest power of two <= n, rank p + i (i < n - p) is folded into rank i first:
 //     h_i = adasum(g_i, g_{p+i}); the other ranks below p keep h_i = g_i;
 //   - then level 1 combines (h_0, h_1), (h_2, h_3), ...; level 2 combines the results of
@@ -22,8 +22,8 @@
 // first, as Horovod does), so float16 values near 65504 or subnormal, and float32 near FLT_MAX,
 // neither overflow nor underflow there. The combination is computed in double for every dtype
 // too (float16/bfloat16 results rounded to float, then to nearest-even), so a coefficient as
-// large as |b|/|a| of two bfloat16 vectors of widely spread magnitudes does not overflow. Adasum is defined for float16,
-// bfloat16, float32 and float64 only (kInvalidArgument otherwise).
+// large as |b|/|a| of two bfloat16 vectors of widely spread magnitudes does not overflow. Adasum
+// is defined for float16, bfloat16, float32 and float64 only (kInvalidArgument otherwise).
 //
 // Threads/blocking: as every collective in ops/ (collectives.h): all ranks of `t` call it with
 // the same counts and dtype, on the transport's one user thread; each wait is bounded by
